@@ -1,0 +1,211 @@
+"""Configurations and the named presets of the paper.
+
+`ModelConfig` defaults are the paper's base model (Table 3, first row). Every other
+architecture is a preset: a small function of the base that changes a few fields, kept in
+one registry, `PRESETS`. Dropout lives in `ModelConfig` because it shapes the modules;
+label smoothing and the schedule live in `TrainConfig` because they shape training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from transformer_nmt.errors import UserError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The architecture of one Transformer (sections 3.1-3.5 of the paper)."""
+
+    encoder_layers: int = 6
+    """N, the number of identical encoder layers."""
+    decoder_layers: int = 6
+    """N, the number of identical decoder layers."""
+    d_model: int = 512
+    """Width of every sub-layer output and of the embeddings."""
+    d_ff: int = 2048
+    """Inner width of the position-wise feed-forward network."""
+    heads: int = 8
+    """h, the number of attention heads."""
+    d_k: int = 64
+    """Width of each head's queries and keys (independent of d_model / h, Table 3 (A), (B))."""
+    d_v: int = 64
+    """Width of each head's values."""
+    dropout: float = 0.1
+    """P_drop: on sub-layer outputs before the residual add and on embedding sums."""
+    attention_dropout: float = 0.0
+    """Dropout on the attention weights (the paper's slides; 0 in the paper's text)."""
+    activation_dropout: float = 0.0
+    """Dropout after the FFN's ReLU (tensor2tensor's relu_dropout; 0 in the paper)."""
+    positional: str = "sinusoidal"
+    """'sinusoidal' (section 3.5) or 'learned' (Table 3 row (E))."""
+    max_positions: int = 1024
+    """Longest sequence the positional encodings cover (learned table size)."""
+    pre_norm: bool = False
+    """False: the paper's LayerNorm(x + Dropout(Sublayer(x))); True: x + Dropout(Sublayer(LayerNorm(x)))."""
+    tie_embeddings: str = "all"
+    """'all': source, target and pre-softmax share one matrix (shared vocabulary);
+    'decoder': target embedding and pre-softmax only; 'none': three matrices."""
+
+    def validate(self) -> None:
+        """Raise UserError for a combination that cannot be built."""
+        if self.positional not in ("sinusoidal", "learned"):
+            raise UserError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
+        if self.tie_embeddings not in ("all", "decoder", "none"):
+            raise UserError(
+                f"tie_embeddings must be 'all', 'decoder' or 'none', not {self.tie_embeddings!r}"
+            )
+        for name in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads", "d_k", "d_v"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} must be at least 1, not {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training regime (section 5 of the paper); defaults are the base model's."""
+
+    label_smoothing: float = 0.1
+    """epsilon_ls of the label-smoothed cross entropy."""
+    warmup_steps: int = 4000
+    """Steps of linear warm-up in lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
+    lr_scale: float = 1.0
+    """Factor on the learning rate of eq. (3)."""
+    adam_beta1: float = 0.9
+    """Adam beta1."""
+    adam_beta2: float = 0.98
+    """Adam beta2."""
+    adam_eps: float = 1e-9
+    """Adam epsilon."""
+    max_tokens: int = 25000
+    """Token budget per batch and per side, padding counted."""
+    update_freq: int = 1
+    """Batches accumulated into one optimizer step."""
+    max_steps: int = 100_000
+    """Stop after this many optimizer steps (base: 100K, big: 300K)."""
+    seed: int = 1
+    """Seed of every random choice: initialisation, dropout, batch order."""
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Beam search settings (section 6.1 of the paper)."""
+
+    beam: int = 4
+    """Beam size; 1 is greedy search."""
+    alpha: float = 0.6
+    """GNMT length penalty exponent: lp(Y) = ((5 + |Y|) / 6) ** alpha."""
+    max_len_a: float = 1.0
+    """Maximum output length = max_len_a * source length + max_len_b."""
+    max_len_b: int = 50
+    """See max_len_a; the paper uses input length + 50."""
+    nbest: int = 1
+    """Hypotheses returned per sentence."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named architecture with the training settings it was reported with."""
+
+    name: str
+    description: str
+    model: ModelConfig
+    train: TrainConfig = field(default_factory=TrainConfig)
+    paper_params_millions: float | None = None
+    """The 'params x 10^6' column of Table 3, where the paper gives one."""
+
+
+BASE = ModelConfig()
+
+
+def _row(name: str, description: str, paper: float | None = None,
+         train: TrainConfig | None = None, **changes) -> Preset:
+    return Preset(name, description, replace(BASE, **changes), train or TrainConfig(), paper)
+
+
+def _build_presets() -> dict[str, Preset]:
+    presets = [
+        _row("base", "the paper's base model", 65),
+        _row("big", "the paper's big model", 213, train=TrainConfig(max_steps=300_000),
+             d_model=1024, d_ff=4096, heads=16, dropout=0.3),
+        # Table 3 (A): heads, with d_k = d_v = d_model / h (constant computation).
+        _row("a-h1", "Table 3 (A): 1 head, d_k = d_v = 512", heads=1, d_k=512, d_v=512),
+        _row("a-h4", "Table 3 (A): 4 heads, d_k = d_v = 128", heads=4, d_k=128, d_v=128),
+        _row("a-h16", "Table 3 (A): 16 heads, d_k = d_v = 32", heads=16, d_k=32, d_v=32),
+        _row("a-h32", "Table 3 (A): 32 heads, d_k = d_v = 16", heads=32, d_k=16, d_v=16),
+        # Table 3 (B): smaller keys only.
+        _row("b-dk16", "Table 3 (B): d_k = 16", 58, d_k=16),
+        _row("b-dk32", "Table 3 (B): d_k = 32", 60, d_k=32),
+        # Table 3 (C): depth and width.
+        _row("c-n2", "Table 3 (C): N = 2", 36, encoder_layers=2, decoder_layers=2),
+        _row("c-n4", "Table 3 (C): N = 4", 50, encoder_layers=4, decoder_layers=4),
+        _row("c-n8", "Table 3 (C): N = 8", 80, encoder_layers=8, decoder_layers=8),
+        _row("c-d256", "Table 3 (C): d_model = 256, d_k = d_v = 32", 28,
+             d_model=256, d_k=32, d_v=32),
+        _row("c-d1024", "Table 3 (C): d_model = 1024, d_k = d_v = 128", 168,
+             d_model=1024, d_k=128, d_v=128),
+        _row("c-ff1024", "Table 3 (C): d_ff = 1024", 53, d_ff=1024),
+        _row("c-ff4096", "Table 3 (C): d_ff = 4096", 90, d_ff=4096),
+        # Table 3 (D): regularisation.
+        _row("d-drop0", "Table 3 (D): P_drop = 0.0", dropout=0.0),
+        _row("d-drop2", "Table 3 (D): P_drop = 0.2", dropout=0.2),
+        _row("d-ls0", "Table 3 (D): label smoothing 0.0", train=TrainConfig(label_smoothing=0.0)),
+        _row("d-ls2", "Table 3 (D): label smoothing 0.2", train=TrainConfig(label_smoothing=0.2)),
+        # Table 3 (E): learned positional embeddings.
+        _row("e-learned", "Table 3 (E): learned positional embeddings", positional="learned"),
+        # CPU presets.
+        _row("small", "3+3 layers, d_model 256: a corpus of ~30k pairs on a laptop CPU",
+             train=TrainConfig(max_tokens=4096, warmup_steps=1000, max_steps=20_000),
+             encoder_layers=3, decoder_layers=3, d_model=256, d_ff=1024, heads=4,
+             d_k=64, d_v=64, dropout=0.3, max_positions=512),
+        _row("tiny", "2+2 layers, d_model 32: tests and smoke runs",
+             train=TrainConfig(max_tokens=512, warmup_steps=50, max_steps=200),
+             encoder_layers=2, decoder_layers=2, d_model=32, d_ff=64, heads=4,
+             d_k=8, d_v=8, dropout=0.1, max_positions=256),
+    ]
+    return {preset.name: preset for preset in presets}
+
+
+PRESETS: dict[str, Preset] = _build_presets()
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called `name`, or a UserError listing the known names."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UserError(
+            f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}"
+        ) from None
+
+
+def presets_table() -> str:
+    """A plain-text table of every preset, as `nmt presets` prints it."""
+    header = ("name", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls",
+              "positional", "paper params", "description")
+    rows = [header]
+    for preset in PRESETS.values():
+        m, t = preset.model, preset.train
+        layers = (str(m.encoder_layers) if m.encoder_layers == m.decoder_layers
+                  else f"{m.encoder_layers}+{m.decoder_layers}")
+        paper = f"{preset.paper_params_millions:g}M" if preset.paper_params_millions else "-"
+        rows.append((preset.name, layers, str(m.d_model), str(m.d_ff), str(m.heads),
+                     str(m.d_k), str(m.d_v), f"{m.dropout:g}", f"{t.label_smoothing:g}",
+                     m.positional, paper, preset.description))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+             for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def config_from_dict(cls: Callable, values: dict):
+    """Build dataclass `cls` from a dict, refusing unknown keys with a UserError."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(
+            f"unknown {cls.__name__} field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    return cls(**values)

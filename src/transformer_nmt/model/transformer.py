@@ -1,0 +1,206 @@
+"""The Transformer (section 3): embeddings, positional encodings, the stacks, the output.
+
+Read top to bottom: positional encodings, the encoder output and decoder cache that
+incremental decoding carries, then the model itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_nmt.config import ModelConfig
+from transformer_nmt.model.attention import KVCache
+from transformer_nmt.model.layers import DecoderLayer, EncoderLayer
+
+
+def sinusoidal_encodings(length: int, d_model: int) -> Tensor:
+    """Section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same).
+
+    Returns (length, d_model), sines at even and cosines at odd dimensions, as in the paper.
+    """
+    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)  # (length, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(d_model / 2),)
+    angle = position / torch.pow(10000.0, two_i / d_model)  # (length, ceil(d_model / 2))
+    table = torch.zeros(length, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return table.float()
+
+
+@dataclass
+class EncoderOut:
+    """What the decoder needs from the encoder, computed once per source sentence."""
+
+    states: Tensor
+    """(batch, src_len, d_model) the encoder stack's output."""
+    src_mask: Tensor
+    """(batch, src_len) True at real tokens, False at padding."""
+    attention: list[Tensor] = field(default_factory=list)
+    """Per layer (batch, heads, src_len, src_len) self-attention weights, when asked for."""
+
+    def select(self, index: Tensor) -> "EncoderOut":
+        """Rows `index` (new_batch,) of the batch, e.g. each sentence repeated beam times."""
+        return EncoderOut(self.states.index_select(0, index), self.src_mask.index_select(0, index))
+
+
+class DecoderCache:
+    """Every decoder layer's self-attention and encoder-decoder attention KV caches."""
+
+    def __init__(self, layers: int) -> None:
+        self.self_attention = [KVCache() for _ in range(layers)]
+        self.cross_attention = [KVCache() for _ in range(layers)]
+
+    @property
+    def length(self) -> int:
+        """Target positions decoded so far."""
+        return self.self_attention[0].length
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` (new_batch,): hypotheses moving between beams."""
+        for cache in self.self_attention + self.cross_attention:
+            cache.reorder(index)
+
+
+@dataclass
+class DecoderOut:
+    """Logits for the next tokens and, when asked for, the attention weights."""
+
+    logits: Tensor
+    """(batch, tgt_len, vocab)."""
+    self_attention: list[Tensor] = field(default_factory=list)
+    """Per layer (batch, heads, tgt_len, tgt_len)."""
+    cross_attention: list[Tensor] = field(default_factory=list)
+    """Per layer (batch, heads, tgt_len, src_len)."""
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer with shared or separate embeddings and output projection."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> None:
+        super().__init__()
+        cfg.validate()
+        self.cfg, self.vocab_size, self.pad_id = cfg, vocab_size, pad_id
+        self.embed_scale = math.sqrt(cfg.d_model)
+
+        self.tgt_embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
+        self.src_embed = (self.tgt_embed if cfg.tie_embeddings == "all"
+                          else nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id))
+        self.output_proj = (None if cfg.tie_embeddings in ("all", "decoder")
+                            else nn.Linear(cfg.d_model, vocab_size, bias=False))
+        if cfg.positional == "learned":
+            self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
+        else:
+            self.positions = None
+            self.register_buffer("sinusoids", sinusoidal_encodings(cfg.max_positions, cfg.d_model),
+                                 persistent=False)
+
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        # Pre-norm stacks end un-normalized, so they get one final LayerNorm each.
+        self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else None
+        self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform projections, zero biases, N(0, d_model^-0.5) embeddings.
+
+        The embedding scale keeps embeddings * sqrt(d_model) at unit variance, the same
+        scale as the positional encodings they are added to.
+        """
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for embedding in {id(e): e for e in (self.src_embed, self.tgt_embed)}.values():
+            nn.init.normal_(embedding.weight, mean=0.0, std=self.cfg.d_model ** -0.5)
+            with torch.no_grad():
+                embedding.weight[self.pad_id].zero_()
+        if self.positions is not None:
+            nn.init.normal_(self.positions.weight, mean=0.0, std=self.cfg.d_model ** -0.5)
+
+    def _positional(self, start: int, length: int) -> Tensor:
+        """Positional encodings of positions start..start+length-1, (length, d_model)."""
+        end = start + length
+        if end > self.cfg.max_positions:
+            if self.positions is not None:
+                raise ValueError(f"position {end - 1} is beyond the learned table of "
+                                 f"{self.cfg.max_positions} positions")
+            return sinusoidal_encodings(end, self.cfg.d_model).to(self.sinusoids)[start:end]
+        if self.positions is not None:
+            return self.positions.weight[start:end]
+        return self.sinusoids[start:end]
+
+    def _embed(self, embedding: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
+        x = embedding(tokens) * self.embed_scale  # (batch, len, d_model)
+        x = x + self._positional(start, tokens.size(1))
+        return F.dropout(x, self.cfg.dropout, self.training)
+
+    def encode(self, src: Tensor, need_weights: bool = False) -> EncoderOut:
+        """Run the encoder stack on source token ids src (batch, src_len)."""
+        src_mask = src.ne(self.pad_id)  # (batch, src_len)
+        attn_mask = src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
+        x = self._embed(self.src_embed, src)
+        weights = []
+        for layer in self.encoder_layers:
+            x, layer_weights = layer(x, attn_mask, need_weights)
+            if need_weights:
+                weights.append(layer_weights)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return EncoderOut(x, src_mask, weights)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty cache for incremental decoding with `decode(..., cache=cache)`."""
+        return DecoderCache(len(self.decoder_layers))
+
+    def decode(self, tgt: Tensor, enc: EncoderOut, cache: DecoderCache | None = None,
+               need_weights: bool = False) -> DecoderOut:
+        """Next-token logits for target prefixes tgt (batch, tgt_len) given the encoder output.
+
+        Without a cache, tgt is the whole prefix (teacher forcing). With a cache, tgt holds
+        only the new positions after the cache.length already decoded ones; the cache is
+        updated in place, and encoder-decoder keys/values are computed on the first call only.
+        """
+        start = 0 if cache is None else cache.length
+        memory_mask = enc.src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
+        x = self._embed(self.tgt_embed, tgt, start)
+        out = DecoderOut(logits=x)
+        for i, layer in enumerate(self.decoder_layers):
+            x, self_weights, cross_weights = layer(
+                x, enc.states, memory_mask,
+                self_cache=None if cache is None else cache.self_attention[i],
+                cross_cache=None if cache is None else cache.cross_attention[i],
+                need_weights=need_weights)
+            if need_weights:
+                out.self_attention.append(self_weights)
+                out.cross_attention.append(cross_weights)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        out.logits = self.project(x)
+        return out
+
+    def project(self, x: Tensor) -> Tensor:
+        """Pre-softmax linear transformation (batch, len, d_model) -> (batch, len, vocab)."""
+        if self.output_proj is None:
+            return F.linear(x, self.tgt_embed.weight)
+        return self.output_proj(x)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced logits (batch, tgt_len, vocab) for src (batch, src_len), tgt_in (batch, tgt_len)."""
+        return self.decode(tgt_in, self.encode(src)).logits
+
+
+def count_parameters(cfg: ModelConfig, vocab_size: int) -> int:
+    """Exact number of trainable parameters of `cfg` at `vocab_size`, shared tensors once.
+
+    Built on the meta device, so even the big model costs no memory.
+    """
+    with torch.device("meta"):
+        model = Transformer(cfg, vocab_size)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
