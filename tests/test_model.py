@@ -1,0 +1,200 @@
+"""Properties the model of sections 3.1-3.5 must have, on tiny models."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from torch import nn
+
+from transformer_nmt.config import PRESETS, ModelConfig, get_preset
+from transformer_nmt.model.attention import scaled_dot_product_attention
+from transformer_nmt.model.transformer import Transformer, sinusoidal_encodings
+
+VOCAB = 53
+PAD = 0
+
+
+def tiny_config(**changes) -> ModelConfig:
+    return replace(get_preset("tiny").model, dropout=0.0, **changes)
+
+
+def random_batch(batch: int, src_len: int, tgt_len: int, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, VOCAB, (batch, src_len), generator=generator)
+    tgt = torch.randint(4, VOCAB, (batch, tgt_len), generator=generator)
+    return src, tgt
+
+
+def shrink(cfg: ModelConfig) -> ModelConfig:
+    """The same architecture at 1/16 of the widths, so every preset builds in milliseconds."""
+    return replace(cfg, d_model=cfg.d_model // 16, d_ff=cfg.d_ff // 16,
+                   d_k=max(1, cfg.d_k // 16), d_v=max(1, cfg.d_v // 16))
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_gives_logits_of_the_right_shape(name):
+    torch.manual_seed(0)
+    model = Transformer(shrink(PRESETS[name].model), VOCAB)
+    src, tgt = random_batch(2, 7, 5)
+    assert model(src, tgt).shape == (2, 5, VOCAB)
+
+
+def test_causal_mask_hides_later_target_tokens():
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(), VOCAB).eval()
+    src, tgt = random_batch(2, 6, 8)
+    changed = tgt.clone()
+    changed[:, 4:] = torch.randint(4, VOCAB, (2, 4))
+    before, after = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(before[:, :4], after[:, :4])
+    assert not torch.allclose(before[:, 4:], after[:, 4:])
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_padding_leaves_real_positions_unchanged(pre_norm):
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(pre_norm=pre_norm), VOCAB).eval()
+    src, tgt = random_batch(2, 6, 5)
+    padded_src = torch.cat([src, torch.full((2, 3), PAD)], dim=1)
+    padded_tgt = torch.cat([tgt, torch.full((2, 4), PAD)], dim=1)
+    torch.testing.assert_close(model(padded_src, padded_tgt)[:, :5], model(src, tgt))
+
+
+def test_positional_encodings_follow_section_3_5():
+    d_model = 16
+    table = sinusoidal_encodings(50, d_model)
+    for pos in (0, 1, 7, 49):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_explicit_attention_equals_fused_attention():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 7, 8), torch.randn(2, 4, 7, 6)
+    mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    mask[0, ..., 5:] = False
+    explicit, weights = scaled_dot_product_attention(q, k, v, mask)
+    fused = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(explicit, fused)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 5))
+    assert weights[0, ..., 5:].abs().max() == 0
+
+
+def test_weights_path_equals_fused_path_through_the_model():
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(), VOCAB).eval()
+    src, tgt = random_batch(3, 6, 5)
+    enc = model.encode(src, need_weights=True)
+    out = model.decode(tgt, enc, need_weights=True)
+    torch.testing.assert_close(out.logits, model(src, tgt))
+    assert len(enc.attention) == 2 and enc.attention[0].shape == (3, 4, 6, 6)
+    assert out.self_attention[0].shape == (3, 4, 5, 5)
+    assert out.cross_attention[1].shape == (3, 4, 5, 6)
+    # Causal: nothing above the diagonal of the decoder's self-attention.
+    assert torch.triu(out.self_attention[0], diagonal=1).abs().max() == 0
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_cached_incremental_decoding_equals_full_forward(positional):
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(positional=positional), VOCAB).eval()
+    src, tgt = random_batch(3, 6, 7)
+    full = model(src, tgt)
+    enc, cache = model.encode(src), model.new_cache()
+    steps = [model.decode(tgt[:, i:i + 1], enc, cache).logits for i in range(7)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+    # Several new positions at once after a cached prefix.
+    cache = model.new_cache()
+    first = model.decode(tgt[:, :3], enc, cache).logits
+    rest = model.decode(tgt[:, 3:], enc, cache).logits
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), full)
+
+
+def test_cache_reorder_follows_beams():
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(), VOCAB).eval()
+    src, tgt = random_batch(3, 6, 4)
+    enc, cache = model.encode(src), model.new_cache()
+    for i in range(3):
+        model.decode(tgt[:, i:i + 1], enc, cache)
+    order = torch.tensor([2, 0, 0])
+    cache.reorder(order)
+    step = model.decode(tgt[order, 3:4], enc.select(order), cache).logits
+    torch.testing.assert_close(step[:, 0], model(src[order], tgt[order])[:, 3])
+
+
+def test_tied_weights_are_one_tensor():
+    model = Transformer(tiny_config(), VOCAB)
+    assert model.src_embed.weight is model.tgt_embed.weight
+    assert model.output_proj is None
+    names = [name for name, _ in model.named_parameters()]
+    assert sum("embed" in name for name in names) == 1
+    decoder_only = Transformer(tiny_config(tie_embeddings="decoder"), VOCAB)
+    assert decoder_only.src_embed.weight is not decoder_only.tgt_embed.weight
+    untied = Transformer(tiny_config(tie_embeddings="none"), VOCAB)
+    assert untied.output_proj.weight is not untied.tgt_embed.weight
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model():
+    model = Transformer(tiny_config(), VOCAB).eval()
+    tokens = torch.tensor([[5, 6]])
+    expected = model.tgt_embed(tokens) * math.sqrt(32) + sinusoidal_encodings(2, 32)
+    torch.testing.assert_close(model._embed(model.tgt_embed, tokens), expected)
+
+
+def copy_into_torch_transformer(model: Transformer) -> tuple[nn.Module, nn.Module]:
+    """torch.nn's post-norm encoder and decoder stacks holding `model`'s weights."""
+    cfg = model.cfg
+    enc_layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, dropout=0.0,
+                                           batch_first=True)
+    dec_layer = nn.TransformerDecoderLayer(cfg.d_model, cfg.heads, cfg.d_ff, dropout=0.0,
+                                           batch_first=True)
+    encoder = nn.TransformerEncoder(enc_layer, cfg.encoder_layers, enable_nested_tensor=False)
+    decoder = nn.TransformerDecoder(dec_layer, cfg.decoder_layers)
+    with torch.no_grad():
+        for ours, theirs in zip(model.encoder_layers, encoder.layers):
+            theirs.self_attn.in_proj_weight.copy_(ours.self_attn.qkv_proj.weight)
+            theirs.self_attn.in_proj_bias.copy_(ours.self_attn.qkv_proj.bias)
+            theirs.self_attn.out_proj.load_state_dict(ours.self_attn.out_proj.state_dict())
+            theirs.linear1.load_state_dict(ours.ffn.linear1.state_dict())
+            theirs.linear2.load_state_dict(ours.ffn.linear2.state_dict())
+            theirs.norm1.load_state_dict(ours.attn_block.norm.state_dict())
+            theirs.norm2.load_state_dict(ours.ffn_block.norm.state_dict())
+        for ours, theirs in zip(model.decoder_layers, decoder.layers):
+            theirs.self_attn.in_proj_weight.copy_(ours.self_attn.qkv_proj.weight)
+            theirs.self_attn.in_proj_bias.copy_(ours.self_attn.qkv_proj.bias)
+            theirs.self_attn.out_proj.load_state_dict(ours.self_attn.out_proj.state_dict())
+            cross = ours.cross_attn
+            theirs.multihead_attn.in_proj_weight.copy_(
+                torch.cat([cross.q_proj.weight, cross.kv_proj.weight]))
+            theirs.multihead_attn.in_proj_bias.copy_(
+                torch.cat([cross.q_proj.bias, cross.kv_proj.bias]))
+            theirs.multihead_attn.out_proj.load_state_dict(cross.out_proj.state_dict())
+            theirs.linear1.load_state_dict(ours.ffn.linear1.state_dict())
+            theirs.linear2.load_state_dict(ours.ffn.linear2.state_dict())
+            theirs.norm1.load_state_dict(ours.self_attn_block.norm.state_dict())
+            theirs.norm2.load_state_dict(ours.cross_attn_block.norm.state_dict())
+            theirs.norm3.load_state_dict(ours.ffn_block.norm.state_dict())
+    return encoder.eval(), decoder.eval()
+
+
+def test_matches_torch_nn_transformer_with_the_same_weights():
+    torch.manual_seed(0)
+    cfg = tiny_config(d_k=8, d_v=8)  # torch.nn needs d_k = d_v = d_model / h
+    model = Transformer(cfg, VOCAB).eval()
+    for parameter in model.parameters():  # LayerNorms away from their identity init
+        parameter.data.add_(0.05 * torch.randn_like(parameter))
+    encoder, decoder = copy_into_torch_transformer(model)
+    src, tgt = random_batch(2, 6, 5)
+    src[1, 4:] = PAD
+    ours = model(src, tgt)
+    memory = encoder(model._embed(model.src_embed, src), src_key_padding_mask=src.eq(PAD))
+    causal = nn.Transformer.generate_square_subsequent_mask(5)
+    hidden = decoder(model._embed(model.tgt_embed, tgt), memory, tgt_mask=causal,
+                     memory_key_padding_mask=src.eq(PAD))
+    torch.testing.assert_close(ours, model.project(hidden), atol=1e-5, rtol=1e-4)
