@@ -1,0 +1,389 @@
+"""`nmt prepare`: turn a corpus into a data directory, resumably.
+
+Stream the corpus -> normalize whitespace -> write the raw text of every split -> learn
+the shared BPE on train (both sides) -> encode every split, filtering train -> move the
+files into place -> write manifest.json last, atomically. All work happens in
+DATA_DIR/.work, and DATA_DIR/.in-progress marks a preparation that has not finished: a
+directory with a manifest is finished, one with the marker is an interrupted run that
+the next run redoes, anything else is refused rather than overwritten. Memory holds one
+chunk of lines at a time, whatever the corpus size.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+from tqdm import tqdm
+
+from transformer_nmt import __version__
+from transformer_nmt.config import TrainConfig
+from transformer_nmt.data.batching import TokenBatchSampler
+from transformer_nmt.data.binarize import IdsWriter, ids_dtype, read_ids
+from transformer_nmt.data.corpora import Corpus, SourceOptions, get_corpus
+from transformer_nmt.data.manifest import (FORMAT_VERSION, MANIFEST, SPM_MODEL, SPM_VOCAB, SPLITS,
+                                           bin_path, fsync_dir, idx_path, read_manifest,
+                                           text_path, write_json_atomic)
+from transformer_nmt.data.text import ERRORS, CleaningFilters, LineWriter, normalize
+from transformer_nmt.data.vocab import (BOS_ID, DEFAULT_SAMPLE_SENTENCES, EOS_ID, PAD_ID, UNK_ID,
+                                        Vocab, default_character_coverage, train_vocab)
+from transformer_nmt.errors import UserError
+
+IN_PROGRESS = ".in-progress"
+WORK = ".work"
+DOWNLOADS = "downloads"
+CHUNK_PAIRS = 10_000
+"""Pairs encoded per call of sentencepiece's batch encoder: large enough to keep its
+threads busy, small enough that a chunk's Python lists stay a few MB."""
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    """What `prepare` makes and from what; every field but `out` and `threads` is part
+    of the recipe that a finished directory must match."""
+
+    corpus: str
+    """Recipe name: bible, multi30k, wmt14-en-de or files."""
+    src: str
+    """Source language code (also the file suffix: train.en)."""
+    tgt: str
+    """Target language code."""
+    out: Path
+    """The data directory."""
+    vocab_size: int = 8000
+    """Pieces of the shared BPE vocabulary, the 4 specials included."""
+    max_len: int = 250
+    """Training pairs with more subword tokens on a side are removed (0: no limit)."""
+    max_ratio: float = 2.5
+    """Training pairs whose token-count ratio exceeds this are removed (0: no limit)."""
+    character_coverage: float | None = None
+    """sentencepiece's character coverage; None: 1.0 below 16000 pieces, else 0.9995."""
+    sample_sentences: int = DEFAULT_SAMPLE_SENTENCES
+    """Sentences sampled from train (both sides) to learn the BPE merges."""
+    seed: int = 1
+    """Seed of the sentencepiece sample, a held-out valid slice and the batch estimate."""
+    errors: str = "strict"
+    """Invalid UTF-8 in the input: 'strict' stops, 'replace' substitutes U+FFFD."""
+    mirror: str | None = None
+    """A local directory or URL holding a copy of the corpus (multi30k, wmt14-en-de)."""
+    files: dict[str, str] = field(default_factory=dict)
+    """Inputs of the files recipe: keys {train,valid,test}_{src,tgt,tsv}."""
+    valid_size: int | None = None
+    """files recipe without valid files: pairs of train held out (default 5%, <= 1000)."""
+    threads: int | None = None
+    """Threads for sentencepiece (default: every available core)."""
+
+
+@dataclass
+class PrepareResult:
+    """The manifest of the data directory, and whether this call found it already made."""
+
+    manifest: dict
+    already_prepared: bool
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _recipe(options: PrepareOptions, corpus: Corpus) -> dict:
+    """Everything that determines the directory's contents, as JSON."""
+    return {
+        "corpus": options.corpus, "src_lang": options.src, "tgt_lang": options.tgt,
+        "source": corpus.identity(), "vocab_size": options.vocab_size,
+        "character_coverage": (options.character_coverage
+                               if options.character_coverage is not None
+                               else default_character_coverage(options.vocab_size)),
+        "sample_sentences": options.sample_sentences, "max_len": options.max_len,
+        "max_ratio": options.max_ratio, "seed": options.seed, "errors": options.errors,
+    }
+
+
+def _differences(old, new, path: str = "") -> list[str]:
+    """'key.subkey: old -> new' for every leaf of two recipes that differs."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [change for key in sorted(set(old) | set(new), key=str)
+                for change in _differences(old.get(key), new.get(key),
+                                           f"{path}.{key}" if path else str(key))]
+    return [] if old == new else [f"{path}: {old!r} -> {new!r}"]
+
+
+def _outputs(src: str, tgt: str) -> list[str]:
+    """Names of every file a finished directory may hold besides the manifest."""
+    names = [SPM_MODEL, SPM_VOCAB]
+    for split in SPLITS:
+        for lang in (src, tgt):
+            names += [f"{split}.{lang}", f"{split}.{lang}.bin", f"{split}.{lang}.idx"]
+    return names
+
+
+def _remove_partial(out: Path) -> None:
+    """Delete what an unfinished run left (its downloads stay)."""
+    marker = out / IN_PROGRESS
+    try:
+        recipe = json.loads(marker.read_text(encoding="utf-8"))["recipe"]
+        names = _outputs(recipe["src_lang"], recipe["tgt_lang"])
+    except (OSError, ValueError, KeyError, TypeError):
+        names = []
+    shutil.rmtree(out / WORK, ignore_errors=True)
+    for name in names + [MANIFEST + ".tmp"]:
+        (out / name).unlink(missing_ok=True)
+    marker.unlink(missing_ok=True)
+
+
+def _check_out(out: Path, recipe: dict, log: Callable[[str], None]) -> dict | None:
+    """The manifest if `out` is finished with the same recipe; None if there is work to
+    do (after removing an interrupted run's files); UserError for anything else."""
+    if (out / MANIFEST).exists():
+        manifest = read_manifest(out)
+        if manifest.get("recipe") == recipe:
+            return manifest
+        changes = _differences(manifest.get("recipe", {}), recipe)
+        raise UserError(
+            f"{out} already holds data prepared with a different recipe "
+            f"({'; '.join(changes)}); choose another --out, or delete {out} to prepare it again"
+        )
+    if (out / IN_PROGRESS).exists():
+        log(f"{out}: found an unfinished preparation (interrupted run); starting it again")
+        _remove_partial(out)
+        return None
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} is a file; --out must be a directory")
+    if out.exists() and any(p.name != DOWNLOADS for p in out.iterdir()):
+        raise UserError(
+            f"{out} exists, is not empty and holds no prepared data (no {MANIFEST}); "
+            "choose an empty or new --out"
+        )
+    return None
+
+
+def _read_corpus(corpus: Corpus, work: Path, src: str, tgt: str, progress: bool) -> dict[str, int]:
+    """Pass 1: normalized text of every split into `work`; train goes to
+    train.unfiltered.* until the length filters, which need the vocabulary, have run."""
+    counts = {}
+    for split in corpus.splits:
+        name = "train.unfiltered" if split == "train" else split
+        writers = [LineWriter(work / f"{name}.{lang}") for lang in (src, tgt)]
+        pairs = corpus.pairs(split)
+        count = 0
+        try:
+            with tqdm(desc=f"read {split}", unit=" pairs", disable=None if progress else True,
+                      file=sys.stderr) as bar:
+                while chunk := list(itertools.islice(pairs, CHUNK_PAIRS)):
+                    writers[0].write_lines([normalize(s) for s, _ in chunk])
+                    writers[1].write_lines([normalize(t) for _, t in chunk])
+                    count += len(chunk)
+                    bar.update(len(chunk))
+        except BaseException:
+            for writer in writers:
+                writer.abort()
+            raise
+        for writer in writers:
+            writer.close()
+        counts[split] = count
+    return counts
+
+
+def _chunks(src_file: Path, tgt_file: Path, size: int) -> Iterator[tuple[list[str], list[str]]]:
+    """Aligned chunks of `size` lines of two text files written by pass 1. Normalized
+    text has no control character but the "\\n" ending each line, so Python's fast
+    text-mode reader (splitting on "\\n" only) reads it safely."""
+    with open(src_file, encoding="utf-8", newline="\n") as src, \
+            open(tgt_file, encoding="utf-8", newline="\n") as tgt:
+        while src_lines := [line[:-1] for line in itertools.islice(src, size)]:
+            yield src_lines, [line[:-1] for line in itertools.islice(tgt, size)]
+
+
+def _encoded(chunks: Iterator[tuple[list[str], list[str]]], vocab: Vocab
+             ) -> Iterator[tuple[list[str], list[str], list[list[int]], list[list[int]]]]:
+    """(src lines, tgt lines, src ids, tgt ids) per chunk. sentencepiece releases the GIL
+    while it encodes, so the next chunk is encoded in the background while the caller
+    writes this one: reading, filtering and writing no longer leave the cores idle."""
+    def encode(chunk: tuple[list[str], list[str]]):
+        src_lines, tgt_lines = chunk
+        # One call for both sides keeps every sentencepiece thread busy.
+        ids = vocab.encode_batch(src_lines + tgt_lines)
+        return src_lines, tgt_lines, ids[:len(src_lines)], ids[len(src_lines):]
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = None
+        for chunk in chunks:
+            ahead = pool.submit(encode, chunk)
+            if pending is not None:
+                yield pending.result()
+            pending = ahead
+        if pending is not None:
+            yield pending.result()
+
+
+def _binarize(split: str, work: Path, src: str, tgt: str, vocab: Vocab, dtype: np.dtype,
+              filters: CleaningFilters | None, pairs: int, progress: bool
+              ) -> tuple[dict, dict[str, int]]:
+    """Pass 2: encode a split into .bin/.idx; for train, also apply `filters` and write
+    the kept pairs' text. Returns the split's sizes and the pairs each filter removed."""
+    name = "train.unfiltered" if filters else split
+    removed: dict[str, int] = {}
+    unk = [0, 0]
+    text_writers = [LineWriter(text_path(work, split, lang)) for lang in (src, tgt)] \
+        if filters else []
+    chunks = _chunks(work / f"{name}.{src}", work / f"{name}.{tgt}", CHUNK_PAIRS)
+    try:
+        with IdsWriter(bin_path(work, split, src), idx_path(work, split, src), dtype) as src_out, \
+                IdsWriter(bin_path(work, split, tgt), idx_path(work, split, tgt), dtype) as tgt_out, \
+                tqdm(total=pairs, desc=f"encode {split}", unit=" pairs",
+                     disable=None if progress else True, file=sys.stderr) as bar:
+            for src_lines, tgt_lines, src_ids, tgt_ids in _encoded(chunks, vocab):
+                bar.update(len(src_lines))
+                if filters:
+                    keep, chunk_removed = filters.apply(
+                        np.fromiter(map(len, src_ids), np.int64, len(src_ids)),
+                        np.fromiter(map(len, tgt_ids), np.int64, len(tgt_ids)))
+                    removed = {k: removed.get(k, 0) + v for k, v in chunk_removed.items()}
+                    if not keep.all():
+                        src_lines, tgt_lines, src_ids, tgt_ids = (
+                            list(itertools.compress(x, keep))
+                            for x in (src_lines, tgt_lines, src_ids, tgt_ids))
+                    text_writers[0].write_lines(src_lines)
+                    text_writers[1].write_lines(tgt_lines)
+                unk[0] += int(np.count_nonzero(src_out.add(src_ids) == UNK_ID))
+                unk[1] += int(np.count_nonzero(tgt_out.add(tgt_ids) == UNK_ID))
+    except BaseException:
+        for writer in text_writers:
+            writer.abort()
+        raise
+    for writer in text_writers:
+        writer.close()
+    sizes = {"pairs": src_out.sequences, "src_tokens": src_out.tokens,
+             "tgt_tokens": tgt_out.tokens, "src_max_len": src_out.max_length,
+             "tgt_max_len": tgt_out.max_length, "src_unk": unk[0], "tgt_unk": unk[1]}
+    return sizes, removed
+
+
+def prepare(options: PrepareOptions, *, command: str | None = None, progress: bool = True,
+            log: Callable[[str], None] = _stderr) -> PrepareResult:
+    """Make (or find already made) the data directory `options.out`.
+
+    A finished directory with the same recipe is returned as is; one with another recipe
+    is a UserError; an interrupted run's leftovers are removed and the work redone.
+    `command` is recorded in the manifest; `log` receives progress messages.
+    """
+    started = time.time()
+    src, tgt, out = options.src, options.tgt, Path(options.out)
+    for lang in (src, tgt):
+        if not lang or not all(c.isalnum() or c in "-_" for c in lang):
+            raise UserError(f"language code {lang!r} must be letters, digits, '-' or '_'")
+    if src == tgt:
+        raise UserError(f"source and target language are both {src!r}; they must differ")
+    if options.errors not in ERRORS:
+        raise UserError(f"--errors must be one of {', '.join(ERRORS)}, not {options.errors!r}")
+    if options.sample_sentences < 1:
+        raise UserError(f"--spm-sample must be positive, not {options.sample_sentences}")
+    filters = CleaningFilters(options.max_len, options.max_ratio)
+    filters.validate()
+    corpus = get_corpus(options.corpus, src, tgt, SourceOptions(
+        mirror=options.mirror, cache_dir=out / DOWNLOADS, errors=options.errors,
+        seed=options.seed, files=dict(options.files), valid_size=options.valid_size))
+    recipe = _recipe(options, corpus)
+    finished = _check_out(out, recipe, log)
+    if finished is not None:
+        log(f"{out} is already prepared with these settings; nothing to do")
+        return PrepareResult(finished, already_prepared=True)
+
+    work = out / WORK
+    created = not out.exists()
+    work.mkdir(parents=True)
+    write_json_atomic(out / IN_PROGRESS, {"recipe": recipe})
+    try:
+        manifest = _make(options, corpus, recipe, filters, work, progress, log)
+    except UserError:
+        # A mistake in the input: leave nothing behind but the downloads.
+        _remove_partial(out)
+        if created and not any(out.iterdir()):
+            out.rmdir()
+        raise
+    manifest["command"] = command
+    manifest["seconds"] = round(time.time() - started, 1)
+    for name in _outputs(src, tgt):
+        if (work / name).exists():
+            (work / name).replace(out / name)
+    fsync_dir(out)
+    write_json_atomic(out / MANIFEST, manifest)
+    (out / IN_PROGRESS).unlink()
+    shutil.rmtree(work)
+    for note in corpus.notes:
+        log(note)
+    return PrepareResult(manifest, already_prepared=False)
+
+
+def _make(options: PrepareOptions, corpus: Corpus, recipe: dict, filters: CleaningFilters,
+          work: Path, progress: bool, log: Callable[[str], None]) -> dict:
+    """The work of `prepare` inside `work`; returns the manifest (without command/time)."""
+    src, tgt = options.src, options.tgt
+    read = _read_corpus(corpus, work, src, tgt, progress)
+    if read["train"] == 0:
+        raise UserError(f"corpus {options.corpus} {src}-{tgt} gave no training pairs")
+    log(f"learning a {options.vocab_size}-piece BPE vocabulary from up to "
+        f"{options.sample_sentences} sentences of train")
+    vocab = train_vocab([work / f"train.unfiltered.{src}", work / f"train.unfiltered.{tgt}"],
+                        work / Path(SPM_MODEL).stem, options.vocab_size,
+                        character_coverage=recipe["character_coverage"],
+                        sample_sentences=options.sample_sentences, seed=options.seed,
+                        threads=options.threads)
+    if options.threads:
+        vocab.threads = options.threads
+    log(f"encoding {sum(read.values())} pairs with {vocab.threads} thread(s)")
+    dtype = ids_dtype(len(vocab))
+    splits, removed = {}, {}
+    for split in corpus.splits:
+        splits[split], removed[split] = _binarize(
+            split, work, src, tgt, vocab, dtype, filters if split == "train" else None,
+            read[split], progress)
+    for lang in (src, tgt):
+        (work / f"train.unfiltered.{lang}").unlink()
+    if splits["train"]["pairs"] == 0:
+        raise UserError(f"every training pair was removed by the filters {removed['train']}; "
+                        "raise --max-len or --max-ratio")
+    # (n,) token counts of the kept training pairs: the only memory here that grows with
+    # the corpus, a few tens of bytes a pair while the batches are estimated.
+    src_lengths, tgt_lengths = (
+        np.diff(read_ids(bin_path(work, "train", lang), idx_path(work, "train", lang), dtype)[1])
+        .astype(np.int32) for lang in (src, tgt))
+    budget = TrainConfig().max_tokens
+    efficiency = TokenBatchSampler(src_lengths, tgt_lengths, budget,
+                                   seed=options.seed).padding_efficiency()
+    return {
+        "format_version": FORMAT_VERSION,
+        "corpus": options.corpus,
+        "src_lang": src,
+        "tgt_lang": tgt,
+        "splits": splits,
+        "filters": {
+            "max_len": options.max_len,
+            "max_ratio": options.max_ratio,
+            "applied_to": "train",
+            "removed": removed["train"],
+            "read": read,
+            "dropped_by_corpus": corpus.dropped,
+        },
+        "vocab": {
+            "file": SPM_MODEL, "size": len(vocab), "model_type": "bpe",
+            "character_coverage": recipe["character_coverage"],
+            "sample_sentences": options.sample_sentences,
+            "pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID,
+        },
+        "dtype": dtype.str,
+        "padding_efficiency": {"max_tokens": budget, "train": round(efficiency, 4)},
+        "notes": corpus.notes,
+        "recipe": recipe,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "transformer_nmt_version": __version__,
+    }

@@ -1,0 +1,186 @@
+"""The shared BPE vocabulary of both languages, learned and applied with sentencepiece.
+
+The special ids are fixed, because the model and the decoder rely on them:
+pad 0, unk 1, bos 2 (<s>), eos 3 (</s>).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import sentencepiece as spm
+
+from transformer_nmt.errors import UserError
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+
+DEFAULT_SAMPLE_SENTENCES = 2_000_000
+"""Sentences (both sides together) sampled to learn the BPE merges: enough for a stable
+vocabulary, few enough that sentencepiece stays near 1 GB of memory on any corpus."""
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def default_character_coverage(vocab_size: int) -> float:
+    """1.0 (every character seen gets a piece) below 16000 pieces; 0.9995 from there on,
+    where corpora are large web crawls whose thousands of stray characters (emoji, CJK in
+    English text) would otherwise each take a vocabulary slot."""
+    return 1.0 if vocab_size < 16000 else 0.9995
+
+
+class Vocab:
+    """A sentencepiece model with the fixed special ids; encodes text to ids and back."""
+
+    def __init__(self, processor: spm.SentencePieceProcessor, source: str = "vocabulary") -> None:
+        specials = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+        if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise UserError(
+                f"{source}: pad/unk/bos/eos ids are {specials}, transformer-nmt needs "
+                f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; make the vocabulary with `nmt prepare`"
+            )
+        self.processor = processor
+        self.threads = available_cores()
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocab":
+        """Load a sentencepiece model file (a data directory's spm.model)."""
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"{path}: no such vocabulary file")
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.Load(str(path))
+        except (OSError, RuntimeError) as error:
+            raise UserError(f"{path}: not a sentencepiece model: {error}") from None
+        return cls(processor, str(path))
+
+    @classmethod
+    def from_bytes(cls, model: bytes) -> "Vocab":
+        """Load a serialized model proto, as `to_bytes` returns and checkpoints embed."""
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.LoadFromSerializedProto(model)
+        except (RuntimeError, TypeError) as error:
+            raise UserError(f"embedded vocabulary is not a sentencepiece model: {error}") from None
+        return cls(processor, "embedded vocabulary")
+
+    def to_bytes(self) -> bytes:
+        """The serialized model proto: everything needed to rebuild this vocabulary."""
+        return self.processor.serialized_model_proto()
+
+    def __len__(self) -> int:
+        return self.processor.get_piece_size()
+
+    @property
+    def pad_id(self) -> int:
+        return PAD_ID
+
+    @property
+    def unk_id(self) -> int:
+        return UNK_ID
+
+    @property
+    def bos_id(self) -> int:
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        return EOS_ID
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of one sentence, without BOS or EOS."""
+        return self.processor.encode(text)
+
+    def encode_batch(self, texts: Sequence[str], threads: int | None = None) -> list[list[int]]:
+        """Token ids of many sentences, encoded by sentencepiece's thread pool
+        (`threads`, default every available core)."""
+        return self.processor.encode(list(texts), num_threads=threads or self.threads)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of a sequence of ids; pad, bos and eos are skipped wherever they are."""
+        return self.processor.decode([int(i) for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
+
+    def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+        """`decode` of each sequence."""
+        return [self.decode(ids) for ids in batch]
+
+    def pieces(self, text: str) -> list[str]:
+        """The subword pieces of one sentence, as strings (▁ marks a word start)."""
+        return self.processor.encode(text, out_type=str)
+
+    def piece(self, token_id: int) -> str:
+        """The subword piece of one id (▁ marks a word start)."""
+        return self.processor.id_to_piece(int(token_id))
+
+
+_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+_TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+def _round_down(value: int) -> int:
+    """`value` rounded down to two significant digits, a friendlier suggestion."""
+    scale = 10 ** max(len(str(value)) - 2, 0)
+    return max(value // scale * scale, 1)
+
+
+def train_vocab(inputs: Sequence[str | Path], model_prefix: str | Path, vocab_size: int, *,
+                character_coverage: float | None = None,
+                sample_sentences: int = DEFAULT_SAMPLE_SENTENCES,
+                seed: int = 1, threads: int | None = None) -> Vocab:
+    """Learn a shared BPE model from text files (one sentence per line) and write
+    `{model_prefix}.model` and `{model_prefix}.vocab`.
+
+    sentencepiece samples `sample_sentences` lines uniformly (reservoir sampling) from
+    all inputs together, so memory is bounded whatever the corpus size. Lines longer
+    than 4192 bytes are skipped for learning only. A size the corpus cannot support is a
+    UserError that suggests one it can.
+    """
+    if vocab_size < 8:
+        raise UserError(f"--vocab-size must be at least 8, not {vocab_size}")
+    coverage = default_character_coverage(vocab_size) if character_coverage is None \
+        else character_coverage
+    if not 0.9 <= coverage <= 1.0:
+        raise UserError(f"--character-coverage must be between 0.9 and 1.0, not {coverage}")
+    spm.set_random_generator_seed(seed)
+    try:
+        spm.SentencePieceTrainer.train(
+            input=[str(path) for path in inputs],
+            model_prefix=str(model_prefix),
+            vocab_size=vocab_size,
+            model_type="bpe",
+            character_coverage=coverage,
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            input_sentence_size=sample_sentences,
+            shuffle_input_sentence=True,
+            num_threads=threads or available_cores(),
+            minloglevel=2,
+        )
+    except RuntimeError as error:
+        message = str(error)
+        if match := _TOO_HIGH.search(message):
+            most = int(match.group(2))
+            raise UserError(
+                f"--vocab-size {vocab_size} is larger than this corpus can support (at most "
+                f"{most} pieces); use --vocab-size {_round_down(most)} or smaller"
+            ) from None
+        if match := _TOO_LOW.search(message):
+            needed = int(match.group(2))
+            raise UserError(
+                f"--vocab-size {vocab_size} is smaller than the {needed} pieces this corpus "
+                f"needs for its characters and the special tokens; use --vocab-size "
+                f"{max(2 * needed, 100)} or more, or a lower --character-coverage"
+            ) from None
+        raise UserError(f"sentencepiece could not learn the vocabulary: {message}") from None
+    return Vocab.load(f"{model_prefix}.model")

@@ -1,0 +1,92 @@
+"""Token ids to memory-mapped .bin/.idx files and back."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+from transformer_nmt.data.binarize import IdsWriter, ParallelData, ids_dtype, load_split, read_ids
+from transformer_nmt.data.manifest import (FORMAT_VERSION, MANIFEST, bin_path, idx_path,
+                                           write_json_atomic)
+from transformer_nmt.errors import UserError
+
+SRC = [[5, 6, 7], [], [8], [9, 10, 11, 12]]
+TGT = [[20], [21, 22], [], [23, 24]]
+
+
+def make_split(data_dir, split="train", src=SRC, tgt=TGT, dtype=np.dtype("<u2"), chunk=3):
+    for lang, sequences in (("en", src), ("de", tgt)):
+        with IdsWriter(bin_path(data_dir, split, lang), idx_path(data_dir, split, lang),
+                       dtype) as writer:
+            for start in range(0, len(sequences), chunk):
+                writer.add(sequences[start:start + chunk])
+    write_json_atomic(data_dir / MANIFEST, {"format_version": FORMAT_VERSION, "src_lang": "en",
+                                            "tgt_lang": "de", "dtype": dtype.str,
+                                            "splits": {split: {"pairs": len(src)}}})
+
+
+def test_dtype_follows_vocabulary_size():
+    assert ids_dtype(8000) == np.uint16 and ids_dtype(65535) == np.uint16
+    assert ids_dtype(65536) == np.int32
+
+
+def test_round_trip_through_memory_map(tmp_path):
+    make_split(tmp_path)
+    data = load_split(tmp_path, "train")
+    assert len(data) == 4 and (data.src_lang, data.tgt_lang) == ("en", "de")
+    for i in range(4):
+        src, tgt = data.pair(i)
+        assert src.tolist() == SRC[i] and tgt.tolist() == TGT[i]
+    assert data.src_lengths.tolist() == [3, 0, 1, 4]
+    assert data.tgt_lengths.tolist() == [1, 2, 0, 2]
+    assert data.src_text_path == tmp_path / "train.en"
+    with pytest.raises(IndexError):
+        data.pair(4)
+
+
+def test_large_ids_use_int32(tmp_path):
+    make_split(tmp_path, src=[[70000, 1]], tgt=[[65536]], dtype=ids_dtype(80000))
+    src, tgt = load_split(tmp_path, "train").pair(0)
+    assert src.tolist() == [70000, 1] and tgt.tolist() == [65536]
+
+
+def test_empty_split_and_empty_files(tmp_path):
+    make_split(tmp_path, src=[[], []], tgt=[[], []])
+    data = load_split(tmp_path, "train")
+    assert len(data) == 2 and data.pair(1)[0].size == 0
+    ids, offsets = read_ids(bin_path(tmp_path, "train", "en"), idx_path(tmp_path, "train", "en"),
+                            np.dtype("<u2"))
+    assert ids.size == 0 and offsets.tolist() == [0, 0, 0]
+
+
+def test_pickles_as_a_reference_not_as_data(tmp_path):
+    make_split(tmp_path)
+    data = load_split(tmp_path, "train")
+    blob = pickle.dumps(data)
+    assert len(blob) < 500
+    assert pickle.loads(blob).pair(3)[0].tolist() == SRC[3]
+
+
+def test_writer_leaves_nothing_when_interrupted(tmp_path):
+    with pytest.raises(RuntimeError):
+        with IdsWriter(tmp_path / "a.bin", tmp_path / "a.idx", np.dtype("<u2")) as writer:
+            writer.add([[1, 2]])
+            raise RuntimeError("stop")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unfinished_or_missing_data_is_refused(tmp_path):
+    with pytest.raises(UserError, match="not a prepared data directory"):
+        load_split(tmp_path, "train")
+    make_split(tmp_path)
+    with pytest.raises(UserError, match="no 'test' split; it has train"):
+        load_split(tmp_path, "test")
+    idx_path(tmp_path, "train", "de").write_bytes(np.array([0, 1], "<i8").tobytes())
+    with pytest.raises(UserError, match="does not match"):
+        load_split(tmp_path, "train")
+
+
+def test_misaligned_sides_are_refused(tmp_path):
+    make_split(tmp_path, src=[[1], [2]], tgt=[[3]])
+    with pytest.raises(UserError, match="2 en and 1 de sentences"):
+        ParallelData(tmp_path, "train", "en", "de", np.dtype("<u2"))
