@@ -86,6 +86,30 @@ class TrainConfig:
     """Stop after this many optimizer steps (base: 100K, big: 300K)."""
     seed: int = 1
     """Seed of every random choice: initialisation, dropout, batch order."""
+    max_epochs: int = 0
+    """Stop after this many passes over the training data (0: no limit)."""
+    max_time: float = 0.0
+    """Stop after this many seconds of training, summed over resumed sessions (0: no limit)."""
+    clip_norm: float = 0.0
+    """Clip the gradient's global L2 norm to this value (0: no clipping, as in the paper)."""
+    max_bad_steps: int = 5
+    """Stop with an error after this many updates in a row skipped for a non-finite loss or gradient."""
+    precision: str = "auto"
+    """'fp32', 'bf16' (autocast), 'fp16' (autocast + gradient scaler, GPU only) or 'auto' (see trainer)."""
+    compile: bool = False
+    """Run the model through torch.compile."""
+    valid_every: int = 1000
+    """Validate every this many steps, and at the end (0: at the end only)."""
+    valid_bleu: bool = False
+    """Also report greedy-search BLEU on the validation set when validating."""
+    save_every: int = 0
+    """Write a numbered checkpoint every this many steps (0: by time and at the end only)."""
+    save_every_minutes: float = 10.0
+    """Write a numbered checkpoint every this many minutes, the paper's interval (0: off)."""
+    keep_last: int = 20
+    """Numbered checkpoints kept, the newest (0: keep all); big model averages the last 20."""
+    log_every: int = 100
+    """Log the training loss, learning rate and throughput every this many steps."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +180,8 @@ def _build_presets() -> dict[str, Preset]:
         _row("e-learned", "Table 3 (E): learned positional embeddings", positional="learned"),
         # CPU presets.
         _row("small", "3+3 layers, d_model 256: a corpus of ~30k pairs on a laptop CPU",
-             train=TrainConfig(max_tokens=4096, warmup_steps=1000, max_steps=20_000),
+             train=TrainConfig(max_tokens=4096, warmup_steps=1000, lr_scale=0.5,
+                                 max_steps=100_000),
              encoder_layers=3, decoder_layers=3, d_model=256, d_ff=1024, heads=4,
              d_k=64, d_v=64, dropout=0.3, max_positions=512),
         _row("tiny", "2+2 layers, d_model 32: tests and smoke runs",

@@ -6,17 +6,26 @@ Keys of a model file (an averaged model or any training checkpoint):
   format, version, model (state dict), model_config (dict), vocab_size, pad_id,
   vocab (the sentencepiece model proto as bytes, so a model file is self-contained).
 Training checkpoints add the optimizer, scheduler, sampler and RNG states (see trainer).
+
+A run directory keeps numbered checkpoints `checkpoint_{step}.pt` (the newest
+`keep_last`), `checkpoint_last.pt` (a hard link to the newest numbered one, so that it
+costs no second copy) and `checkpoint_best.pt` (lowest validation loss). Every file
+appears by an atomic rename, so a crash leaves the previous good file in place.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import random
+import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from transformer_nmt.config import ModelConfig, config_from_dict
@@ -25,6 +34,9 @@ from transformer_nmt.model.transformer import Transformer
 
 FORMAT = "transformer-nmt"
 VERSION = 1
+LAST = "checkpoint_last.pt"
+BEST = "checkpoint_best.pt"
+_NUMBERED = re.compile(r"checkpoint_(\d+)\.pt")
 
 
 def atomic_save(obj: Any, path: str | Path) -> None:
@@ -113,3 +125,129 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu") -> 
     vocab = Vocab.from_bytes(payload["vocab"])
     meta = {key: value for key, value in payload.items() if key not in ("model", "vocab")}
     return InferenceModel(model, vocab, Path(path), meta)
+
+
+def checkpoint_path(run_dir: str | Path, step: int) -> Path:
+    """RUN_DIR/checkpoint_{step}.pt."""
+    return Path(run_dir) / f"checkpoint_{step}.pt"
+
+
+def numbered_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of every checkpoint_{step}.pt in `run_dir`, oldest first."""
+    found = []
+    for path in Path(run_dir).glob("checkpoint_*.pt"):
+        match = _NUMBERED.fullmatch(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def atomic_link(source: Path, target: Path) -> None:
+    """Make `target` the same file as `source` (a hard link, or a copy where links are not
+    supported), replacing any old `target` atomically."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.link")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+def save_numbered(run_dir: str | Path, payload: dict[str, Any], step: int, keep_last: int) -> Path:
+    """Write checkpoint_{step}.pt, point checkpoint_last.pt at it, and delete the numbered
+    checkpoints older than the newest `keep_last` (0 keeps all). Returns the new path."""
+    path = checkpoint_path(run_dir, step)
+    atomic_save(payload, path)
+    atomic_link(path, Path(run_dir) / LAST)
+    if keep_last > 0:
+        for _, old in numbered_checkpoints(run_dir)[:-keep_last]:
+            old.unlink(missing_ok=True)
+    return path
+
+
+def rng_states() -> dict[str, Any]:
+    """Every random generator's state: Python, NumPy, torch CPU and, if present, CUDA."""
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what `rng_states` returned (CUDA states only where CUDA is present)."""
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if states.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def checkpoints_to_average(inputs: list[str | Path], last: int | None) -> list[Path]:
+    """The files `nmt average` should read: the `last` newest numbered checkpoints of a
+    run directory, or the checkpoint files given (all of them, or their `last` newest)."""
+    paths = [Path(item) for item in inputs]
+    if not paths:
+        raise UserError("give a run directory or checkpoint files to average")
+    if len(paths) == 1 and paths[0].is_dir():
+        numbered = [path for _, path in numbered_checkpoints(paths[0])]
+        if not numbered:
+            raise UserError(f"{paths[0]}: no checkpoint_<step>.pt files to average")
+        if last is None:
+            raise UserError(f"{paths[0]} is a run directory: say how many of its newest "
+                            "checkpoints to average with --last N (paper: 5 base, 20 big)")
+        if last > len(numbered):
+            raise UserError(f"{paths[0]} holds {len(numbered)} numbered checkpoint(s), fewer "
+                            f"than --last {last}; lower --last or keep more with --keep-last")
+        return numbered[-last:]
+    for path in paths:
+        if path.is_dir():
+            raise UserError(f"{path} is a directory; give either one run directory or files")
+    if last is not None:
+        if last > len(paths):
+            raise UserError(f"--last {last} but only {len(paths)} checkpoint files given")
+        paths = paths[-last:]
+    return paths
+
+
+def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
+    """A model file whose weights are the mean of the checkpoints' weights.
+
+    Every checkpoint must have the same architecture, vocabulary size and vocabulary;
+    the result has the model-file keys only (no optimizer), plus 'averaged_from'.
+    """
+    first = read_checkpoint(paths[0])
+    total = {name: tensor.double() for name, tensor in first["model"].items()
+             if tensor.is_floating_point()}
+    steps = [first.get("step")]
+    for path in paths[1:]:
+        payload = read_checkpoint(path)
+        for key in ("model_config", "vocab_size"):
+            if payload[key] != first[key]:
+                detail = _first_difference(first[key], payload[key])
+                raise UserError(f"cannot average {paths[0].name} and {path}: different "
+                                f"architectures ({key}: {detail})")
+        if payload["vocab"] != first["vocab"]:
+            raise UserError(f"cannot average {paths[0].name} and {path}: different vocabularies")
+        for name in total:
+            total[name] += payload["model"][name].double()
+        steps.append(payload.get("step"))
+    state = dict(first["model"])
+    for name, tensor in total.items():
+        state[name] = (tensor / len(paths)).to(first["model"][name].dtype)
+    model = build_model({**first, "model": state})
+    result = model_payload(model, first["vocab"])
+    result["averaged_from"] = [{"file": str(path), "step": step}
+                               for path, step in zip(paths, steps)]
+    return result
+
+
+def _first_difference(old: Any, new: Any) -> str:
+    """'field a -> b' for the first differing key of two config dicts, or 'a -> b'."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                return f"{key} {old.get(key)!r} vs {new.get(key)!r}"
+    return f"{old!r} vs {new!r}"

@@ -1,0 +1,299 @@
+"""The run directory: which configuration a run uses, and whether to start, resume or refuse.
+
+A configuration is composed, later sources winning: the preset, a --config JSON file,
+--set FIELD=VALUE assignments, the dedicated flags (--max-steps ...). RUN_DIR/config.json
+records the result with the data directory's digest and one entry per session. Training
+into a directory that already holds a run resumes it when nothing but the fields of
+`CHANGEABLE_ON_RESUME` differ, and is refused naming the difference otherwise; a
+non-empty directory without a run's config.json is never written into.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from transformer_nmt.config import ModelConfig, TrainConfig, config_from_dict, get_preset
+from transformer_nmt.data.manifest import SPM_MODEL, read_manifest, write_json_atomic
+from transformer_nmt.errors import UserError
+from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints
+
+RUN_FORMAT = "transformer-nmt-run"
+RUN_VERSION = 1
+CONFIG_FILE = "config.json"
+
+CHANGEABLE_ON_RESUME = frozenset({
+    "max_steps", "max_epochs", "max_time", "max_bad_steps", "precision", "compile",
+    "valid_every", "valid_bleu", "save_every", "save_every_minutes", "keep_last", "log_every",
+})
+"""TrainConfig fields a resumed run may change: when to stop, validate, save and log, and
+how to compute on the hardware at hand. Everything else shapes the result and must match."""
+
+_VOLATILE_MANIFEST_KEYS = ("created", "command", "seconds", "transformer_nmt_version")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in '90', '90s', '10m', '2h', '1h30m' or '1.5d'; UserError otherwise."""
+    text = str(text).strip().lower()
+    try:
+        seconds = float(text)
+    except ValueError:
+        parts = _DURATION.findall(text)
+        if not parts or "".join(number + unit for number, unit in parts) != text:
+            raise UserError(f"cannot read duration {text!r}; write e.g. 3600, 90s, 10m, "
+                            "2h or 1h30m") from None
+        seconds = sum(float(number) * _SECONDS[unit] for number, unit in parts)
+    if seconds < 0 or seconds != seconds:
+        raise UserError(f"duration {text!r} must not be negative")
+    return seconds
+
+
+def parse_assignment(text: str) -> tuple[str, str]:
+    """'FIELD=VALUE' -> (field, value), dashes in the field name read as underscores."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise UserError(f"--set expects FIELD=VALUE (e.g. dropout=0.2), not {text!r}")
+    return name.strip().replace("-", "_"), value.strip()
+
+
+def _convert(field: dataclasses.Field, value: Any) -> Any:
+    """`value` (a string from the command line, or already typed) as the field's type."""
+    kind = field.type if isinstance(field.type, str) else field.type.__name__
+    if field.name == "max_time":
+        return parse_duration(value)
+    if not isinstance(value, str):
+        return value
+    try:
+        if kind == "bool":
+            lowered = value.lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                raise ValueError(value)
+            return lowered in ("true", "1", "yes", "on")
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+    except ValueError:
+        raise UserError(f"{field.name} must be a{'n' if kind == 'int' else ''} {kind}, "
+                        f"not {value!r}") from None
+    return value
+
+
+def apply_overrides(model: ModelConfig, train: TrainConfig,
+                    overrides: Iterable[tuple[str, Any]]) -> tuple[ModelConfig, TrainConfig]:
+    """`model` and `train` with fields replaced, in order; unknown fields are a UserError."""
+    model_fields = {f.name: f for f in dataclasses.fields(ModelConfig)}
+    train_fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    model_changes: dict[str, Any] = {}
+    train_changes: dict[str, Any] = {}
+    for name, value in overrides:
+        if name in model_fields:
+            model_changes[name] = _convert(model_fields[name], value)
+        elif name in train_fields:
+            train_changes[name] = _convert(train_fields[name], value)
+        else:
+            raise UserError(f"unknown setting {name!r}; model settings: "
+                            f"{', '.join(model_fields)}; training settings: "
+                            f"{', '.join(train_fields)}")
+    return (dataclasses.replace(model, **model_changes),
+            dataclasses.replace(train, **train_changes))
+
+
+def validate_train_config(train: TrainConfig) -> None:
+    """UserError for settings no run can use."""
+    positive = ("warmup_steps", "max_tokens", "update_freq", "max_steps", "log_every")
+    for name in positive:
+        if getattr(train, name) < 1:
+            raise UserError(f"{name} must be at least 1, not {getattr(train, name)}")
+    not_negative = ("max_epochs", "max_time", "clip_norm", "valid_every", "save_every",
+                    "save_every_minutes", "keep_last", "max_bad_steps")
+    for name in not_negative:
+        if getattr(train, name) < 0:
+            raise UserError(f"{name} must not be negative, not {getattr(train, name)}")
+    if not 0 <= train.label_smoothing < 1:
+        raise UserError(f"label_smoothing must be in [0, 1), not {train.label_smoothing}")
+    if train.precision not in ("auto", "fp32", "bf16", "fp16"):
+        raise UserError(f"precision must be auto, fp32, bf16 or fp16, not {train.precision!r}")
+    if train.lr_scale <= 0:
+        raise UserError(f"lr_scale must be positive, not {train.lr_scale}")
+
+
+def data_digest(data_dir: str | Path) -> str:
+    """SHA-256 of what a data directory holds: its manifest (less when and how it was
+    made) and its BPE model. Preparing the same corpus the same way gives the same digest."""
+    manifest = read_manifest(data_dir)
+    for key in _VOLATILE_MANIFEST_KEYS:
+        manifest.pop(key, None)
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode())
+    digest.update((Path(data_dir) / SPM_MODEL).read_bytes())
+    return digest.hexdigest()
+
+
+def config_differences(old_model: ModelConfig, old_train: TrainConfig,
+                       new_model: ModelConfig, new_train: TrainConfig) -> list[str]:
+    """'field old -> new' for every setting that forbids resuming `old` as `new`."""
+    changes = []
+    for old, new in ((old_model, new_model), (old_train, new_train)):
+        for field in dataclasses.fields(old):
+            if field.name in CHANGEABLE_ON_RESUME:
+                continue
+            before, after = getattr(old, field.name), getattr(new, field.name)
+            if before != after:
+                changes.append(f"{field.name} {before!r} -> {after!r}")
+    return changes
+
+
+@dataclass
+class RunPlan:
+    """What `nmt train` is about to do, decided before any file is written."""
+
+    run_dir: Path
+    data_dir: Path
+    preset: str
+    model: ModelConfig
+    train: TrainConfig
+    data_digest: str
+    resume_from: Path | None
+    """The checkpoint to continue from; None starts a new run."""
+    record: dict[str, Any]
+    """config.json as it will be written (the trainer adds this session's entry)."""
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any] | None:
+    """RUN_DIR/config.json, None for an empty or missing directory; UserError for a
+    directory that holds something else."""
+    path = run_dir / CONFIG_FILE
+    if not run_dir.exists():
+        return None
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is a file, not a run directory; choose another --out")
+    if not path.exists():
+        if any(run_dir.iterdir()):
+            raise UserError(f"{run_dir} is not empty and holds no transformer-nmt run (no "
+                            f"{CONFIG_FILE}); choose a new or empty --out")
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UserError(f"{path}: unreadable run configuration ({error})") from None
+    if not isinstance(record, dict) or record.get("format") != RUN_FORMAT:
+        raise UserError(f"{path} is not a transformer-nmt run configuration; "
+                        "choose a new or empty --out")
+    if record.get("version") != RUN_VERSION:
+        raise UserError(f"{path}: run format version {record.get('version')} is not "
+                        f"supported by this release (expects {RUN_VERSION})")
+    return record
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    """A --config file: JSON with any of 'preset', 'model', 'train' (a run's config.json)."""
+    try:
+        values = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such configuration file") from None
+    except (OSError, ValueError) as error:
+        raise UserError(f"{path}: not a JSON configuration ({error})") from None
+    if not isinstance(values, dict) or not {"preset", "model", "train"} & set(values):
+        raise UserError(f"{path}: a configuration file is a JSON object with 'preset', "
+                        "'model' and/or 'train' keys (a run's config.json is one)")
+    for key in ("model", "train"):
+        if not isinstance(values.get(key, {}), dict):
+            raise UserError(f"{path}: '{key}' must be an object of field: value")
+    return values
+
+
+def resume_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint a run directory continues from: checkpoint_last.pt, else the newest
+    numbered one, else None."""
+    if (run_dir / LAST).is_file():
+        return run_dir / LAST
+    numbered = numbered_checkpoints(run_dir)
+    return numbered[-1][1] if numbered else None
+
+
+def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | Path | None,
+             preset: str | None, config_file: str | Path | None,
+             overrides: Iterable[tuple[str, Any]]) -> RunPlan:
+    """Decide the run directory, data, configuration and starting checkpoint.
+
+    out: the run directory of a new run, or of one to continue if it holds the same run;
+    resume: a run directory to continue (its config.json gives what is not overridden).
+    """
+    if resume is not None and out is not None and Path(resume).resolve() != Path(out).resolve():
+        raise UserError(f"--resume {resume} and --out {out} name different run directories; "
+                        "give one of them")
+    run_dir = Path(resume if resume is not None else out) if (resume or out) else None
+    if run_dir is None:
+        raise UserError("say where the run goes with --out RUN_DIR (or continue one with "
+                        "--resume RUN_DIR)")
+    stored = read_run_config(run_dir)
+    if resume is not None and stored is None:
+        raise UserError(f"{run_dir} holds no run to resume (no {CONFIG_FILE}); start one with "
+                        "--data DATA_DIR --out RUN_DIR")
+
+    file_values = _read_config_file(Path(config_file)) if config_file else {}
+    preset_name = preset or file_values.get("preset") or (stored or {}).get("preset") or "base"
+    if stored is not None and not preset and not config_file:
+        model = config_from_dict(ModelConfig, stored["model"])
+        train = config_from_dict(TrainConfig, stored["train"])
+    else:
+        chosen = get_preset(preset_name)
+        model, train = chosen.model, chosen.train
+        model = config_from_dict(ModelConfig, {**dataclasses.asdict(model),
+                                               **file_values.get("model", {})})
+        train = config_from_dict(TrainConfig, {**dataclasses.asdict(train),
+                                               **file_values.get("train", {})})
+    model, train = apply_overrides(model, train, overrides)
+    model.validate()
+    validate_train_config(train)
+
+    if data is None:
+        if stored is None:
+            raise UserError("say which prepared data to train on with --data DATA_DIR")
+        data = stored["data"]["dir"]
+    data_dir = Path(data).resolve()
+    digest = data_digest(data_dir)
+    manifest = read_manifest(data_dir)
+
+    resume_from = None
+    if stored is not None:
+        old_model = config_from_dict(ModelConfig, stored["model"])
+        old_train = config_from_dict(TrainConfig, stored["train"])
+        changes = config_differences(old_model, old_train, model, train)
+        if stored.get("preset") != preset_name and (preset or config_file):
+            changes.insert(0, f"preset {stored.get('preset')!r} -> {preset_name!r}")
+        if changes:
+            raise UserError(f"{run_dir} holds a run with another configuration ("
+                            f"{'; '.join(changes)}); continue it without these changes, or "
+                            "train into a new --out")
+        if stored["data"]["digest"] != digest:
+            raise UserError(f"{run_dir} was trained on other data ({stored['data']['dir']}, "
+                            f"digest {stored['data']['digest'][:12]}) than {data_dir} (digest "
+                            f"{digest[:12]}); resume with the same prepared data, or train "
+                            "into a new --out")
+        resume_from = resume_checkpoint(run_dir)
+
+    record = {
+        "format": RUN_FORMAT,
+        "version": RUN_VERSION,
+        "preset": preset_name,
+        "model": dataclasses.asdict(model),
+        "train": dataclasses.asdict(train),
+        "data": {"dir": str(data_dir), "digest": digest, "src_lang": manifest["src_lang"],
+                 "tgt_lang": manifest["tgt_lang"], "vocab_size": manifest["vocab"]["size"]},
+        "sessions": list((stored or {}).get("sessions", [])),
+    }
+    return RunPlan(run_dir, data_dir, preset_name, model, train, digest, resume_from, record)
+
+
+def write_run_config(run_dir: Path, record: dict[str, Any]) -> None:
+    """Write RUN_DIR/config.json atomically."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / CONFIG_FILE, record)

@@ -1,0 +1,112 @@
+"""Checkpoint files: atomic writes, rotation, random states, averaging."""
+
+import dataclasses
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from transformer_nmt.config import PRESETS
+from transformer_nmt.errors import UserError
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.train import checkpoint
+from transformer_nmt.train.checkpoint import (LAST, atomic_save, average_checkpoints,
+                                              checkpoints_to_average, load_for_inference,
+                                              model_payload, numbered_checkpoints, read_checkpoint,
+                                              rng_states, save_numbered, set_rng_states)
+
+from train_fixtures import tiny_data  # noqa: F401  (a fixture)
+
+TINY = PRESETS["tiny"].model
+
+
+def tiny_model(seed, **changes):
+    torch.manual_seed(seed)
+    return Transformer(dataclasses.replace(TINY, **changes), vocab_size=64)
+
+
+def vocab_bytes(data_dir):
+    return (data_dir / "spm.model").read_bytes()
+
+
+def test_a_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint_1.pt"
+    atomic_save({"format": "old"}, path)
+
+    def broken_save(obj, handle):
+        handle.write(b"half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint.torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_save({"format": "new"}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=False) == {"format": "old"}
+    assert os.listdir(tmp_path) == ["checkpoint_1.pt"]
+
+
+def test_save_numbered_links_last_and_keeps_the_newest(tmp_path):
+    for step in (10, 20, 30, 40):
+        save_numbered(tmp_path, {"step": step}, step, keep_last=2)
+    assert [step for step, _ in numbered_checkpoints(tmp_path)] == [30, 40]
+    assert torch.load(tmp_path / LAST, weights_only=False) == {"step": 40}
+    assert os.path.samefile(tmp_path / LAST, tmp_path / "checkpoint_40.pt")
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_30.pt", "checkpoint_40.pt", LAST]
+
+
+def test_rng_states_round_trip():
+    states = rng_states()
+    draws = (random.random(), np.random.rand(), torch.rand(1))
+    set_rng_states(states)
+    assert (random.random(), np.random.rand()) == draws[:2]
+    assert torch.equal(torch.rand(1), draws[2])
+
+
+def test_average_is_the_mean_and_loads_for_inference(tmp_path, tiny_data):
+    models = [tiny_model(seed) for seed in (1, 2, 3)]
+    paths = []
+    for step, model in enumerate(models, 1):
+        payload = model_payload(model, vocab_bytes(tiny_data)) | {"step": step,
+                                                                  "optimizer": {"big": 1}}
+        paths.append(save_numbered(tmp_path, payload, step, keep_last=0))
+    averaged = average_checkpoints(checkpoints_to_average([tmp_path], last=2))
+    assert "optimizer" not in averaged
+    assert [entry["step"] for entry in averaged["averaged_from"]] == [2, 3]
+    name = "encoder_layers.0.ffn.linear1.weight"
+    expected = (models[1].state_dict()[name] + models[2].state_dict()[name]) / 2
+    torch.testing.assert_close(averaged["model"][name], expected)
+    atomic_save(averaged, tmp_path / "avg.pt")
+    loaded = load_for_inference(tmp_path / "avg.pt")
+    torch.testing.assert_close(loaded.model.state_dict()[name], expected)
+    assert len(loaded.vocab) == 64
+
+
+def test_average_refuses_other_architectures(tmp_path, tiny_data):
+    first = model_payload(tiny_model(1), vocab_bytes(tiny_data))
+    other = model_payload(tiny_model(1, d_ff=128), vocab_bytes(tiny_data))
+    atomic_save(first, tmp_path / "a.pt")
+    atomic_save(other, tmp_path / "b.pt")
+    with pytest.raises(UserError, match="different architectures.*d_ff 64 vs 128"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+
+
+def test_what_to_average(tmp_path):
+    with pytest.raises(UserError, match="no checkpoint_<step>.pt"):
+        checkpoints_to_average([tmp_path], last=5)
+    for step in (1, 2):
+        save_numbered(tmp_path, {"step": step}, step, keep_last=0)
+    with pytest.raises(UserError, match="--last N"):
+        checkpoints_to_average([tmp_path], last=None)
+    with pytest.raises(UserError, match="fewer than --last 5"):
+        checkpoints_to_average([tmp_path], last=5)
+    files = [tmp_path / "checkpoint_1.pt", tmp_path / "checkpoint_2.pt"]
+    assert checkpoints_to_average(files, last=None) == files
+    assert checkpoints_to_average(files, last=1) == files[1:]
+
+
+def test_read_checkpoint_refuses_foreign_files(tmp_path):
+    torch.save({"state_dict": {}}, tmp_path / "other.pt")
+    with pytest.raises(UserError, match="not a transformer-nmt model file"):
+        read_checkpoint(tmp_path / "other.pt")

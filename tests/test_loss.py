@@ -1,0 +1,78 @@
+"""Label-smoothed cross entropy: PyTorch's definition, padding ignored, sums per token."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer_nmt.train.loss import label_smoothed_nll, perplexity
+
+
+def random_batch(seed=0, batch=3, length=5, vocab=11, pad=0):
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(batch, length, vocab, generator=generator)
+    target = torch.randint(1, vocab, (batch, length), generator=generator)
+    target[0, 3:] = pad
+    target[2, 1:] = pad
+    return logits, target
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.2])
+def test_matches_torch_cross_entropy(epsilon):
+    logits, target = random_batch()
+    loss, nll = label_smoothed_nll(logits, target, epsilon, pad_id=0)
+    flat_logits, flat_target = logits.reshape(-1, logits.size(-1)), target.reshape(-1)
+    expected = F.cross_entropy(flat_logits, flat_target, ignore_index=0,
+                               label_smoothing=epsilon, reduction="sum")
+    expected_nll = F.cross_entropy(flat_logits, flat_target, ignore_index=0, reduction="sum")
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(nll, expected_nll)
+    assert loss.dtype == nll.dtype == torch.float32
+
+
+def test_padding_counts_for_nothing():
+    logits, target = random_batch()
+    loss, nll = label_smoothed_nll(logits, target, 0.1)
+    noisy = logits.clone()
+    noisy[target.eq(0)] = 1e4  # whatever the model says at padding
+    loss2, nll2 = label_smoothed_nll(noisy, target, 0.1)
+    torch.testing.assert_close((loss, nll), (loss2, nll2))
+
+
+def test_gradient_flows_through_loss_only():
+    logits, target = random_batch()
+    logits.requires_grad_(True)
+    loss, nll = label_smoothed_nll(logits, target, 0.1)
+    assert not nll.requires_grad
+    loss.backward()
+    assert logits.grad[target.eq(0)].abs().sum() == 0
+    assert logits.grad[target.ne(0)].abs().sum() > 0
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_gradient_matches_autograd_of_the_definition(epsilon):
+    logits, target = random_batch(seed=1)
+    ours = logits.double().requires_grad_(True)
+    reference = logits.double().requires_grad_(True)
+    loss, _ = label_smoothed_nll(ours, target, epsilon)
+    (loss * 0.5).backward()
+    expected = F.cross_entropy(reference.reshape(-1, 11), target.reshape(-1), ignore_index=0,
+                               label_smoothing=epsilon, reduction="sum")
+    (expected * 0.5).backward()
+    torch.testing.assert_close(ours.grad, reference.grad)
+    assert torch.equal(ours, reference)  # the backward worked on a copy
+
+
+def test_bf16_logits_give_float32_sums():
+    logits, target = random_batch()
+    loss, _ = label_smoothed_nll(logits.bfloat16(), target, 0.1)
+    reference, _ = label_smoothed_nll(logits.bfloat16().float(), target, 0.1)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, reference)
+
+
+def test_perplexity():
+    assert perplexity(0.0) == 1.0
+    assert perplexity(math.log(42.0)) == pytest.approx(42.0)
+    assert perplexity(1e6) == math.inf

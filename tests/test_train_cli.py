@@ -1,0 +1,154 @@
+"""`nmt train`, `nmt average` and `nmt plot` end to end through transformer_nmt.cli.main,
+and a real process stopped by a signal."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from transformer_nmt.cli import main
+from transformer_nmt.train.checkpoint import LAST, load_for_inference, read_checkpoint
+
+from train_fixtures import TINY, tiny_data  # noqa: F401  (tiny_data is a fixture)
+
+
+def nmt(capsys, *args):
+    code = main([str(arg) for arg in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def train_args(data, out, *extra):
+    return ["train", "--data", data, "--out", out, *TINY, *extra]
+
+
+def config(run_dir):
+    return json.loads((run_dir / "config.json").read_text())
+
+
+def test_help_explains_the_settings(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--help"])
+    text = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    for flag in ("--resume", "--set FIELD=VALUE", "--max-time", "--update-freq",
+                 "--save-every-minutes", "--keep-last", "--precision", "torchrun"):
+        assert flag in text
+
+
+def test_train_rerun_and_extend(tiny_data, tmp_path, capsys):
+    run = tmp_path / "run"
+    code, out, _ = nmt(capsys, *train_args(tiny_data, run, "--max-steps", "3",
+                                           "--max-time", "1h30m", "--set", "dropout=0.2"))
+    assert code == 0 and "trained 3 steps" in out and "training cost" in out
+    recorded = config(run)
+    assert recorded["preset"] == "tiny" and recorded["model"]["dropout"] == 0.2
+    assert recorded["train"]["max_time"] == 5400 and recorded["train"]["max_steps"] == 3
+    assert recorded["sessions"][0]["command"].startswith("nmt train --data")
+    assert (run / "metrics.jsonl").exists() and list((run / "tensorboard").iterdir())
+
+    code, out, _ = nmt(capsys, *train_args(tiny_data, run, "--max-steps", "3",
+                                           "--max-time", "1h30m", "--set", "dropout=0.2"))
+    assert code == 0 and "nothing to do" in out
+    assert read_checkpoint(run / LAST)["step"] == 3
+
+    code, out, _ = nmt(capsys, "train", "--resume", run, "--max-steps", "4")
+    assert code == 0 and "trained 4 steps" in out
+    assert len(config(run)["sessions"]) == 2
+
+
+def test_runs_that_must_not_be_continued_are_refused(tiny_data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert nmt(capsys, *train_args(tiny_data, run, "--max-steps", "1"))[0] == 0
+    code, _, err = nmt(capsys, *train_args(tiny_data, run, "--max-steps", "2",
+                                           "--set", "label_smoothing=0", "--warmup", "9"))
+    assert code == 2
+    assert "another configuration (label_smoothing 0.1 -> 0.0; warmup_steps 50 -> 9)" in err
+
+    other_data = tmp_path / "other-data"
+    shutil.copytree(tiny_data, other_data)
+    manifest = json.loads((other_data / "manifest.json").read_text())
+    manifest["filters"]["max_len"] += 1
+    (other_data / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = nmt(capsys, *train_args(other_data, run, "--max-steps", "2"))
+    assert code == 2 and "was trained on other data" in err
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    code, _, err = nmt(capsys, *train_args(tiny_data, foreign))
+    assert code == 2 and "holds no transformer-nmt run" in err
+    assert os.listdir(foreign) == ["notes.txt"]
+
+    code, _, err = nmt(capsys, "train", "--resume", tmp_path / "nothing")
+    assert code == 2 and "no run to resume" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "nope=1"], "unknown setting 'nope'"),
+    (["--set", "dropout=high"], "dropout must be a float"),
+    (["--max-time", "soon"], "cannot read duration 'soon'"),
+    (["--precision", "fp16", "--device", "cpu"], "fp16 needs a CUDA GPU"),
+    (["--update-freq", "0"], "update_freq must be at least 1"),
+])
+def test_bad_settings_are_one_line_errors(tiny_data, tmp_path, capsys, args, message):
+    code, _, err = nmt(capsys, *train_args(tiny_data, tmp_path / "run", *args))
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_config_file_and_preset_precedence(tiny_data, tmp_path, capsys):
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"preset": "tiny", "model": {"d_ff": 48},
+                                    "train": {"warmup_steps": 7, "max_steps": 1}}))
+    run = tmp_path / "run"
+    code, _, _ = nmt(capsys, "train", "--data", tiny_data, "--out", run, "--config", settings,
+                     "--set", "warmup_steps=8", "--precision", "fp32",
+                     "--save-every-minutes", "0")
+    assert code == 0
+    recorded = config(run)
+    assert recorded["preset"] == "tiny" and recorded["model"]["d_ff"] == 48
+    assert recorded["train"]["warmup_steps"] == 8 and recorded["train"]["max_steps"] == 1
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_after_a_step_with_a_checkpoint(tiny_data, tmp_path, signal_number):
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "transformer_nmt.cli", *map(str, train_args(
+        tiny_data, run, "--max-steps", "100000"))]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 60
+    while not (metrics.exists() and '"train"' in metrics.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal_number)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert f"stopped by {signal.Signals(signal_number).name}" in out
+    assert f"continue with: nmt train --resume {run}" in out
+    step = read_checkpoint(run / LAST)["step"]
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert step >= 1 and max(steps) == step
+
+
+def test_average_and_plot(tiny_data, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert nmt(capsys, *train_args(tiny_data, run, "--max-steps", "3", "--save-every", "1",
+                                   "--valid-every", "1"))[0] == 0
+    model = tmp_path / "model.pt"
+    code, out, _ = nmt(capsys, "average", run, "--last", "2", "--out", model)
+    assert code == 0 and "checkpoint_2.pt, checkpoint_3.pt" in out
+    loaded = load_for_inference(model)
+    assert loaded.payload_meta["averaged_from"][0]["step"] == 2
+    code, _, err = nmt(capsys, "average", run, "--last", "9", "--out", model)
+    assert code == 2 and "fewer than --last 9" in err
+
+    code, out, _ = nmt(capsys, "plot", run)
+    assert code == 0 and (run / "curves.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,55 @@
+"""Shared fixtures of the training tests: a tiny prepared data directory and tiny settings.
+
+Import the fixtures into a test module (`from train_fixtures import tiny_data`) so that
+pytest finds them; they are not in conftest.py, which other test modules own.
+"""
+
+import random
+
+import pytest
+import torch
+
+from transformer_nmt.data.prepare import PrepareOptions, prepare
+
+# Tiny models run 5-20x slower on 2 threads than on 1 when the 2 cores are shared with
+# other processes (OpenMP threads wait on each other); the training tests use one.
+torch.set_num_threads(1)
+
+WORDS = ("a the house garden small green big red cat dog sees runs child play day and "
+         "with under over near old new blue tree car road").split()
+
+TINY = ["--preset", "tiny", "--max-tokens", "96", "--set", "log_every=1",
+        "--save-every-minutes", "0", "--valid-every", "0", "--precision", "fp32"]
+"""`nmt train` flags of a fast tiny run: a few ms per step on the CPU."""
+
+
+def tiny_overrides(**changes):
+    """(field, value) pairs for trainer.train matching TINY, with `changes` added."""
+    settings = {"max_tokens": 96, "log_every": 1, "save_every_minutes": 0, "valid_every": 0,
+                "precision": "fp32", **changes}
+    return list(settings.items())
+
+
+def _write(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory):
+    """A data directory of 240 train and 24 valid pairs of a toy copy-and-reverse task,
+    vocabulary 64; prepared once per test session (about a second)."""
+    root = tmp_path_factory.mktemp("train-data")
+    rng = random.Random(7)
+    pairs = []
+    for _ in range(264):
+        words = rng.choices(WORDS, k=rng.randint(2, 9))
+        pairs.append((" ".join(words), " ".join(reversed(words))))
+    files = {}
+    for split, chunk in (("train", pairs[:240]), ("valid", pairs[240:]), ("test", pairs[240:])):
+        files[f"{split}_src"] = _write(root / f"{split}.src.txt", [s for s, _ in chunk])
+        files[f"{split}_tgt"] = _write(root / f"{split}.tgt.txt", [t for _, t in chunk])
+    out = root / "data"
+    prepare(PrepareOptions(corpus="files", src="en", tgt="xx", out=out, vocab_size=64,
+                           files=files, threads=1), progress=False, log=lambda message: None)
+    return out
