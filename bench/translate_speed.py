@@ -1,0 +1,253 @@
+"""Translation speed on this CPU: greedy and beam 4, fp32 and reduced precision.
+
+Prints one JSON line per figure: sentences/s and generated target tokens/s (EOS
+included) per search and precision, with the peak RSS of a process that translates in
+that precision (each precision runs in its own process), and the speed of the same fp32
+weights decoded without a key/value cache (whole prefix every step) as a reference ratio.
+`others_cores` says how many cores other processes kept busy during a measurement: the
+figures are only comparable when it is near 0.
+
+Without --model, the model is a random one of the base shape with an 8000-piece BPE
+vocabulary learned from the WMT test sets. A random model never predicts EOS on its own,
+so a wrapper forces EOS after round(ratio * source tokens) tokens, ratio being the
+measured German/English subword ratio of newstest2014: every sentence then costs what
+a trained model's translation of realistic length costs. With --model, the model's own
+vocabulary and stopping are used.
+
+    python bench/translate_speed.py [--sentences 500] [--batch-size 32] [--model M.pt]
+        [--precisions fp32,bf16,int8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from transformer_nmt.config import DecodeConfig, get_preset
+from transformer_nmt.data.vocab import Vocab, train_vocab
+from transformer_nmt.decode.search import Hypothesis, SpecialIds, beam_search, greedy_search
+from transformer_nmt.decode.translator import prepare_model, release_free_memory
+from transformer_nmt.model.transformer import EncoderOut, Transformer
+from transformer_nmt.train.checkpoint import load_for_inference
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "wmt14"
+
+
+class ForcedEncoderOut(EncoderOut):
+    """EncoderOut that also carries each row's output length, kept aligned by select."""
+
+    def __init__(self, enc: EncoderOut, lengths: Tensor) -> None:
+        super().__init__(enc.states, enc.src_mask)
+        self.lengths = lengths  # (batch,)
+
+    def select(self, index: Tensor) -> "ForcedEncoderOut":
+        return ForcedEncoderOut(super().select(index), self.lengths.index_select(0, index))
+
+
+class ForcedLength(nn.Module):
+    """A model whose logits are the wrapped model's, except that EOS is impossible before
+    round(ratio * source length) output tokens and certain at that length."""
+
+    def __init__(self, model: Transformer, ratio: float, eos: int) -> None:
+        super().__init__()
+        self.model, self.cfg, self.ratio, self.eos = model, model.cfg, ratio, eos
+
+    def encode(self, src: Tensor) -> ForcedEncoderOut:
+        lengths = (src.ne(self.model.pad_id).sum(1) - 1).float().mul(self.ratio).round().long()
+        return ForcedEncoderOut(self.model.encode(src), lengths.clamp(min=1))
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+    def decode(self, tgt: Tensor, enc: ForcedEncoderOut, cache=None, need_weights: bool = False):
+        start = 0 if cache is None else cache.length  # read before decode appends to it
+        out = self.model.decode(tgt, enc, cache, need_weights)
+        # Logit row i predicts the next token after start + i generated ones.
+        generated = torch.arange(start, start + tgt.size(1), device=tgt.device)  # (tgt_len,)
+        # A model may decode several rows (beams) per encoder row.
+        lengths = enc.lengths.repeat_interleave(tgt.size(0) // enc.lengths.size(0))
+        at_end = generated.unsqueeze(0) == lengths.unsqueeze(1)  # (batch, tgt_len)
+        logits = out.logits.float()
+        logits[..., self.eos] = torch.where(at_end, 1e4, -1e4)
+        out.logits = logits
+        return out
+
+
+def read_sentences(path: Path, count: int) -> list[str]:
+    """The first `count` non-empty lines of a text file."""
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    return [line for line in lines if line][:count]
+
+
+def learn_vocab(vocab_size: int, workdir: Path) -> Path:
+    """A BPE model learned from the WMT test sets, both languages; returns its path."""
+    inputs = [DATA / name for name in ("newstest2013.en", "newstest2013.de",
+                                       "newstest2014.en", "newstest2014.de")]
+    train_vocab(inputs, workdir / "spm", vocab_size)
+    return workdir / "spm.model"
+
+
+def length_ratio(vocab: Vocab) -> float:
+    """Subword tokens of newstest2014's German side per token of its English side."""
+    en = vocab.encode_batch(read_sentences(DATA / "newstest2014.en", 3003))
+    de = vocab.encode_batch(read_sentences(DATA / "newstest2014.de", 3003))
+    return sum(map(len, de)) / sum(map(len, en))
+
+
+def describe_random_model(vocab: Vocab, ratio: float) -> str:
+    return (f"random base model, vocabulary {len(vocab)}, EOS forced after "
+            f"round({ratio:.3f} * source tokens) tokens (newstest2014 de/en subword ratio)")
+
+
+def random_model(vocab: Vocab) -> nn.Module:
+    """A random base-shape model wrapped to stop at a realistic length."""
+    torch.manual_seed(0)
+    model = Transformer(get_preset("base").model, len(vocab)).eval()
+    return ForcedLength(model, length_ratio(vocab), vocab.eos_id)
+
+
+def batches(ids: list[list[int]], batch_size: int, pad: int, eos: int) -> list[Tensor]:
+    """Padded source batches (batch, longest + 1), sentences sorted by length, ids + EOS."""
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    result = []
+    for start in range(0, len(order), batch_size):
+        chunk = [ids[i] for i in order[start: start + batch_size]]
+        src = torch.full((len(chunk), len(chunk[0]) + 1), pad, dtype=torch.long)
+        for row, sentence in enumerate(chunk):
+            src[row, : len(sentence)] = torch.tensor(sentence)
+            src[row, len(sentence)] = eos
+        result.append(src)
+    return result
+
+
+def busy_jiffies() -> tuple[int, int]:
+    """CPU time (clock ticks) of the whole machine and of this process so far."""
+    with open("/proc/stat") as handle:
+        fields = [int(value) for value in handle.readline().split()[1:]]
+    machine = sum(fields) - fields[3] - fields[4]  # all but idle and iowait
+    with open("/proc/self/stat") as handle:
+        own = handle.read().rsplit(")", 1)[1].split()
+    return machine, int(own[11]) + int(own[12])  # utime, stime
+
+
+def run(model: nn.Module, sources: list[Tensor], cfg: DecodeConfig, special: SpecialIds,
+        use_cache: bool = True, workers: int = 1) -> tuple[float, float, int, int]:
+    """Seconds, cores busy with other processes, sentences and generated tokens (EOS
+    included) of translating `sources`, `workers` batches at a time (as Translator does)."""
+    def translate(src: Tensor) -> list[Hypothesis]:
+        if cfg.beam == 1:
+            found = greedy_search(model, src, cfg, special, use_cache=use_cache)
+        else:
+            found = [best[0] for best in beam_search(model, src, cfg, special, use_cache=use_cache)]
+        release_free_memory()  # as Translator does after each batch
+        return found
+
+    start, (machine_start, own_start) = time.perf_counter(), busy_jiffies()
+    with ThreadPoolExecutor(workers) as pool:
+        found = [hyp for hyps in pool.map(translate, sources) for hyp in hyps]
+    sentences, tokens = len(found), sum(len(hyp.tokens) + 1 for hyp in found)
+    seconds = time.perf_counter() - start
+    machine, own = busy_jiffies()
+    others = (machine - machine_start - (own - own_start)) / os.sysconf("SC_CLK_TCK") / seconds
+    return seconds, max(others, 0.0), sentences, tokens
+
+
+def figure(**values) -> None:
+    print(json.dumps(values), flush=True)
+
+
+def measure(args: argparse.Namespace) -> None:
+    """The figures of one precision, in this process."""
+    if args.model:
+        loaded = load_for_inference(args.model)
+        model, vocab = loaded.model, loaded.vocab
+    else:
+        vocab = Vocab.load(args.spm)
+        model = random_model(vocab)
+    special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    ids = vocab.encode_batch(read_sentences(args.src, args.sentences))
+    sources = batches(ids, args.batch_size, special.pad, special.eos)
+    prepared = prepare_model(model, "cpu", args.child)
+    cores = torch.get_num_threads()
+    # First one batch at a time on every core, then one batch per core (--workers).
+    for workers, threads in ((1, cores), (cores, 1)) if cores > 1 else ((1, 1),):
+        torch.set_num_threads(threads)
+        for beam in (1, 4):
+            cfg = DecodeConfig(beam=beam)
+            run(prepared, sources[:workers], cfg, special, workers=workers)  # warm-up
+            seconds, others, sentences, tokens = run(prepared, sources, cfg, special,
+                                                     workers=workers)
+            figure(figure="translate", search="greedy" if beam == 1 else f"beam{beam}",
+                   precision=args.child, workers=workers, threads_per_worker=threads,
+                   sentences_per_s=round(sentences / seconds, 2),
+                   tokens_per_s=round(tokens / seconds, 1),
+                   tokens_per_sentence=round(tokens / sentences, 1), seconds=round(seconds, 2),
+                   others_cores=round(others, 2))
+        # The peak so far: the largest batches of this configuration, the model included.
+        figure(figure="peak_rss_mb", precision=args.child, workers=workers,
+               value=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    torch.set_num_threads(cores)
+    if args.child != "fp32" or not args.reference_sentences:
+        return
+    # The reference: the same weights without cache, on a subset, against the cache.
+    subset = batches(ids[: args.reference_sentences], args.batch_size, special.pad, special.eos)
+    for beam in (1, 4):
+        cfg = DecodeConfig(beam=beam)
+        cached, _, _, tokens = run(prepared, subset, cfg, special)
+        uncached, others, _, _ = run(prepared, subset, cfg, special, use_cache=False)
+        figure(figure="cache_speedup", search="greedy" if beam == 1 else f"beam{beam}",
+               precision="fp32", sentences=len(ids[: args.reference_sentences]),
+               uncached_tokens_per_s=round(tokens / uncached, 1),
+               cached_tokens_per_s=round(tokens / cached, 1),
+               ratio=round(uncached / cached, 2), others_cores=round(others, 2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="a trained model file (default: random base model)")
+    parser.add_argument("--src", type=Path, default=DATA / "newstest2014.en",
+                        help="source sentences (default ../shared/data/wmt14/newstest2014.en)")
+    parser.add_argument("--sentences", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--precisions", default="fp32,bf16,int8")
+    parser.add_argument("--reference-sentences", type=int, default=64,
+                        help="sentences decoded both with and without cache for the ratio "
+                        "(0: skip)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # the precision a child measures
+    parser.add_argument("--spm", help=argparse.SUPPRESS)  # the vocabulary a child loads
+    args = parser.parse_args()
+    if args.child:
+        measure(args)
+        return
+
+    with tempfile.TemporaryDirectory() as workdir:
+        spm = None if args.model else learn_vocab(args.vocab_size, Path(workdir))
+        vocab = load_for_inference(args.model).vocab if args.model else Vocab.load(spm)
+        what = (f"model file {args.model}" if args.model
+                else describe_random_model(vocab, length_ratio(vocab)))
+        ids = vocab.encode_batch(read_sentences(args.src, args.sentences))
+        figure(figure="setup", model=what, sentences=len(ids),
+               source_tokens_per_sentence=round(sum(map(len, ids)) / len(ids), 1),
+               batch_size=args.batch_size, threads=torch.get_num_threads(),
+               torch=torch.__version__, bf16="bfloat16 weights and activations",
+               int8="dynamic int8 quantization of every linear layer and the output projection")
+        for precision in args.precisions.split(","):
+            # A fresh process per precision: its peak RSS is what translating costs.
+            command = [sys.executable, __file__, *sys.argv[1:], "--child", precision]
+            subprocess.run(command + ([] if args.model else ["--spm", str(spm)]), check=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,330 @@
+"""Greedy and beam search with the GNMT length penalty (section 6.1 of the paper).
+
+Both searches are batched over sentences and beams, encode each batch once, decode
+incrementally with the model's key/value cache, and drop finished sentences from the
+batch so that they stop costing compute. They need only the small `Seq2Seq` protocol
+(encode / new_cache / decode), so an ensemble that averages probabilities can plug in.
+
+Definitions used throughout:
+
+- A hypothesis Y is the list of generated tokens after BOS, ending with EOS; |Y| counts
+  those tokens including the EOS. The tokens returned exclude EOS.
+- score(Y) = log P(Y | X) / lp(Y), with the GNMT length penalty
+  lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14; alpha = 0 gives raw log P).
+- The maximum output length of a sentence is floor(max_len_a * src_len + max_len_b)
+  tokens before EOS, src_len counting the source tokens without EOS and padding
+  (the paper: input length + 50). At that length EOS is forced, so |Y| <= max_len + 1.
+- Beam search keeps `beam` open hypotheses per sentence at every step: of the 2 * beam
+  best extensions (by log P), those ending in EOS within the first `beam` ranks are
+  finished, and the first `beam` that do not end in EOS stay open. A sentence is complete
+  once it has `beam` finished hypotheses (fairseq's rule, so beam 1 is exactly greedy
+  search; tensor2tensor's runs until the bound below) or reaches its maximum length. It stops earlier, without changing the result, when no open
+  hypothesis can still beat the nbest-th finished one (see `_best_possible_scores`).
+- PAD and BOS are never generated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from transformer_nmt.config import DecodeConfig
+
+
+class EncoderState(Protocol):
+    """What `Seq2Seq.encode` returns; the search only needs to pick batch rows from it."""
+
+    def select(self, index: Tensor) -> "EncoderState":
+        """Rows `index` (new_batch,) of the batch."""
+
+
+class DecoderState(Protocol):
+    """The incremental-decoding cache; the search reorders it as hypotheses move."""
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` (new_batch,) in that order."""
+
+
+class DecoderOutput(Protocol):
+    """What `Seq2Seq.decode` returns."""
+
+    logits: Tensor
+    """(batch, tgt_len, vocab); unnormalized, or log-probabilities (an ensemble's)."""
+    cross_attention: list[Tensor]
+    """Per layer (batch, heads, tgt_len, src_len), filled when need_weights is True."""
+
+
+class Seq2Seq(Protocol):
+    """The model interface the searches use (transformer_nmt.model.transformer.Transformer)."""
+
+    def encode(self, src: Tensor) -> EncoderState:
+        """Encode source ids (batch, src_len), each sentence ending in EOS, padded with PAD."""
+
+    def new_cache(self) -> DecoderState:
+        """An empty incremental-decoding cache."""
+
+    def decode(self, tgt: Tensor, enc: EncoderState, cache: DecoderState | None = None,
+               need_weights: bool = False) -> DecoderOutput:
+        """Logits for target prefixes; with a cache, tgt holds only the new positions."""
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """The reserved token ids (fixed by the data pipeline's vocabulary)."""
+
+    pad: int = 0
+    bos: int = 2
+    eos: int = 3
+
+
+@dataclass
+class Hypothesis:
+    """One finished translation of one source sentence, as token ids."""
+
+    tokens: list[int]
+    """Generated token ids, without BOS and EOS."""
+    score: float
+    """log P(Y | X) / lp(Y), the quantity the search maximizes."""
+    log_prob: float
+    """log P(Y | X), EOS included."""
+    attention: Tensor | None = None
+    """(len(tokens) + 1, src_len + 1) encoder-decoder attention of the step that produced
+    each output token (EOS last) over the source tokens (EOS last), averaged over heads of
+    one decoder layer; only when asked for."""
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """GNMT length penalty lp = ((5 + length) / 6) ** alpha; length counts tokens with EOS."""
+    return ((5 + length) / 6) ** alpha
+
+
+def max_lengths(src: Tensor, cfg: DecodeConfig, pad_id: int, limit: int | None = None) -> Tensor:
+    """Per-sentence maximum output length (batch,) before EOS: floor(a * src_len + b).
+
+    src (batch, src_len) holds ids + EOS + padding; src_len excludes EOS and padding.
+    `limit` caps the length, e.g. so that BOS and the tokens fit the model's positions.
+    """
+    src_len = src.ne(pad_id).sum(1) - 1  # (batch,)
+    lengths = torch.floor(cfg.max_len_a * src_len.double() + cfg.max_len_b).long().clamp(min=0)
+    return lengths if limit is None else lengths.clamp(max=limit)
+
+
+class _Stepper:
+    """Next-token log-probabilities for a batch of prefixes that grows one token per step.
+
+    With `use_cache`, only the newest token is fed and the model's cache holds the past;
+    without, the whole prefix is decoded every step (the reference the tests and the
+    benchmark compare against).
+    """
+
+    def __init__(self, model: Seq2Seq, enc: EncoderState, use_cache: bool) -> None:
+        self.model, self.enc = model, enc
+        self.cache = model.new_cache() if use_cache else None
+
+    def log_probs(self, tokens: Tensor, step: int, special: SpecialIds) -> Tensor:
+        """float32 (batch, vocab) log P(next | tokens[:, :step + 1]); PAD and BOS at -inf."""
+        if self.cache is None:
+            logits = self.model.decode(tokens[:, : step + 1], self.enc).logits[:, -1]
+        else:
+            logits = self.model.decode(tokens[:, step: step + 1], self.enc, self.cache).logits[:, 0]
+        # float32 even for a bf16 model: sums of log-probs over ~100 steps need the mantissa.
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        log_probs[:, special.pad] = float("-inf")
+        log_probs[:, special.bos] = float("-inf")
+        return log_probs
+
+    def reorder(self, rows: Tensor, enc_rows: Tensor | None) -> None:
+        """Continue with prefix rows `rows`; enc_rows: new encoder rows if the batch shrank."""
+        if self.cache is not None:
+            self.cache.reorder(rows)
+        if enc_rows is not None:
+            self.enc = self.enc.select(enc_rows)
+
+
+def _force_eos(log_probs: Tensor, at_limit: Tensor, eos: int) -> None:
+    """At a row's maximum length only EOS may follow: every other token gets -inf (in place)."""
+    if at_limit.any():
+        eos_scores = log_probs[at_limit, eos]
+        log_probs[at_limit] = float("-inf")
+        log_probs[at_limit, eos] = eos_scores
+
+
+@torch.inference_mode()
+def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
+                  special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
+                  use_cache: bool = True) -> list[Hypothesis]:
+    """The most probable next token at every step, for a batch of sources (batch, src_len).
+
+    Returns one Hypothesis per sentence, in order, scored like beam search's.
+    """
+    batch = src.size(0)
+    limits = max_lengths(src, cfg, special.pad, max_len_limit)  # (batch,)
+    stepper = _Stepper(model, model.encode(src), use_cache)
+    tokens = torch.full((batch, int(limits.max()) + 2), special.bos, dtype=torch.long,
+                        device=src.device)  # (active, BOS + tokens + EOS)
+    log_prob = torch.zeros(batch, device=src.device)  # (active,)
+    active = torch.arange(batch, device=src.device)  # original index of each active row
+    results: list[Hypothesis | None] = [None] * batch
+    step = 0
+    while active.numel():
+        log_probs = stepper.log_probs(tokens, step, special)  # (active, vocab)
+        _force_eos(log_probs, limits == step, special.eos)
+        best_log_prob, best = log_probs.max(dim=-1)  # (active,)
+        log_prob += best_log_prob
+        tokens[:, step + 1] = best
+        done = best.eq(special.eos)
+        if done.any():
+            scores = log_prob / length_penalty(step + 1, cfg.alpha)
+            for row in done.nonzero().squeeze(1).tolist():
+                results[int(active[row])] = Hypothesis(
+                    tokens[row, 1: step + 1].tolist(), float(scores[row]), float(log_prob[row]))
+            keep = (~done).nonzero().squeeze(1)
+            tokens, log_prob, limits, active = tokens[keep], log_prob[keep], limits[keep], active[keep]
+            if active.numel():
+                stepper.reorder(keep, keep)
+        step += 1
+    return results  # type: ignore[return-value]  # every sentence ends by its maximum length
+
+
+def _best_possible_scores(open_log_probs: Tensor, length: int, limits: Tensor,
+                          alpha: float) -> Tensor:
+    """Upper bound (sentences,) on the score of any future hypothesis of each sentence.
+
+    open_log_probs (sentences, beam) are the open hypotheses' log P after `length` tokens.
+    A completion Y' of one of them has log P' <= log P <= 0 and length+1 <= |Y'| <=
+    limit+1, so score(Y') = log P' / lp(|Y'|) <= log P / lp(|Y'|) <= log P / max lp,
+    where max lp over that range sits at its upper end when alpha >= 0 and at its lower
+    end when alpha < 0 (dividing a non-positive number by a larger lp raises it).
+    """
+    best = open_log_probs.max(dim=1).values  # (sentences,)
+    longest = length_penalty(limits + 1, alpha)
+    shortest = length_penalty(torch.full_like(limits, length + 1), alpha)
+    return best / torch.maximum(longest, shortest)
+
+
+@torch.inference_mode()
+def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
+                special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
+                use_cache: bool = True, early_stop: bool = True) -> list[list[Hypothesis]]:
+    """Beam search of width cfg.beam for a batch of sources (batch, src_len).
+
+    Returns, per sentence in order, its cfg.nbest best finished hypotheses, best first.
+    early_stop=False runs every sentence until it is complete (see the module docstring);
+    the result is the same, which the tests check.
+    """
+    k, nbest = cfg.beam, cfg.nbest
+    if not 1 <= nbest <= k:
+        raise ValueError(f"nbest must be between 1 and the beam size {k}, not {nbest}")
+    batch, device = src.size(0), src.device
+    limits = max_lengths(src, cfg, special.pad, max_len_limit)  # (active,)
+    # Every sentence starts with one empty prefix: step 0 decodes one row per sentence
+    # (and computes the encoder-decoder keys/values once), later steps k rows.
+    stepper = _Stepper(model, model.encode(src), use_cache)
+    width = 1  # rows per sentence in the current step
+    tokens = torch.full((batch, int(limits.max()) + 2), special.bos, dtype=torch.long,
+                        device=device)  # (active * width, BOS + tokens + EOS), row = sentence * width + beam
+    scores = torch.zeros(batch, 1, device=device)  # (active, width) log P of each open prefix
+    active = torch.arange(batch, device=device)  # original index of each active sentence
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    nbest_score = torch.full((batch,), float("-inf"), device=device)  # (active,)
+    step = 0
+    while active.numel():
+        n = active.numel()
+        log_probs = stepper.log_probs(tokens, step, special)  # (n * width, vocab)
+        vocab = log_probs.size(1)
+        _force_eos(log_probs, limits.repeat_interleave(width) == step, special.eos)
+        candidates = (scores.view(n * width, 1) + log_probs).view(n, width * vocab)
+        if candidates.size(1) < 2 * k:  # a vocabulary smaller than the beam
+            candidates = F.pad(candidates, (0, 2 * k - candidates.size(1)), value=float("-inf"))
+        top_scores, top_index = candidates.topk(2 * k, dim=1)  # (n, 2k), best first
+        # Padding candidates (-inf, never kept alive) point at the sentence's last row.
+        top_beam = (top_index // vocab).clamp(max=width - 1)
+        top_token = top_index % vocab
+        is_eos = top_token.eq(special.eos)
+
+        # EOS within the first k ranks finishes a hypothesis.
+        finishing = is_eos[:, :k] & top_scores[:, :k].isfinite()  # (n, k)
+        done = limits.le(step)
+        if finishing.any():
+            normalized = top_scores[:, :k] / length_penalty(step + 1, cfg.alpha)
+            for i, rank in finishing.nonzero().tolist():
+                row = i * width + int(top_beam[i, rank])
+                sentence = finished[int(active[i])]
+                sentence.append(Hypothesis(tokens[row, 1: step + 1].tolist(),
+                                           float(normalized[i, rank]), float(top_scores[i, rank])))
+                if len(sentence) >= nbest:
+                    # stable sort: among equal scores the one found first stays ahead.
+                    sentence.sort(key=lambda hyp: -hyp.score)
+                    nbest_score[i] = sentence[nbest - 1].score
+                if len(sentence) >= k:
+                    done[i] = True
+
+        # The first k candidates not ending in EOS stay open; EOS ones sort last.
+        rank = torch.arange(2 * k, device=device) + is_eos * (2 * k)  # (n, 2k)
+        keep_rank = rank.topk(k, dim=1, largest=False).indices  # (n, k)
+        scores = top_scores.gather(1, keep_rank)  # (n, k)
+        next_beam, next_token = top_beam.gather(1, keep_rank), top_token.gather(1, keep_rank)
+        if early_stop:
+            done |= nbest_score >= _best_possible_scores(scores, step + 1, limits, cfg.alpha)
+        done |= scores.isinf().all(dim=1)
+
+        keep = (~done).nonzero().squeeze(1)  # (n_next,)
+        rows = ((keep * width).unsqueeze(1) + next_beam[keep]).view(-1)  # (n_next * k,) source rows
+        tokens = tokens[rows]
+        tokens[:, step + 1] = next_token[keep].view(-1)
+        scores, limits, active, nbest_score = scores[keep], limits[keep], active[keep], nbest_score[keep]
+        if active.numel():
+            # The encoder rows change only when sentences leave or beams first fan out.
+            regrouped = keep.numel() < n or width < k
+            stepper.reorder(rows, (keep * width).repeat_interleave(k) if regrouped else None)
+        width = k
+        step += 1
+    return [sorted(hyps, key=lambda hyp: -hyp.score)[:nbest] for hyps in finished]
+
+
+def search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
+           special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
+           need_attention: bool = False, attention_layer: int = -2) -> list[list[Hypothesis]]:
+    """Translate a batch of sources (batch, src_len): greedy for beam 1, else beam search.
+
+    Returns per sentence its cfg.nbest best hypotheses. With need_attention, each
+    hypothesis gets the encoder-decoder attention of decoder layer `attention_layer`
+    (default: the penultimate, which aligns best in Garg et al. 2019), averaged over heads.
+    """
+    if cfg.beam == 1:
+        results = [[hyp] for hyp in greedy_search(model, src, cfg, special, max_len_limit)]
+    else:
+        results = beam_search(model, src, cfg, special, max_len_limit)
+    if need_attention:
+        attach_attention(model, src, results, special, attention_layer)
+    return results
+
+
+def attach_attention(model: Seq2Seq, src: Tensor, results: list[list[Hypothesis]],
+                     special: SpecialIds = SpecialIds(), layer: int = -2) -> None:
+    """Fill Hypothesis.attention by decoding every final hypothesis once more with weights.
+
+    Re-running the decoder on the chosen hypotheses costs one teacher-forced pass and
+    keeps the search itself free of attention bookkeeping.
+    """
+    owners = [i for i, hyps in enumerate(results) for _ in hyps]
+    hyps = [hyp for sentence in results for hyp in sentence]
+    if not hyps:
+        return
+    length = max(len(hyp.tokens) for hyp in hyps) + 1
+    tgt = torch.full((len(hyps), length), special.pad, dtype=torch.long, device=src.device)
+    tgt[:, 0] = special.bos
+    for row, hyp in enumerate(hyps):
+        tgt[row, 1: len(hyp.tokens) + 1] = torch.tensor(hyp.tokens, dtype=torch.long)
+    with torch.inference_mode():
+        enc = model.encode(src).select(torch.tensor(owners, device=src.device))
+        cross = model.decode(tgt, enc, need_weights=True).cross_attention
+    layer_index = max(layer, -len(cross)) if layer < 0 else min(layer, len(cross) - 1)
+    weights = cross[layer_index].float().mean(dim=1)  # (hyps, length, src_len)
+    src_lengths = src.ne(special.pad).sum(1).tolist()
+    for row, (owner, hyp) in enumerate(zip(owners, hyps)):
+        hyp.attention = weights[row, : len(hyp.tokens) + 1, : src_lengths[owner]].cpu()

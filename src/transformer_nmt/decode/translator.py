@@ -1,0 +1,347 @@
+"""Text in, text out: normalize → sentencepiece encode → search → decode, in input order.
+
+Lines are read ahead in a buffer, sorted by length into batches (little padding, so
+little wasted compute), translated, and given back in their original order.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import sys
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import torch
+from torch import nn
+
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.data.text import LineWriter, count_lines, iter_lines, normalize, read_lines
+from transformer_nmt.decode.search import Hypothesis, SpecialIds, search
+from transformer_nmt.errors import UserError
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.train.checkpoint import InferenceModel, load_for_inference
+
+logger = logging.getLogger(__name__)
+
+
+def _glibc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # not Linux, or another C library
+        return None
+
+
+_LIBC = _glibc()
+
+PRECISIONS = ("fp32", "bf16", "int8")
+"""fp32; bf16 weights and activations (CPUs with AVX-512 BF16 or AMX, and GPUs), the
+search's log-probabilities staying float32; int8 dynamic quantization of the linear
+layers (CPU only)."""
+
+
+@dataclass
+class Translation:
+    """One translation of one input line."""
+
+    text: str
+    """The detokenized translation."""
+    score: float
+    """log P(Y | X) / lp(Y), see transformer_nmt.decode.search."""
+    tokens: list[int]
+    """The generated token ids, without BOS and EOS."""
+    alignment: list[tuple[int, int]] | None = None
+    """(source word, target word) pairs, 0-based over whitespace-separated words: each
+    target subword aligned to the source subword it attends to most; when asked for."""
+
+
+def prepare_model(model: nn.Module, device: str | torch.device, precision: str) -> nn.Module:
+    """`model` made ready to decode on `device` in `precision`, in eval mode, in place
+    (so that two copies never need memory at once; pass a copy to keep the original).
+
+    bf16 converts the weights rather than using autocast: on a 2-core AVX-512 BF16 CPU,
+    autocast's per-operation casts made decoding 1.3-1.5 times slower. int8 replaces
+    every nn.Linear, and the pre-softmax projection tied to the target embedding, by a
+    dynamically quantized one (int8 weights per output channel, activations quantized
+    per batch).
+    """
+    if precision not in PRECISIONS:
+        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA GPU is available to this process; use --device cpu")
+    if precision == "fp32":
+        return model.to(device).eval()
+    if precision == "bf16":
+        return model.to(device=device, dtype=torch.bfloat16).eval()
+    if device.type != "cpu":
+        raise UserError("--precision int8 runs on the CPU only; use bf16 on a GPU")
+    qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+    with warnings.catch_warnings():
+        # torch.ao.quantization is deprecated in favour of the separate torchao package,
+        # but still works in this torch; users need not hear about it.
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.ao\.")
+        quantized = torch.ao.quantization.quantize_dynamic(
+            model.to("cpu").eval(), {nn.Linear: qconfig}, dtype=torch.qint8, inplace=True)
+        for transformer in [m for m in quantized.modules() if isinstance(m, Transformer)]:
+            if transformer.output_proj is None:
+                # Tied: project() multiplies by the embedding matrix, which quantize_dynamic
+                # cannot see; at 8000+ rows it is the largest product of a decoding step.
+                # An int8 copy of it as the output projection (the embedding stays float).
+                tied = nn.Linear(transformer.cfg.d_model, transformer.vocab_size, bias=False)
+                tied.weight = transformer.tgt_embed.weight
+                tied.qconfig = qconfig
+                transformer.output_proj = torch.ao.nn.quantized.dynamic.Linear.from_float(tied)
+    return quantized
+
+
+def release_free_memory() -> None:
+    """Give memory freed by the last batch back to the operating system (glibc only).
+
+    A batch's key/value caches grow by a step at a time to hundreds of MB; glibc keeps
+    the freed blocks, and without this the resident size grew batch after batch (to
+    2.7 GB over 500 sentences with the base model instead of the 1.6 GB of the largest
+    batch).
+    """
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
+    """Most source tokens (EOS excluded) a line may have so that the encoder's input and
+    the longest output the decode settings allow fit the model's positions.
+
+    Decoder positions hold BOS and the output tokens before the forced EOS:
+    max_len_a * length + max_len_b + 1 <= max_positions.
+    """
+    limit = max_positions - 1
+    if cfg.max_len_a > 0:
+        limit = min(limit, math.floor((max_positions - 1 - cfg.max_len_b) / cfg.max_len_a))
+    return max(limit, 1)
+
+
+def word_alignment(src_pieces: list[str], tgt_pieces: list[str],
+                   attention: torch.Tensor) -> list[tuple[int, int]]:
+    """Subword attention (tgt + EOS, src + EOS) to sorted (source word, target word) pairs.
+
+    Each target piece aligns to the source piece with the highest attention (EOS
+    excluded on both sides); a piece starting with '▁' begins a new word.
+    """
+    if not src_pieces or not tgt_pieces:
+        return []
+    src_word, tgt_word = _word_index(src_pieces), _word_index(tgt_pieces)
+    best = attention[: len(tgt_pieces), : len(src_pieces)].argmax(dim=1).tolist()
+    return sorted({(src_word[s], tgt_word[t]) for t, s in enumerate(best)})
+
+
+def _word_index(pieces: list[str]) -> list[int]:
+    """The 0-based word each sentencepiece piece belongs to."""
+    index, word = [], -1
+    for position, piece in enumerate(pieces):
+        if piece.startswith("▁") or position == 0:
+            word += 1
+        index.append(word)
+    return index
+
+
+class Translator:
+    """Translates lines of raw text with a loaded model, batched by length, order kept."""
+
+    def __init__(self, inference_model: InferenceModel, decode: DecodeConfig = DecodeConfig(),
+                 device: str | torch.device = "cpu", precision: str = "fp32",
+                 batch_size: int = 32, max_tokens: int | None = None,
+                 alignments: bool = False, buffer_size: int = 1024, workers: int = 1) -> None:
+        """batch_size: most sentences per batch; max_tokens: most padded source tokens per
+        batch as well (None: no such limit); buffer_size: lines read ahead and sorted by
+        length (1 translates line by line, as interactive use needs); workers: batches
+        translated at once by that many threads, each running its tensor operations on
+        one core: above 1 it sets torch.set_num_threads(1) for the whole process.
+
+        A decoding step is many small operations, which keep cores busier as separate
+        streams than split across cores: on a 2-core CPU, 2 workers translated 1.5-2.1
+        times faster than 1 worker using both cores (bench/RESULTS.md), at the price of
+        two batches' memory."""
+        if decode.beam < 1:
+            raise UserError(f"--beam must be at least 1, not {decode.beam}")
+        if not 1 <= decode.nbest <= decode.beam:
+            raise UserError(f"--nbest must be between 1 and --beam ({decode.beam}), not {decode.nbest}")
+        if decode.max_len_a < 0 or decode.max_len_b < 0:
+            raise UserError("--max-len-a and --max-len-b must not be negative")
+        if batch_size < 1 or (max_tokens is not None and max_tokens < 1) or workers < 1:
+            raise UserError("--batch-size, --max-tokens and --workers must be at least 1")
+        self.vocab = inference_model.vocab
+        self.model = prepare_model(inference_model.model, device, precision)
+        self.device = torch.device("cpu" if precision == "int8" else device)
+        self.precision = precision
+        self.decode = decode
+        self.batch_size, self.max_tokens = batch_size, max_tokens
+        self.alignments = alignments
+        self.buffer_size = max(buffer_size, 1)
+        max_positions = inference_model.model.cfg.max_positions
+        self.src_limit = source_limit(max_positions, decode)
+        self.max_len_limit = max_positions - 1
+        self.special = SpecialIds(self.vocab.pad_id, self.vocab.bos_id, self.vocab.eos_id)
+        self._warned_long = False
+        self._lines_seen = 0
+        self.workers = workers
+        if workers > 1:
+            torch.set_num_threads(1)
+
+    @classmethod
+    def from_file(cls, path: str | Path, decode: DecodeConfig = DecodeConfig(),
+                  device: str | torch.device = "cpu", precision: str = "fp32",
+                  batch_size: int = 32, max_tokens: int | None = None,
+                  alignments: bool = False, buffer_size: int = 1024,
+                  workers: int = 1) -> "Translator":
+        """A Translator for the model file at `path` (UserError if it is not one)."""
+        model_device = "cpu" if precision == "int8" else device
+        return cls(load_for_inference(path, model_device), decode, device, precision,
+                   batch_size, max_tokens, alignments, buffer_size, workers)
+
+    def translate(self, lines: Iterable[str]) -> Iterator[str]:
+        """The best translation of each line, in order; an empty line gives an empty line."""
+        for translations in self.translate_nbest(lines):
+            yield translations[0].text
+
+    def translate_nbest(self, lines: Iterable[str]) -> Iterator[list[Translation]]:
+        """The decode.nbest best translations of each line, best first, in input order."""
+        buffer: list[str] = []
+        for line in lines:
+            buffer.append(line)
+            if len(buffer) == self.buffer_size:
+                yield from self._translate_buffer(buffer)
+                buffer = []
+        if buffer:
+            yield from self._translate_buffer(buffer)
+
+    def _encode(self, lines: list[str]) -> list[list[int]]:
+        ids = self.vocab.encode_batch([normalize(line) for line in lines])
+        for offset, sentence in enumerate(ids):
+            if len(sentence) > self.src_limit:
+                if not self._warned_long:
+                    logger.warning(
+                        "input line %d has %d subword tokens, more than the %d this model can "
+                        "translate (max_positions %d, output up to %g * length + %d); "
+                        "translating its first %d tokens; later long lines are truncated "
+                        "without further warning", self._lines_seen + offset + 1,
+                        len(sentence), self.src_limit, self.max_len_limit + 1,
+                        self.decode.max_len_a, self.decode.max_len_b, self.src_limit)
+                    self._warned_long = True
+                del sentence[self.src_limit:]
+        self._lines_seen += len(lines)
+        return ids
+
+    def _batches(self, order: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
+        """Consecutive runs of `order` (longest first) within the batch limits."""
+        batch: list[int] = []
+        for index in order:
+            width = len(ids[batch[0]]) + 1 if batch else len(ids[index]) + 1
+            too_many_tokens = self.max_tokens is not None and (len(batch) + 1) * width > self.max_tokens
+            if batch and (len(batch) == self.batch_size or too_many_tokens):
+                yield batch
+                batch = []
+            batch.append(index)
+        if batch:
+            yield batch
+
+    def _translate_buffer(self, lines: list[str]) -> list[list[Translation]]:
+        ids = self._encode(lines)
+        empty = [] if self.alignments else None
+        results = [[Translation("", 0.0, [], empty)] for _ in lines]
+        order = sorted((i for i, sentence in enumerate(ids) if sentence),
+                       key=lambda i: -len(ids[i]))
+        batches = list(self._batches(order, ids))
+        with ThreadPoolExecutor(self.workers) as pool:
+            # Tensor operations release the GIL, so the threads decode in parallel.
+            found = pool.map(lambda batch: self._search([ids[i] for i in batch]), batches)
+            for batch, hyps_of_batch in zip(batches, found):
+                for index, hyps in zip(batch, hyps_of_batch):
+                    results[index] = [self._translation(ids[index], hyp) for hyp in hyps]
+        return results
+
+    def _search(self, batch: list[list[int]]) -> list[list[Hypothesis]]:
+        width = max(len(sentence) for sentence in batch) + 1
+        src = torch.full((len(batch), width), self.special.pad, dtype=torch.long)
+        for row, sentence in enumerate(batch):
+            src[row, : len(sentence)] = torch.tensor(sentence, dtype=torch.long)
+            src[row, len(sentence)] = self.special.eos
+        found = search(self.model, src.to(self.device), self.decode, self.special,
+                       self.max_len_limit, need_attention=self.alignments)
+        release_free_memory()
+        return found
+
+    def _translation(self, src_ids: list[int], hyp: Hypothesis) -> Translation:
+        alignment = None
+        if hyp.attention is not None:
+            to_piece = self.vocab.processor.id_to_piece
+            alignment = word_alignment([to_piece(i) for i in src_ids],
+                                       [to_piece(i) for i in hyp.tokens], hyp.attention)
+        return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.tokens, alignment)
+
+
+
+def format_translations(index: int, translations: list[Translation], nbest: bool) -> list[str]:
+    """Output lines for input line `index` (0-based).
+
+    Plain: the best translation. nbest: one `index ||| translation ||| score` line per
+    hypothesis, best first. With alignments, ` ||| ` and the source-target word pairs
+    (`0-0 1-2`, Pharaoh format) end each line.
+    """
+    lines = []
+    for translation in translations if nbest else translations[:1]:
+        fields = [str(index), translation.text, f"{translation.score:.4f}"] if nbest \
+            else [translation.text]
+        if translation.alignment is not None:
+            fields.append(" ".join(f"{s}-{t}" for s, t in translation.alignment))
+        lines.append(" ||| ".join(fields))
+    return lines
+
+
+def translate_stream(translator: Translator, input_path: str | Path | None = None,
+                     output_path: str | Path | None = None, nbest: bool = False,
+                     interactive: bool = False) -> int:
+    """Translate a file (or stdin) into a file (or stdout); returns the number of lines.
+
+    A file output is written to a temporary name and renamed when complete, with a
+    progress bar on stderr. interactive: translate each stdin line as soon as it is read
+    and flush its translation at once.
+    """
+    if interactive and input_path is not None:
+        raise UserError("--interactive reads standard input; leave out --input")
+    lines = (read_lines(input_path) if input_path is not None
+             else iter_lines(sys.stdin.buffer, "<stdin>"))
+    if interactive:
+        translator.buffer_size = 1
+    translations = translator.translate_nbest(lines)
+    count = 0
+    if output_path is None:
+        for count, result in enumerate(translations, start=1):
+            for line in format_translations(count - 1, result, nbest):
+                sys.stdout.write(line + "\n")
+            if interactive:
+                sys.stdout.flush()
+        sys.stdout.flush()
+        return count
+    from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    total = count_lines(input_path) if input_path is not None else None
+    writer = LineWriter(output_path)
+    try:
+        # Warnings (a truncated line) print above the progress bar, not through it.
+        with logging_redirect_tqdm():
+            for count, result in enumerate(tqdm(translations, total=total, unit=" lines",
+                                                desc="translating"), start=1):
+                for line in format_translations(count - 1, result, nbest):
+                    writer.write(line)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    return count

@@ -1,0 +1,157 @@
+"""Scoring translations: sacreBLEU, chrF, and the paper's tokenized BLEU.
+
+- sacreBLEU (Post 2018): BLEU of detokenized text with sacrebleu's own 13a tokenization,
+  reported with its signature; the number to compare across papers.
+- chrF2: character n-gram F-score, also from sacrebleu.
+- Tokenized BLEU, as the paper's numbers were computed (tensor2tensor's get_ende_bleu):
+  both sides Moses-tokenized (sacremoses, the target language's rules), for German
+  compounds split at hyphens as "Arbeits ##AT##-##AT## Platz", then BLEU on those tokens
+  with no further tokenization and no smoothing (multi-bleu.perl's definition).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sacrebleu.metrics import BLEU, CHRF
+
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.data.manifest import read_manifest, text_path, write_json_atomic
+from transformer_nmt.data.text import read_lines
+from transformer_nmt.errors import UserError
+
+_COMPOUND_HYPHEN = re.compile(r"(\S)-(\S)")
+
+
+def split_compounds(text: str) -> str:
+    """Split hyphenated compounds of Moses-tokenized German text: "a-b" -> "a ##AT##-##AT## b".
+
+    Matches are found left to right without overlap, as tensor2tensor's get_ende_bleu
+    substitution finds them, so a one-character part between two hyphens is used up by
+    the first match: "A-1-B" -> "A ##AT##-##AT## 1-B". The paper's numbers were
+    computed that way.
+    """
+    return _COMPOUND_HYPHEN.sub(r"\1 ##AT##-##AT## \2", text)
+
+
+def tokenize_for_bleu(lines: list[str], lang: str) -> list[str]:
+    """Moses tokenization with `lang`'s rules, plus compound splitting for German."""
+    from sacremoses import MosesTokenizer
+
+    tokenizer = MosesTokenizer(lang=lang)
+    tokenized = [tokenizer.tokenize(line, return_str=True, escape=True) for line in lines]
+    if lang == "de":
+        tokenized = [split_compounds(line) for line in tokenized]
+    return tokenized
+
+
+def read_text(path: str | Path) -> list[str]:
+    """Lines of a UTF-8 text file without trailing whitespace, as the sacrebleu CLI reads them."""
+    return [line.rstrip() for line in read_lines(path)]
+
+
+def score(hypotheses: list[str], references: list[str], tgt_lang: str | None = None) -> dict[str, Any]:
+    """sacreBLEU, chrF2 and, when the target language is known, tokenized BLEU.
+
+    Returns a JSON-ready dict: each metric's score, sacrebleu's full result string and
+    signature; tokenized BLEU is None without tgt_lang.
+    """
+    if len(hypotheses) != len(references):
+        raise UserError(f"{len(hypotheses)} hypotheses but {len(references)} references; "
+                        "they must be aligned line by line")
+    bleu, chrf = BLEU(), CHRF()
+    bleu_result = bleu.corpus_score(hypotheses, [references])
+    chrf_result = chrf.corpus_score(hypotheses, [references])
+    result: dict[str, Any] = {
+        "sentences": len(hypotheses),
+        "bleu": bleu_result.score,
+        "bleu_result": str(bleu_result),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf": chrf_result.score,
+        "chrf_signature": str(chrf.get_signature()),
+        "tokenized_bleu": None,
+        "tokenized_bleu_result": None,
+        "tokenized_bleu_method": None,
+    }
+    if tgt_lang:
+        # The input is tokenized on purpose: force silences sacrebleu's warning about it.
+        tok_bleu = BLEU(tokenize="none", smooth_method="none", force=True)
+        tok_result = tok_bleu.corpus_score(tokenize_for_bleu(hypotheses, tgt_lang),
+                                           [tokenize_for_bleu(references, tgt_lang)])
+        method = f"sacremoses tokenizer -l {tgt_lang}"
+        if tgt_lang == "de":
+            method += " + ##AT## compound splitting"
+        result.update(tokenized_bleu=tok_result.score, tokenized_bleu_result=str(tok_result),
+                      tokenized_bleu_method=f"{method}; {tok_bleu.get_signature()}")
+    return result
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """A small plain-text table of the scores in `result` (as `score` returns)."""
+    rows = [("metric", "score", "details"),
+            ("BLEU", f"{result['bleu']:.2f}", result["bleu_signature"]),
+            ("chrF2", f"{result['chrf']:.2f}", result["chrf_signature"])]
+    if result["tokenized_bleu"] is not None:
+        rows.append(("tokenized BLEU", f"{result['tokenized_bleu']:.2f}",
+                     result["tokenized_bleu_method"]))
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    return "\n".join(f"{row[0].ljust(widths[0])}  {row[1].rjust(widths[1])}  {row[2]}"
+                     for row in rows)
+
+
+def evaluate_files(hyp_path: str | Path, ref_path: str | Path, tgt_lang: str | None = None,
+                   json_path: str | Path | None = None) -> dict[str, Any]:
+    """Score an existing hypothesis file against a reference file (one sentence per line)."""
+    result = score(read_text(hyp_path), read_text(ref_path), tgt_lang)
+    result.update(hyp=str(hyp_path), ref=str(ref_path), tgt_lang=tgt_lang)
+    if json_path is not None:
+        write_json_atomic(json_path, result)
+    return result
+
+
+def split_languages(data_dir: str | Path, src_lang: str | None,
+                    tgt_lang: str | None) -> tuple[str, str]:
+    """The data directory's languages from its manifest; src_lang/tgt_lang override."""
+    if src_lang and tgt_lang:
+        return src_lang, tgt_lang
+    manifest = read_manifest(data_dir)
+    return src_lang or manifest["src_lang"], tgt_lang or manifest["tgt_lang"]
+
+
+def evaluate_model(model_path: str | Path, data_dir: str | Path, split: str = "test",
+                   decode: DecodeConfig = DecodeConfig(), device: str = "cpu",
+                   precision: str = "fp32", batch_size: int = 32, max_tokens: int | None = None,
+                   src_lang: str | None = None, tgt_lang: str | None = None,
+                   json_path: str | Path | None = None,
+                   hyp_path: str | Path | None = None, workers: int = 1) -> dict[str, Any]:
+    """Translate DATA_DIR/{split}.{src_lang} with a model file and score it.
+
+    The hypotheses go to `hyp_path` (default MODEL.{split}.hyp, MODEL being the model
+    path without its suffix) and the scores, with the decode settings, to `json_path`
+    (default MODEL.eval-{split}.json). Returns the scores. The other arguments are
+    Translator's.
+    """
+    from transformer_nmt.decode.translator import Translator, translate_stream
+
+    src_lang, tgt_lang = split_languages(data_dir, src_lang, tgt_lang)
+    src_path, ref_path = text_path(data_dir, split, src_lang), text_path(data_dir, split, tgt_lang)
+    for path in (src_path, ref_path):
+        if not path.is_file():
+            raise UserError(f"{path}: no such file; is {split!r} a split of {data_dir}?")
+    stem = Path(model_path).with_suffix("")
+    hyp_path = Path(hyp_path) if hyp_path is not None else Path(f"{stem}.{split}.hyp")
+    json_path = Path(json_path) if json_path is not None else Path(f"{stem}.eval-{split}.json")
+    translator = Translator.from_file(model_path, decode, device, precision, batch_size,
+                                      max_tokens, workers=workers)
+    translate_stream(translator, src_path, hyp_path)
+    result = score(read_text(hyp_path), read_text(ref_path), tgt_lang)
+    result.update(model=str(model_path), data=str(data_dir), split=split, src_lang=src_lang,
+                  tgt_lang=tgt_lang, hyp=str(hyp_path), ref=str(ref_path),
+                  decode=asdict(decode), precision=precision)
+    write_json_atomic(json_path, result)
+    result["json"] = str(json_path)
+    return result
+

@@ -1,0 +1,114 @@
+"""Scoring (transformer_nmt.evaluate) and `nmt evaluate`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sacrebleu.metrics import BLEU
+
+from test_translator import make_model_file, sentences
+from transformer_nmt.cli import main
+from transformer_nmt.evaluate import evaluate_files, score, split_compounds, tokenize_for_bleu
+
+REFERENCES = [
+    "Der Arbeits-Platz ist in Gutach.",
+    "Sie sind nicht einmal 100 Meter voneinander entfernt: Am Dienstag ging die neue Ampel in Betrieb.",
+    "Zwei Anlagen so nah beieinander: Absicht oder Schildbürgerstreich?",
+    "Diese Frage hat Gutachs Bürgermeister gestern klar beantwortet.",
+    "\"Damals war er noch nicht hier\", sagte sie.",
+]
+HYPOTHESES = [
+    "Der Arbeitsplatz ist in Gutach.",
+    "Sie sind keine 100 Meter voneinander entfernt: Am Dienstag ging die neue Fußgänger-Ampel in Betrieb.",
+    "Zwei Ampeln so nah beieinander: Absicht oder Schildbürgerstreich?",
+    "Diese Frage beantwortete Gutachs Bürgermeister gestern deutlich.",
+    "\"Damals war er nicht hier\", sagte sie.",
+]
+
+
+@pytest.fixture()
+def files(tmp_path) -> tuple[Path, Path]:
+    hyp, ref = tmp_path / "hyp.de", tmp_path / "ref.de"
+    hyp.write_text("\n".join(HYPOTHESES) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
+    return hyp, ref
+
+
+def sacrebleu_cli(*args: str) -> float:
+    result = subprocess.run([sys.executable, "-m", "sacrebleu", *args, "-b", "-w", "6"],
+                            capture_output=True, text=True, check=True)
+    return float(result.stdout)
+
+
+def test_bleu_and_chrf_equal_the_sacrebleu_command(files):
+    hyp, ref = files
+    result = evaluate_files(hyp, ref, "de")
+    assert round(result["bleu"], 6) == sacrebleu_cli(str(ref), "-i", str(hyp))
+    assert round(result["chrf"], 6) == sacrebleu_cli(str(ref), "-i", str(hyp), "-m", "chrf")
+    assert result["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
+    assert 0 < result["bleu"] < 100
+
+
+def test_compound_splitting_on_known_strings():
+    assert split_compounds("Arbeits-Platz") == "Arbeits ##AT##-##AT## Platz"
+    assert split_compounds("die 2-Zimmer-Wohnung") == \
+        "die 2 ##AT##-##AT## Zimmer ##AT##-##AT## Wohnung"
+    # Matches do not overlap: a one-character part between two hyphens is used up.
+    assert split_compounds("A-1-B") == "A ##AT##-##AT## 1-B"
+    assert split_compounds("a - b -c d-") == "a - b -c d-"
+
+
+def test_paper_tokenization():
+    assert tokenize_for_bleu(["Der Arbeits-Platz, sagte sie."], "de") == \
+        ["Der Arbeits ##AT##-##AT## Platz , sagte sie ."]
+    assert tokenize_for_bleu(["The work-place, she said."], "en") == \
+        ["The work-place , she said ."]
+
+
+def test_tokenized_bleu_is_bleu_of_the_tokens():
+    hyp = "Die neue Fußgänger-Ampel ist seit Dienstag in Betrieb."
+    ref = "Die neue Ampel ist seit Dienstag in Betrieb."
+    tokens_hyp = "Die neue Fußgänger ##AT##-##AT## Ampel ist seit Dienstag in Betrieb ."
+    tokens_ref = "Die neue Ampel ist seit Dienstag in Betrieb ."
+    expected = BLEU(tokenize="none", smooth_method="none").corpus_score([tokens_hyp], [[tokens_ref]])
+    assert score([hyp], [ref], "de")["tokenized_bleu"] == pytest.approx(expected.score)
+    assert score(REFERENCES, REFERENCES, "de")["tokenized_bleu"] == pytest.approx(100.0)
+    assert score(HYPOTHESES, REFERENCES)["tokenized_bleu"] is None
+
+
+def test_misaligned_files_are_a_user_error(files, capsys):
+    hyp, ref = files
+    ref.write_text("\n".join(REFERENCES[:3]) + "\n", encoding="utf-8")
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref)]) == 2
+    assert "5 hypotheses but 3 references" in capsys.readouterr().err
+
+
+def test_evaluate_files_from_the_command_line(files, tmp_path, capsys):
+    hyp, ref = files
+    json_path = tmp_path / "scores.json"
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "de",
+                 "--json", str(json_path)]) == 0
+    table = capsys.readouterr().out
+    assert "BLEU" in table and "chrF2" in table and "tokenized BLEU" in table
+    assert json.loads(json_path.read_text())["tgt_lang"] == "de"
+
+
+def test_evaluate_a_model_on_a_data_directory(tmp_path, capsys):
+    model = make_model_file(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text(json.dumps(
+        {"format_version": 1, "src_lang": "en", "tgt_lang": "de"}), encoding="utf-8")
+    (data / "test.en").write_text("\n".join(sentences(4, seed=8)) + "\n", encoding="utf-8")
+    (data / "test.de").write_text("\n".join(sentences(4, seed=9)) + "\n", encoding="utf-8")
+    assert main(["evaluate", "--model", str(model), "--data", str(data), "--beam", "2",
+                 "--max-len-b", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "4 sentences" in out and "tokenized BLEU" in out
+    result = json.loads((tmp_path / "model.eval-test.json").read_text())
+    assert result["split"] == "test" and result["decode"]["beam"] == 2
+    assert len((tmp_path / "model.test.hyp").read_text(encoding="utf-8").split("\n")) == 5

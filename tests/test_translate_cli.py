@@ -1,0 +1,91 @@
+"""`nmt translate` end to end on a tiny random model with a tiny BPE vocabulary."""
+
+from __future__ import annotations
+
+import io
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from test_translator import make_model_file, sentences
+from transformer_nmt.cli import main
+
+FAST = ["--beam", "2", "--max-len-b", "5"]
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory) -> Path:
+    return make_model_file(tmp_path_factory.mktemp("cli"), max_positions=64)
+
+
+def test_file_to_file_keeps_lines_and_order(model_file, tmp_path, caplog):
+    lines = sentences(6, seed=5)
+    lines[1] = ""
+    lines[4] = " ".join(["children play near old trees"] * 30)  # too long for 64 positions
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = tmp_path / "out.txt"
+    assert main(["translate", "--model", str(model_file), "--input", str(source),
+                 "--output", str(output), "--batch-size", "2", *FAST]) == 0
+    translations = output.read_text(encoding="utf-8").split("\n")
+    assert translations[-1] == "" and len(translations) == len(lines) + 1
+    assert translations[1] == ""
+    one_by_one = tmp_path / "one.txt"
+    one_by_one.write_text(lines[3] + "\n", encoding="utf-8")
+    assert main(["translate", "--model", str(model_file), "--input", str(one_by_one),
+                 "--output", str(tmp_path / "one.out"), *FAST]) == 0
+    assert (tmp_path / "one.out").read_text(encoding="utf-8") == translations[3] + "\n"
+    assert "input line 5 has" in caplog.text
+
+
+def test_nbest_and_alignments_from_stdin(model_file, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"the house\n\na dog runs\n")))
+    assert main(["translate", "--model", str(model_file), "--nbest", "2", "--alignments",
+                 *FAST]) == 0
+    out = capsys.readouterr().out.splitlines()
+    # Two hypotheses per sentence; the empty line has just its empty translation.
+    assert [line.split(" ||| ")[0] for line in out] == ["0", "0", "1", "2", "2"]
+    assert all(len(line.split(" ||| ")) == 4 for line in out)
+    assert out[2] == "1 |||  ||| 0.0000 ||| "
+
+
+def test_interactive_answers_each_line_before_the_next_is_typed(model_file):
+    """The installed console script: each translation arrives while stdin stays open."""
+    script = Path(sys.executable).with_name("nmt")
+    process = subprocess.Popen([str(script), "translate", "--model", str(model_file),
+                                "--interactive", *FAST], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    answers: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [answers.put(line) for line in process.stdout],
+                     daemon=True).start()
+    try:
+        for line in ("a dog", "", "the cat sleeps"):
+            process.stdin.write(line + "\n")
+            process.stdin.flush()
+            answer = answers.get(timeout=60)  # raises queue.Empty if nothing was flushed
+            assert answer.endswith("\n") and (answer == "\n" or line)
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0, process.stderr.read()
+    finally:
+        process.kill()
+
+
+def test_a_file_that_is_no_model_is_a_one_line_error(tmp_path, capsys):
+    fake = tmp_path / "notes.pt"
+    fake.write_text("not a model\n", encoding="utf-8")
+    assert main(["translate", "--model", str(fake)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("nmt translate: error: ")
+    assert str(fake) in err
+
+
+def test_bad_options_are_one_line_errors(model_file, capsys):
+    assert main(["translate", "--model", str(model_file), "--beam", "2", "--nbest", "3"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert main(["translate", "--model", str(model_file), "--interactive",
+                 "--input", "x.txt"]) == 2
+    assert "--interactive" in capsys.readouterr().err
