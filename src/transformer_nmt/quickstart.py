@@ -1,0 +1,151 @@
+"""`nmt quickstart`: the whole system on the default corpus, in one command.
+
+prepare → train the small preset for a bounded time → average the last checkpoints →
+evaluate on the test split → translate example sentences → draw attention pictures →
+print where everything is and what to run next. Every stage finds and reuses what an
+earlier run of the command already made, so re-running it continues rather than restarts.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from transformer_nmt.config import DecodeConfig
+
+# Sentences of the kind the default corpus teaches (its domain is scripture), per language.
+EXAMPLES = {
+    "en": ["In the beginning God created the heavens and the earth.",
+           "The light shines in the darkness.",
+           "Love your neighbor as yourself.",
+           "He went up on the mountain and taught the people.",
+           "Peace be with you."],
+    "de": ["Im Anfang schuf Gott die Himmel und die Erde.",
+           "Das Licht scheint in der Finsternis.",
+           "Du sollst deinen Nächsten lieben wie dich selbst.",
+           "Er ging auf den Berg und lehrte das Volk.",
+           "Friede sei mit euch."],
+    "fr": ["Au commencement, Dieu créa les cieux et la terre.",
+           "La lumière luit dans les ténèbres.",
+           "Tu aimeras ton prochain comme toi-même.",
+           "Il monta sur la montagne et enseigna le peuple.",
+           "La paix soit avec vous."],
+}
+
+
+@dataclass
+class QuickstartOptions:
+    """What `nmt quickstart` runs; defaults give the whole run within ~30 minutes on 2 cores."""
+
+    out: Path = Path("quickstart")
+    """Directory that receives the data, the run, the model and the pictures."""
+    corpus: str = "bible"
+    """Corpus recipe (bible or multi30k)."""
+    src: str = "en"
+    """Source language."""
+    tgt: str = "de"
+    """Target language."""
+    mirror: str | None = None
+    """Local copy of a downloadable corpus (multi30k)."""
+    preset: str = "small"
+    """Model preset to train."""
+    minutes: float = 20.0
+    """Training time budget in minutes, summed over re-runs."""
+    average_last: int = 5
+    """Numbered checkpoints averaged into the final model."""
+    overrides: list[tuple[str, str]] = field(default_factory=list)
+    """Further ModelConfig/TrainConfig fields, as `nmt train --set` takes them."""
+    device: str | None = None
+    """'cpu', 'cuda', or None for CUDA when present."""
+    progress: bool = True
+    """Show progress bars."""
+
+
+def _stage(log: Callable[[str], None], number: int, text: str) -> None:
+    log(f"\n[{number}/6] {text}")
+
+
+def _example_sentences(data_dir: Path, src: str, count: int = 5) -> list[str]:
+    """Built-in examples for the source language, else the first lines of the test split."""
+    if src in EXAMPLES:
+        return EXAMPLES[src][:count]
+    with open(data_dir / f"test.{src}", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line, _ in zip(handle, range(count))]
+
+
+def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -> dict:
+    """Run every stage; return the paths and scores it produced."""
+    from transformer_nmt.attention_plot import compute_attention, write_attention_pictures
+    from transformer_nmt.data.prepare import PrepareOptions, prepare
+    from transformer_nmt.decode.translator import Translator
+    from transformer_nmt.evaluate import evaluate_model, format_table
+    from transformer_nmt.train.checkpoint import (
+        atomic_save, average_checkpoints, checkpoints_to_average, numbered_checkpoints)
+    from transformer_nmt.train.trainer import train
+
+    started = time.time()
+    out = Path(options.out)
+    data_dir = out / "data" / f"{options.corpus}-{options.src}-{options.tgt}"
+    run_dir = out / "run"
+    model_path = out / "model.pt"
+    pictures = out / "attention"
+
+    _stage(log, 1, f"preparing the {options.corpus} corpus, {options.src}→{options.tgt}")
+    prepare(PrepareOptions(corpus=options.corpus, src=options.src, tgt=options.tgt,
+                           out=data_dir, mirror=options.mirror),
+            command="nmt quickstart", progress=options.progress, log=log)
+
+    _stage(log, 2, f"training the {options.preset} preset for up to {options.minutes:g} minutes")
+    # Checkpoints every twentieth of the budget: the last five average its final quarter.
+    save_minutes = max(options.minutes / 20, 0.05)
+    overrides = [("max_time", str(options.minutes * 60)), ("save_every_minutes", str(save_minutes)),
+                 ("keep_last", str(max(options.average_last, 5)))] + list(options.overrides)
+    summary = train(out=run_dir, data=data_dir, preset=options.preset, overrides=overrides,
+                    device=options.device, command="nmt quickstart", progress=options.progress)
+    for line in summary.lines:
+        log(line)
+
+    _stage(log, 3, f"averaging the last {options.average_last} checkpoints")
+    available = len(numbered_checkpoints(run_dir))
+    paths = checkpoints_to_average([run_dir], min(options.average_last, available))
+    atomic_save(average_checkpoints(paths), model_path)
+    log(f"averaged {', '.join(p.name for p in paths)} into {model_path}")
+
+    _stage(log, 4, "evaluating on the test split (beam 4, length penalty 0.6)")
+    scores = evaluate_model(model_path, data_dir, "test", DecodeConfig(), device="cpu")
+    log(format_table(scores))
+
+    _stage(log, 5, "translating example sentences")
+    translator = Translator.from_file(model_path, DecodeConfig())
+    examples = _example_sentences(data_dir, options.src)
+    translations = list(translator.translate(examples))
+    for source, target in zip(examples, translations):
+        log(f"  {source}\n  → {target}")
+
+    _stage(log, 6, "drawing attention pictures of the first example")
+    maps = compute_attention(translator.model, translator.vocab, examples[0], translations[0])
+    written = write_attention_pictures(maps, pictures)
+    log(f"wrote {len(written)} pictures to {pictures}/ (overview: {written[-1].name})")
+
+    q = shlex.quote
+    log(f"\ndone in {(time.time() - started) / 60:.1f} minutes.")
+    log(f"  data:      {data_dir}/ (manifest.json, spm.model, token ids)")
+    log(f"  run:       {run_dir}/ (checkpoints, metrics.jsonl, config.json)")
+    log(f"  model:     {model_path} (average of the last {len(paths)} checkpoints)")
+    log(f"  scores:    {scores['json']}")
+    log(f"  pictures:  {pictures}/")
+    log("next:")
+    log(f"  train longer:     nmt train --resume {q(str(run_dir))} --max-time 2h")
+    log(f"  average again:    nmt average {q(str(run_dir))} --last 5 --out {q(str(model_path))}")
+    log(f"  translate a file: nmt translate --model {q(str(model_path))} --input FILE --output OUT")
+    log(f"  type sentences:   nmt translate --model {q(str(model_path))} --interactive")
+    log(f"  look at a pair:   nmt attention --model {q(str(model_path))} --src \"...\" --out DIR")
+    log(f"  score a split:    nmt evaluate --model {q(str(model_path))} --data {q(str(data_dir))} --split test")
+    sys.stdout.flush()
+    return {"data": data_dir, "run": run_dir, "model": model_path, "scores": scores,
+            "train": summary, "seconds": time.time() - started,
+            "translations": list(zip(examples, translations)), "pictures": written}

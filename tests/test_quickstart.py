@@ -1,0 +1,59 @@
+"""`nmt quickstart` end to end at a tiny scale: a few hundred pairs, the tiny preset, seconds."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from transformer_nmt.cli import main
+
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k"
+RAW = Path("data") / "task1" / "raw"
+SIZES = {"train": 300, "val": 20, "test_2016_flickr": 20}
+
+
+@pytest.fixture(scope="module")
+def small_mirror(tmp_path_factory) -> Path:
+    """A copy of the Multi30k repository layout holding the first few hundred pairs."""
+    if not (SHARED / RAW).is_dir():
+        pytest.skip("the Multi30k mirror is not available")
+    mirror = tmp_path_factory.mktemp("mirror")
+    (mirror / RAW).mkdir(parents=True)
+    for split, size in SIZES.items():
+        for lang in ("de", "en"):
+            with gzip.open(SHARED / RAW / f"{split}.{lang}.gz", "rt", encoding="utf-8") as source:
+                lines = [line for line, _ in zip(source, range(size))]
+            with gzip.open(mirror / RAW / f"{split}.{lang}.gz", "wt", encoding="utf-8") as target:
+                target.writelines(lines)
+    return mirror
+
+
+def run_quickstart(mirror: Path, out: Path) -> int:
+    return main(["quickstart", "--corpus", "multi30k", "--src", "de", "--tgt", "en",
+                 "--mirror", str(mirror), "--out", str(out), "--preset", "tiny",
+                 "--minutes", "0.25", "--set", "max_tokens=400"])
+
+
+def test_quickstart_runs_every_stage_and_reruns_without_starting_over(small_mirror, tmp_path,
+                                                                      capsys):
+    out = tmp_path / "qs"
+    assert run_quickstart(small_mirror, out) == 0
+    printed = capsys.readouterr().out
+    for stage in range(1, 7):
+        assert f"[{stage}/6]" in printed
+    assert "BLEU" in printed and "chrF2" in printed
+    scores = json.loads((out / "model.eval-test.json").read_text())
+    assert 0.0 <= scores["bleu"] <= 100.0
+    assert len((out / "model.test.hyp").read_text(encoding="utf-8").splitlines()) == 20
+    pictures = sorted(p.name for p in (out / "attention").glob("*.png"))
+    assert "overview-layer2.png" in pictures and len(pictures) == 3 * 2 + 1
+    assert "nmt translate --model" in printed
+
+    step_files = sorted((out / "run").glob("checkpoint_[0-9]*.pt"))
+    assert run_quickstart(small_mirror, out) == 0
+    again = capsys.readouterr()
+    assert "already prepared" in again.out + again.err
+    assert sorted((out / "run").glob("checkpoint_[0-9]*.pt")) == step_files
