@@ -89,3 +89,17 @@ def test_bad_options_are_one_line_errors(model_file, capsys):
     assert main(["translate", "--model", str(model_file), "--interactive",
                  "--input", "x.txt"]) == 2
     assert "--interactive" in capsys.readouterr().err
+
+
+def test_invalid_utf8_names_the_line_or_is_replaced_on_request(model_file, tmp_path, capsys):
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"the house\nthe h\xffouse\n")
+    output = tmp_path / "out.txt"
+    command = ["translate", "--model", str(model_file), "--input", str(source),
+               "--output", str(output), *FAST]
+    assert main(command) == 2
+    last_line = capsys.readouterr().err.splitlines()[-1]  # after the progress bar
+    assert last_line.startswith(f"nmt translate: error: {source}:2: invalid UTF-8")
+    assert not output.exists()  # nothing half-written
+    assert main(command + ["--errors", "replace"]) == 0
+    assert len(output.read_text(encoding="utf-8").splitlines()) == 2

@@ -95,9 +95,7 @@ def add_prepare_parser(subparsers: argparse._SubParsersAction) -> None:
                         "bounds memory on big corpora (default 2000000)")
     parser.add_argument("--seed", type=int, default=1, metavar="N",
                         help="seed of the BPE sample and of a held-out valid slice (default 1)")
-    parser.add_argument("--errors", choices=["strict", "replace"], default="strict",
-                        help="invalid UTF-8 in the input: stop with an error naming the file "
-                        "and line (strict, default) or replace bad bytes with U+FFFD")
+    _add_errors_argument(parser)
     parser.add_argument("--mirror", metavar="DIR_OR_URL",
                         help="multi30k, wmt14-en-de: read the corpus from this local directory "
                         "or URL instead of its home (also NMT_MULTI30K_MIRROR, NMT_WMT14_MIRROR)")
@@ -203,6 +201,12 @@ def _decode_settings(args: argparse.Namespace):
     return decode, device
 
 
+def _add_errors_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--errors", choices=["strict", "replace"], default="strict",
+                        help="invalid UTF-8 in the input: stop with an error naming the file "
+                        "and line (strict, default) or replace bad bytes with U+FFFD")
+
+
 def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "translate",
@@ -235,6 +239,7 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
                         "of the penultimate decoder layer")
     parser.add_argument("--interactive", action="store_true",
                         help="translate each line of standard input as soon as it is typed")
+    _add_errors_argument(parser)
     _add_decode_arguments(parser)
     parser.set_defaults(func=run_translate)
 
@@ -247,7 +252,7 @@ def run_translate(args: argparse.Namespace) -> None:
         args.model, decode, device, args.precision, args.batch_size, args.max_tokens,
         alignments=args.alignments, workers=args.workers)
     translate_stream(translator, args.input, args.output, nbest=args.nbest > 1,
-                     interactive=args.interactive)
+                     interactive=args.interactive, errors=args.errors)
 
 
 def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -283,6 +288,7 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", metavar="FILE",
                         help="write the scores as JSON here (default with --model: "
                         "MODEL.eval-SPLIT.json; with --hyp: none)")
+    _add_errors_argument(parser)
     _add_decode_arguments(parser)
     parser.set_defaults(func=run_evaluate)
 
@@ -294,7 +300,7 @@ def run_evaluate(args: argparse.Namespace) -> None:
         if not (args.hyp and args.ref) or args.model or args.data:
             raise UserError("give either --hyp and --ref (score a file) or --model and "
                             "--data (translate a split and score it)")
-        result = evaluate_files(args.hyp, args.ref, args.tgt_lang, args.json)
+        result = evaluate_files(args.hyp, args.ref, args.tgt_lang, args.json, args.errors)
     else:
         if not (args.model and args.data):
             raise UserError("give --model and --data (translate a split and score it), or "

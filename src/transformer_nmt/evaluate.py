@@ -48,9 +48,12 @@ def tokenize_for_bleu(lines: list[str], lang: str) -> list[str]:
     return tokenized
 
 
-def read_text(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 text file without trailing whitespace, as the sacrebleu CLI reads them."""
-    return [line.rstrip() for line in read_lines(path)]
+def read_text(path: str | Path, errors: str = "strict") -> list[str]:
+    """Lines of a UTF-8 text file without trailing whitespace, as the sacrebleu CLI reads them.
+
+    errors="replace" turns invalid bytes into U+FFFD instead of stopping with a UserError.
+    """
+    return [line.rstrip() for line in read_lines(path, errors)]
 
 
 def score(hypotheses: list[str], references: list[str], tgt_lang: str | None = None) -> dict[str, Any]:
@@ -103,9 +106,9 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def evaluate_files(hyp_path: str | Path, ref_path: str | Path, tgt_lang: str | None = None,
-                   json_path: str | Path | None = None) -> dict[str, Any]:
+                   json_path: str | Path | None = None, errors: str = "strict") -> dict[str, Any]:
     """Score an existing hypothesis file against a reference file (one sentence per line)."""
-    result = score(read_text(hyp_path), read_text(ref_path), tgt_lang)
+    result = score(read_text(hyp_path, errors), read_text(ref_path, errors), tgt_lang)
     result.update(hyp=str(hyp_path), ref=str(ref_path), tgt_lang=tgt_lang)
     if json_path is not None:
         write_json_atomic(json_path, result)

@@ -305,8 +305,10 @@ def format_translations(index: int, translations: list[Translation], nbest: bool
 
 def translate_stream(translator: Translator, input_path: str | Path | None = None,
                      output_path: str | Path | None = None, nbest: bool = False,
-                     interactive: bool = False) -> int:
+                     interactive: bool = False, errors: str = "strict") -> int:
     """Translate a file (or stdin) into a file (or stdout); returns the number of lines.
+
+    errors: what invalid UTF-8 in the input does, as `read_lines` takes it.
 
     A file output is written to a temporary name and renamed when complete, with a
     progress bar on stderr. interactive: translate each stdin line as soon as it is read
@@ -314,8 +316,8 @@ def translate_stream(translator: Translator, input_path: str | Path | None = Non
     """
     if interactive and input_path is not None:
         raise UserError("--interactive reads standard input; leave out --input")
-    lines = (read_lines(input_path) if input_path is not None
-             else iter_lines(sys.stdin.buffer, "<stdin>"))
+    lines = (read_lines(input_path, errors) if input_path is not None
+             else iter_lines(sys.stdin.buffer, "<stdin>", errors))
     if interactive:
         translator.buffer_size = 1
     translations = translator.translate_nbest(lines)
