@@ -38,6 +38,7 @@ from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab, train_vocab
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, beam_search, greedy_search
 from transformer_nmt.decode.translator import prepare_model, release_free_memory
+from transformer_nmt.hardware import bf16_supported
 from transformer_nmt.model.transformer import EncoderOut, Transformer
 from transformer_nmt.train.checkpoint import load_for_inference
 
@@ -244,6 +245,9 @@ def main() -> None:
                torch=torch.__version__, bf16="bfloat16 weights and activations",
                int8="dynamic int8 quantization of every linear layer and the output projection")
         for precision in args.precisions.split(","):
+            if precision == "bf16" and not bf16_supported(torch.device("cpu")):
+                figure(figure="skipped", precision=precision, why="this CPU has no native bf16")
+                continue
             # A fresh process per precision: its peak RSS is what translating costs.
             command = [sys.executable, __file__, *sys.argv[1:], "--child", precision]
             subprocess.run(command + ([] if args.model else ["--spm", str(spm)]), check=True)

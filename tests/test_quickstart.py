@@ -51,6 +51,7 @@ def test_quickstart_runs_every_stage_and_reruns_without_starting_over(small_mirr
     pictures = sorted(p.name for p in (out / "attention").glob("*.png"))
     assert "overview-layer2.png" in pictures and len(pictures) == 3 * 2 + 1
     assert "nmt translate --model" in printed
+    assert (out / "run" / "curves.png").stat().st_size > 0
 
     step_files = sorted((out / "run").glob("checkpoint_[0-9]*.pt"))
     assert run_quickstart(small_mirror, out) == 0

@@ -12,11 +12,12 @@ from transformer_nmt.config import PRESETS
 from transformer_nmt.data.batching import TokenBatchSampler, collate
 from transformer_nmt.data.binarize import load_split
 from transformer_nmt.errors import UserError
+from transformer_nmt.hardware import bf16_supported
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.train import trainer as trainer_module
 from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints, read_checkpoint
 from transformer_nmt.train.distributed import init_distributed
-from transformer_nmt.train.trainer import (Trainer, attention_kernels, bf16_supported,
+from transformer_nmt.train.trainer import (Trainer, attention_kernels,
                                           resolve_precision, train)
 
 from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)

@@ -19,6 +19,7 @@ from transformer_nmt.data.vocab import train_vocab
 from transformer_nmt.decode.translator import (
     Translation, Translator, format_translations, source_limit, word_alignment)
 from transformer_nmt.errors import UserError
+from transformer_nmt.hardware import bf16_supported
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.train.checkpoint import atomic_save, load_for_inference, model_payload
 
@@ -121,11 +122,22 @@ def test_source_limit_leaves_room_for_the_output():
     assert source_limit(32, DecodeConfig(max_len_b=50)) == 1
 
 
-@pytest.mark.parametrize("precision", ["bf16", "int8"])
+NATIVE_BF16 = bf16_supported(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("precision", [
+    pytest.param("bf16", marks=pytest.mark.skipif(not NATIVE_BF16, reason="no native bf16")),
+    "int8"])
 def test_reduced_precision_translates(model_file, precision):
     lines = sentences(4, seed=4)
     translator = Translator(load_for_inference(model_file), SHORT, precision=precision)
     assert len(list(translator.translate(lines))) == 4
+
+
+@pytest.mark.skipif(NATIVE_BF16, reason="this CPU has native bf16")
+def test_emulated_bf16_is_refused(model_file):
+    with pytest.raises(UserError, match="no native bf16"):
+        Translator(load_for_inference(model_file), SHORT, precision="bf16")
 
 
 def test_alignments_are_word_pairs_within_both_sentences(model_file):

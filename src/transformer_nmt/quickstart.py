@@ -83,6 +83,7 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     from transformer_nmt.data.prepare import PrepareOptions, prepare
     from transformer_nmt.decode.translator import Translator
     from transformer_nmt.evaluate import evaluate_model, format_table
+    from transformer_nmt.train.metrics import plot_metrics
     from transformer_nmt.train.checkpoint import (
         atomic_save, average_checkpoints, checkpoints_to_average, numbered_checkpoints)
     from transformer_nmt.train.trainer import train
@@ -102,12 +103,17 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     _stage(log, 2, f"training the {options.preset} preset for up to {options.minutes:g} minutes")
     # Checkpoints every twentieth of the budget: the last five average its final quarter.
     save_minutes = max(options.minutes / 20, 0.05)
+    # Validation (loss and greedy BLEU) every 150 steps: a few points for the curves
+    # picture at a few percent of the training time.
     overrides = [("max_time", str(options.minutes * 60)), ("save_every_minutes", str(save_minutes)),
-                 ("keep_last", str(max(options.average_last, 5)))] + list(options.overrides)
+                 ("keep_last", str(max(options.average_last, 5))), ("valid_every", "150"),
+                 ("valid_bleu", "true")] + list(options.overrides)
     summary = train(out=run_dir, data=data_dir, preset=options.preset, overrides=overrides,
                     device=options.device, command="nmt quickstart", progress=options.progress)
     for line in summary.lines:
         log(line)
+    curves = plot_metrics(run_dir / "metrics.jsonl", run_dir / "curves.png", x_axis="wall")
+    log(f"drew the training curves (validation loss and BLEU against time) into {curves}")
 
     _stage(log, 3, f"averaging the last {options.average_last} checkpoints")
     available = len(numbered_checkpoints(run_dir))
@@ -134,7 +140,7 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     q = shlex.quote
     log(f"\ndone in {(time.time() - started) / 60:.1f} minutes.")
     log(f"  data:      {data_dir}/ (manifest.json, spm.model, token ids)")
-    log(f"  run:       {run_dir}/ (checkpoints, metrics.jsonl, config.json)")
+    log(f"  run:       {run_dir}/ (checkpoints, metrics.jsonl, config.json, curves.png)")
     log(f"  model:     {model_path} (average of the last {len(paths)} checkpoints)")
     log(f"  scores:    {scores['json']}")
     log(f"  pictures:  {pictures}/")
@@ -146,6 +152,6 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     log(f"  look at a pair:   nmt attention --model {q(str(model_path))} --src \"...\" --out DIR")
     log(f"  score a split:    nmt evaluate --model {q(str(model_path))} --data {q(str(data_dir))} --split test")
     sys.stdout.flush()
-    return {"data": data_dir, "run": run_dir, "model": model_path, "scores": scores,
+    return {"data": data_dir, "run": run_dir, "curves": curves, "model": model_path, "scores": scores,
             "train": summary, "seconds": time.time() - started,
             "translations": list(zip(examples, translations)), "pictures": written}

@@ -23,6 +23,7 @@ from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import LineWriter, count_lines, iter_lines, normalize, read_lines
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, search
 from transformer_nmt.errors import UserError
+from transformer_nmt.hardware import bf16_supported
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.train.checkpoint import InferenceModel, load_for_inference
 
@@ -78,6 +79,10 @@ def prepare_model(model: nn.Module, device: str | torch.device, precision: str) 
     if precision == "fp32":
         return model.to(device).eval()
     if precision == "bf16":
+        if not bf16_supported(device):
+            raise UserError(f"--precision bf16: this {device.type.upper()} has no native bf16 "
+                            "(needs AVX-512 BF16 or AMX on a CPU, Ampere or newer on a GPU) and "
+                            "would decode far slower than fp32; use fp32 or, on a CPU, int8")
         return model.to(device=device, dtype=torch.bfloat16).eval()
     if device.type != "cpu":
         raise UserError("--precision int8 runs on the CPU only; use bf16 on a GPU")

@@ -57,17 +57,11 @@ from transformer_nmt.train.loss import label_smoothed_nll, perplexity
 from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.train.metrics import (MetricsLog, format_count, format_duration,
                                            measure_peak_flops)
+from transformer_nmt.hardware import bf16_supported
 from transformer_nmt.train.run import RunPlan, plan_run, write_run_config
 from transformer_nmt.train.schedule import InverseSqrtSchedule
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def bf16_supported(device: torch.device) -> bool:
-    """Whether `device` computes bf16 natively (fast), not just emulates it."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
