@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from transformer_nmt.cli import main
+from transformer_nmt.config import get_preset
+from transformer_nmt.quickstart import QuickstartOptions, _shorter_warmup
+from transformer_nmt.train.schedule import InverseSqrtSchedule
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k"
 RAW = Path("data") / "task1" / "raw"
@@ -58,3 +61,14 @@ def test_quickstart_runs_every_stage_and_reruns_without_starting_over(small_mirr
     again = capsys.readouterr()
     assert "already prepared" in again.out + again.err
     assert sorted((out / "run").glob("checkpoint_[0-9]*.pt")) == step_files
+
+
+def test_the_shorter_warmup_reaches_the_presets_peak_learning_rate():
+    preset = get_preset("small")
+    settings = dict(_shorter_warmup(QuickstartOptions(preset="small", warmup=300)))
+    assert int(settings["warmup_steps"]) == 300
+    shorter = InverseSqrtSchedule(preset.model.d_model, 300, float(settings["lr_scale"]))
+    original = InverseSqrtSchedule(preset.model.d_model, preset.train.warmup_steps,
+                                   preset.train.lr_scale)
+    assert shorter(300) == pytest.approx(original(preset.train.warmup_steps), rel=1e-5)
+    assert _shorter_warmup(QuickstartOptions(preset="tiny", warmup=300)) == []  # already short
