@@ -604,8 +604,11 @@ class _Session:
         last_save_time = session_start
         interval = dict.fromkeys(("loss", "nll", "tgt", "src", "flops", "steps"), 0)
         interval_start = time.perf_counter()
-        bar = tqdm(total=cfg.max_steps, initial=trainer.step, unit="step", dynamic_ncols=True,
-                   disable=not self.show_progress, file=sys.stderr)
+        # Under a time limit the step limit is usually far away: a bar towards it would
+        # promise an ETA of days, so the bar counts steps and the postfix says the time left.
+        bar = tqdm(total=None if cfg.max_time else cfg.max_steps, initial=trainer.step,
+                   unit="step", dynamic_ncols=True, disable=not self.show_progress,
+                   file=sys.stderr)
         iterator = iter(self.sampler)
         stopped_by = None
         last_update: StepResult | None = None
@@ -633,7 +636,9 @@ class _Session:
                     bar.set_postfix_str(
                         f"loss {result.loss / result.tgt_tokens:.3f} "
                         f"ppl {perplexity(result.nll / result.tgt_tokens):.1f} "
-                        f"lr {result.lr:.2e} {rate:.0f} tgt tok/s mfu {mfu:.1%}", refresh=False)
+                        f"lr {result.lr:.2e} {rate:.0f} tgt tok/s mfu {mfu:.1%}"
+                        + (f" {format_duration(max(cfg.max_time - wall, 0))} left"
+                           if cfg.max_time else ""), refresh=False)
                     bar.update(1)
                 else:
                     self._report_skip(result, log, wall)
@@ -656,6 +661,7 @@ class _Session:
                     (step and cfg.valid_every and step % cfg.valid_every == 0)
                     or stopped_by is not None)
                 improved = False
+                pause_start = time.perf_counter()
                 if validate:
                     before = state["best_valid_nll"]
                     nll = self._validate(log, wall)
@@ -666,8 +672,8 @@ class _Session:
                     last_save_time = time.perf_counter()
                 elif improved:
                     self._save(best=True, numbered=False)
-                if validate or save_due:
-                    interval_start = time.perf_counter()  # keep them out of the speed
+                # Validating and saving stay out of the speed: the interval's clock skips them.
+                interval_start += time.perf_counter() - pause_start
         finally:
             bar.close()
         return stopped_by
