@@ -87,9 +87,10 @@ def _shorter_warmup(options: QuickstartOptions) -> list[tuple[str, str]]:
     return [("warmup_steps", str(options.warmup)), ("lr_scale", f"{scale:.6g}")]
 
 
-def _example_sentences(data_dir: Path, src: str, count: int = 5) -> list[str]:
-    """Built-in examples for the source language, else the first lines of the test split."""
-    if src in EXAMPLES:
+def _example_sentences(data_dir: Path, corpus: str, src: str, count: int = 5) -> list[str]:
+    """Built-in examples for the Bible's languages, else the first lines of the test split
+    (a model of image captions has no words for scripture)."""
+    if corpus == "bible" and src in EXAMPLES:
         return EXAMPLES[src][:count]
     with open(data_dir / f"test.{src}", encoding="utf-8") as handle:
         return [line.rstrip("\n") for line, _ in zip(handle, range(count))]
@@ -145,7 +146,7 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
 
     _stage(log, 5, "translating example sentences")
     translator = Translator.from_file(model_path, DecodeConfig())
-    examples = _example_sentences(data_dir, options.src)
+    examples = _example_sentences(data_dir, options.corpus, options.src)
     translations = list(translator.translate(examples))
     for source, target in zip(examples, translations):
         log(f"  {source}\n  → {target}")
