@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from transformer_nmt.config import PRESETS, ModelConfig, get_preset
-from transformer_nmt.model.attention import scaled_dot_product_attention
+from transformer_nmt.model.attention import KVCache, SparePool, scaled_dot_product_attention
 from transformer_nmt.model.transformer import Transformer, sinusoidal_encodings
 
 VOCAB = 53
@@ -123,9 +123,33 @@ def test_cache_reorder_follows_beams():
     for i in range(3):
         model.decode(tgt[:, i:i + 1], enc, cache)
     order = torch.tensor([2, 0, 0])
-    cache.reorder(order)
+    cache.reorder(order, sentences=order)
     step = model.decode(tgt[order, 3:4], enc.select(order), cache).logits
     torch.testing.assert_close(step[:, 0], model(src[order], tgt[order])[:, 3])
+
+
+def test_beams_share_their_sentence_encoder_states():
+    """Decoder rows g * r .. g * r + g - 1 attend to encoder row r: the same logits as
+    with the encoder output repeated for every row, with and without a cache."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(), VOCAB).eval()
+    src, tgt = random_batch(2, 6, 4)
+    src[1, 4:] = 0  # padding: the mask must follow the rows too
+    beams = torch.tensor([0, 0, 0, 1, 1, 1])
+    tgt = torch.cat([tgt[beams][:, :1], torch.randint(4, VOCAB, (6, 3))], dim=1)
+    repeated = model.decode(tgt, model.encode(src).select(beams)).logits
+    enc = model.encode(src)
+    torch.testing.assert_close(model.decode(tgt, enc).logits, repeated)
+    cache = model.new_cache()
+    steps = [model.decode(tgt[:, i:i + 1], enc, cache).logits for i in range(4)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), repeated)
+    # A sentence leaves and the beams of the other move around.
+    cache = model.new_cache()
+    model.decode(tgt[:, :2], enc, cache)
+    rows = torch.tensor([5, 3, 3])
+    cache.reorder(rows, sentences=torch.tensor([1]))
+    step = model.decode(tgt[rows, 2:3], enc.select(torch.tensor([1])), cache).logits
+    torch.testing.assert_close(step[:, 0], repeated[rows, 2])
 
 
 def test_tied_weights_are_one_tensor():
@@ -198,3 +222,26 @@ def test_matches_torch_nn_transformer_with_the_same_weights():
     hidden = decoder(model._embed(model.tgt_embed, tgt), memory, tgt_mask=causal,
                      memory_key_padding_mask=src.eq(PAD))
     torch.testing.assert_close(ours, model.project(hidden), atol=1e-5, rtol=1e-4)
+
+
+def test_kv_cache_matches_plain_tensors_through_growth_and_reorders():
+    """Appends past the growth step, reorders with repeats and shrinking batches, and two
+    caches sharing one pool of spare buffers: always the same as concatenated tensors."""
+    torch.manual_seed(0)
+    pool = SparePool()
+    caches, plain = [KVCache(pool), KVCache(pool)], [None, None]
+    batch = 6
+    for step in range(40):
+        if step % 7 == 3:  # hypotheses move between beams, some sentences leave
+            index = torch.randint(0, batch, (batch - (step % 2),))
+            batch = index.numel()
+            for i, cache in enumerate(caches):
+                cache.reorder(index)
+                plain[i] = tuple(t[index] for t in plain[i])
+        for i, cache in enumerate(caches):
+            new = torch.randn(batch, 2, 1, 3), torch.randn(batch, 2, 1, 5)
+            plain[i] = new if plain[i] is None else tuple(
+                torch.cat([old, part], dim=2) for old, part in zip(plain[i], new))
+            keys, values = cache.append(*new)
+            assert torch.equal(keys, plain[i][0]) and torch.equal(values, plain[i][1])
+    assert caches[0].length == 40

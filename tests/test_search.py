@@ -38,7 +38,7 @@ class ToyCache:
     state: Tensor | None = None  # (batch, hidden)
     length: int = 0
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
         self.state = self.state[index]
 
 
@@ -70,12 +70,15 @@ class ToyModel:
     def decode(self, tgt: Tensor, enc: ToyEncoderOut, cache: ToyCache | None = None,
                need_weights: bool = False) -> ToyOut:
         start = 0 if cache is None else cache.length
-        state = enc.states if cache is None or cache.state is None else cache.state
+        group = tgt.size(0) // enc.states.size(0)  # hypotheses per source sentence
+        lengths = enc.lengths.repeat_interleave(group)
+        state = (enc.states.repeat_interleave(group, dim=0)
+                 if cache is None or cache.state is None else cache.state)
         logits = []
         for i in range(tgt.size(1)):
             state = torch.tanh(state @ self.recur + self.embed[tgt[:, i]])
             step_logits = state @ self.out
-            step_logits[:, EOS] += self.eos_slope * (start + i - enc.lengths) + self.eos_bias
+            step_logits[:, EOS] += self.eos_slope * (start + i - lengths) + self.eos_bias
             logits.append(step_logits)
         if cache is not None:
             cache.state, cache.length = state, start + tgt.size(1)

@@ -45,8 +45,9 @@ class EncoderState(Protocol):
 class DecoderState(Protocol):
     """The incremental-decoding cache; the search reorders it as hypotheses move."""
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows `index` (new_batch,) in that order."""
+    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep decoder rows `index` (new_batch,) in that order, and encoder rows
+        `sentences` (new_sentences,) when sentences leave the batch (None: all stay)."""
 
 
 class DecoderOutput(Protocol):
@@ -69,7 +70,11 @@ class Seq2Seq(Protocol):
 
     def decode(self, tgt: Tensor, enc: EncoderState, cache: DecoderState | None = None,
                need_weights: bool = False) -> DecoderOutput:
-        """Logits for target prefixes; with a cache, tgt holds only the new positions."""
+        """Logits for target prefixes; with a cache, tgt holds only the new positions.
+
+        tgt's batch is g times enc's (g = 1 for greedy search, the beam size after beam
+        search's first step): rows r * g .. r * g + g - 1 belong to source sentence r.
+        """
 
 
 @dataclass(frozen=True)
@@ -137,12 +142,13 @@ class _Stepper:
         log_probs[:, special.bos] = float("-inf")
         return log_probs
 
-    def reorder(self, rows: Tensor, enc_rows: Tensor | None) -> None:
-        """Continue with prefix rows `rows`; enc_rows: new encoder rows if the batch shrank."""
+    def reorder(self, rows: Tensor, sentences: Tensor | None) -> None:
+        """Continue with prefix rows `rows`; sentences: the encoder rows to keep if
+        sentences left the batch, None if they all stay."""
         if self.cache is not None:
-            self.cache.reorder(rows)
-        if enc_rows is not None:
-            self.enc = self.enc.select(enc_rows)
+            self.cache.reorder(rows, sentences)
+        if sentences is not None:
+            self.enc = self.enc.select(sentences)
 
 
 def _force_eos(log_probs: Tensor, at_limit: Tensor, eos: int) -> None:
@@ -278,9 +284,9 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
         tokens[:, step + 1] = next_token[keep].view(-1)
         scores, limits, active, nbest_score = scores[keep], limits[keep], active[keep], nbest_score[keep]
         if active.numel():
-            # The encoder rows change only when sentences leave or beams first fan out.
-            regrouped = keep.numel() < n or width < k
-            stepper.reorder(rows, (keep * width).repeat_interleave(k) if regrouped else None)
+            # The encoder rows (one per sentence, shared by its beams) change only when
+            # sentences leave.
+            stepper.reorder(rows, keep if keep.numel() < n else None)
         width = k
         step += 1
     return [sorted(hyps, key=lambda hyp: -hyp.score)[:nbest] for hyps in finished]

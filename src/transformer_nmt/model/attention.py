@@ -31,36 +31,100 @@ def scaled_dot_product_attention(
     return output, weights
 
 
+class SparePool:
+    """Buffers that reorders gather into, shared by the caches of one decoder.
+
+    A reorder gathers a cache into a spare buffer and hands its old buffer back, so one
+    spare serves every layer in turn: the memory of one layer's cache, not of a second
+    copy of all of them. Fresh allocations of tens of MB per step would instead be
+    page-faulted in every time. Only buffers of the latest shape are kept.
+    """
+
+    def __init__(self) -> None:
+        self._free: list[Tensor] = []
+
+    def take(self, rows: int, like: Tensor) -> Tensor:
+        """A buffer (rows, *like.shape[1:]) of like's dtype and device, contents undefined."""
+        for i, buffer in enumerate(self._free):
+            if (buffer.shape[1:] == like.shape[1:] and buffer.size(0) >= rows
+                    and buffer.dtype == like.dtype and buffer.device == like.device):
+                return self._free.pop(i)[:rows]
+        return like.new_empty(rows, *like.shape[1:])
+
+    def give(self, buffer: Tensor) -> None:
+        """Keep `buffer` for a later take; buffers of other shapes are dropped."""
+        self._free = [b for b in self._free if b.shape[1:] == buffer.shape[1:]][-1:] + [buffer]
+
+
 class KVCache:
     """Keys and values of one attention layer kept between incremental decoding steps.
 
     Self-attention appends one step's keys/values per call; encoder-decoder attention
     fills its keys/values once per source sentence. Beam search calls `reorder`.
+
+    They live in contiguous buffers (batch, heads, capacity, d) whose capacity grows in
+    steps of GROWTH positions, so that a step writes only its own positions (torch.cat
+    would copy the whole cache every step), and a reorder is one gather into a spare
+    buffer from `pool`.
     """
 
-    def __init__(self) -> None:
-        self.keys: Tensor | None = None  # (batch, heads, length, d_k)
-        self.values: Tensor | None = None  # (batch, heads, length, d_v)
+    GROWTH = 16
+
+    def __init__(self, pool: SparePool | None = None) -> None:
+        self._keys: Tensor | None = None  # (batch, heads, capacity, d_k)
+        self._values: Tensor | None = None  # (batch, heads, capacity, d_v)
+        self._pool = SparePool() if pool is None else pool
+        self.length = 0
+        """Number of cached positions."""
 
     @property
-    def length(self) -> int:
-        """Number of cached positions."""
-        return 0 if self.keys is None else self.keys.size(2)
+    def keys(self) -> Tensor | None:
+        """(batch, heads, length, d_k) the cached keys, or None before the first append."""
+        return None if self._keys is None else self._keys[:, :, : self.length]
+
+    @property
+    def values(self) -> Tensor | None:
+        """(batch, heads, length, d_v) the cached values, or None before the first append."""
+        return None if self._values is None else self._values[:, :, : self.length]
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Add new positions; return all keys and values so far."""
-        if self.keys is None:
-            self.keys, self.values = keys, values
-        else:
-            self.keys = torch.cat([self.keys, keys], dim=2)
-            self.values = torch.cat([self.values, values], dim=2)
+        """Add new positions, keys (batch, heads, new, d_k) and values; return all so far."""
+        end = self.length + keys.size(2)
+        if self._keys is None or end > self._keys.size(2):
+            self._grow(keys, values, end)
+        self._keys[:, :, self.length: end] = keys
+        self._values[:, :, self.length: end] = values
+        self.length = end
         return self.keys, self.values
+
+    def _grow(self, keys: Tensor, values: Tensor, needed: int) -> None:
+        capacity = -(-needed // self.GROWTH) * self.GROWTH
+        grown = []
+        for old, new in ((self._keys, keys), (self._values, values)):
+            batch, heads, _, width = new.shape
+            buffer = new.new_empty(batch, heads, capacity, width)
+            if old is not None:
+                buffer[:, :, : self.length] = old[:, :, : self.length]
+            grown.append(buffer)
+        self._keys, self._values = grown
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows `index` (batch,) in that order, e.g. the surviving beams."""
-        if self.keys is not None:
-            self.keys = self.keys.index_select(0, index)
-            self.values = self.values.index_select(0, index)
+        if self._keys is None:
+            return
+        if self._keys.requires_grad or self._values.requires_grad:
+            # Gathering into a buffer (out=) cannot carry gradients; a copy can.
+            self._keys, self._values = self._keys[index], self._values[index]
+            return
+        self._keys = self._gather(self._keys, index)
+        self._values = self._gather(self._values, index)
+
+    def _gather(self, buffer: Tensor, index: Tensor) -> Tensor:
+        gathered = self._pool.take(index.numel(), buffer)
+        torch.index_select(buffer[:, :, : self.length], 0, index,
+                           out=gathered[:, :, : self.length])
+        self._pool.give(buffer)
+        return gathered
 
 
 class MultiHeadAttention(nn.Module):
@@ -107,6 +171,8 @@ class MultiHeadAttention(nn.Module):
         causal: forbid attending to later positions (the decoder's self-attention).
         cache: for incremental decoding; self-attention appends x's keys/values to it,
         encoder-decoder attention computes memory's keys/values once and reuses them.
+        Encoder-decoder attention accepts x with a batch `group` times memory's: rows
+        r * group .. r * group + group - 1 attend to memory row r (beams of one sentence).
         Returns the output (batch, tgt_len, d_model) and, if need_weights, the weights
         (batch, heads, tgt_len, src_len).
         """
@@ -134,6 +200,11 @@ class MultiHeadAttention(nn.Module):
                 k, v = self._keys_values(memory)
                 if cache is not None:
                     cache.append(k, v)
+        group = q.size(0) // k.size(0)
+        if group > 1:
+            # Several query rows per memory row (the beams of one sentence): fold them into
+            # the query length, so that each sentence's keys/values are stored and read once.
+            q = _fold_group(q, group)  # (batch / group, heads, group * tgt_len, d_k)
         dropout = self.attention_dropout if self.training else 0.0
         weights = None
         if need_weights:
@@ -141,5 +212,18 @@ class MultiHeadAttention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal and q.size(2) > 1)
+        if group > 1:
+            out = _unfold_group(out, group)
+            weights = None if weights is None else _unfold_group(weights, group)
         out = out.transpose(1, 2).flatten(2)  # (batch, tgt_len, heads * d_v)
         return self.out_proj(out), weights
+
+
+def _fold_group(x: Tensor, group: int) -> Tensor:
+    """(n * group, heads, len, d) -> (n, heads, group * len, d); row r goes to n = r // group."""
+    return x.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)
+
+
+def _unfold_group(x: Tensor, group: int) -> Tensor:
+    """The inverse of _fold_group: (n, heads, group * len, d) -> (n * group, heads, len, d)."""
+    return x.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)

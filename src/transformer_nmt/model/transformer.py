@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_nmt.config import ModelConfig
-from transformer_nmt.model.attention import KVCache
+from transformer_nmt.model.attention import KVCache, SparePool
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer
 
 
@@ -52,18 +52,28 @@ class DecoderCache:
     """Every decoder layer's self-attention and encoder-decoder attention KV caches."""
 
     def __init__(self, layers: int) -> None:
-        self.self_attention = [KVCache() for _ in range(layers)]
-        self.cross_attention = [KVCache() for _ in range(layers)]
+        # One spare buffer per kind serves all layers' reorders (see SparePool).
+        self_pool, cross_pool = SparePool(), SparePool()
+        self.self_attention = [KVCache(self_pool) for _ in range(layers)]
+        self.cross_attention = [KVCache(cross_pool) for _ in range(layers)]
 
     @property
     def length(self) -> int:
         """Target positions decoded so far."""
         return self.self_attention[0].length
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows `index` (new_batch,): hypotheses moving between beams."""
-        for cache in self.self_attention + self.cross_attention:
+    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep decoder rows `index` (new_batch,): hypotheses moving between beams.
+
+        The encoder-decoder keys/values are kept once per source sentence (the encoder
+        batch), not per hypothesis: `sentences` (new_sentences,) says which to keep when
+        sentences leave the batch, None when they all stay.
+        """
+        for cache in self.self_attention:
             cache.reorder(index)
+        if sentences is not None:
+            for cache in self.cross_attention:
+                cache.reorder(sentences)
 
 
 @dataclass
@@ -166,6 +176,8 @@ class Transformer(nn.Module):
         Without a cache, tgt is the whole prefix (teacher forcing). With a cache, tgt holds
         only the new positions after the cache.length already decoded ones; the cache is
         updated in place, and encoder-decoder keys/values are computed on the first call only.
+        tgt's batch may be a multiple g of the encoder's: rows r * g .. r * g + g - 1 are
+        hypotheses (beams) of encoder row r, and share its states without copies.
         """
         start = 0 if cache is None else cache.length
         memory_mask = enc.src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
