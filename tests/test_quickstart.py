@@ -37,7 +37,7 @@ def small_mirror(tmp_path_factory) -> Path:
 def run_quickstart(mirror: Path, out: Path) -> int:
     return main(["quickstart", "--corpus", "multi30k", "--src", "de", "--tgt", "en",
                  "--mirror", str(mirror), "--out", str(out), "--preset", "tiny",
-                 "--minutes", "0.25", "--set", "max_tokens=400"])
+                 "--minutes", "0.25", "--max-tokens", "400"])
 
 
 def test_quickstart_runs_every_stage_and_reruns_without_starting_over(small_mirror, tmp_path,
@@ -55,6 +55,7 @@ def test_quickstart_runs_every_stage_and_reruns_without_starting_over(small_mirr
     assert "overview-layer2.png" in pictures and len(pictures) == 3 * 2 + 1
     assert "nmt translate --model" in printed
     assert (out / "run" / "curves.png").stat().st_size > 0
+    assert json.loads((out / "run" / "config.json").read_text())["train"]["max_tokens"] == 400
 
     step_files = sorted((out / "run").glob("checkpoint_[0-9]*.pt"))
     assert run_quickstart(small_mirror, out) == 0
