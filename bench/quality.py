@@ -5,8 +5,8 @@ the test split with beam 4 and prints one JSON line with the sacreBLEU, chrF and
 tokenized BLEU, the training steps, epochs and time, and the settings used.
 
     python bench/quality.py --corpus multi30k --src de --tgt en \
-        --mirror ../shared/data/multi30k --minutes 60 --out /tmp/quality-m30k
-    python bench/quality.py --corpus bible --src en --tgt de --minutes 60 --out /tmp/quality-bible
+        --mirror ../shared/data/multi30k --minutes 60 --out runs/quality-m30k
+    python bench/quality.py --corpus bible --src en --tgt de --minutes 60 --out runs/quality-bible
 """
 
 from __future__ import annotations
