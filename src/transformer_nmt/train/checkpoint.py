@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from transformer_nmt.config import ModelConfig, config_from_dict
+from transformer_nmt.data.manifest import fsync_dir
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 
@@ -56,11 +57,7 @@ def atomic_save(obj: Any, path: str | Path) -> None:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    fsync_dir(path.parent)
 
 
 def model_payload(model: Transformer, vocab_bytes: bytes) -> dict[str, Any]:
