@@ -6,9 +6,11 @@ file) is also used by test_translate_cli.py and test_evaluate.py.
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 from dataclasses import replace
+import weakref
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ import torch
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import train_vocab
 from transformer_nmt.decode.translator import (
-    Translation, Translator, format_translations, source_limit, word_alignment)
+    Translation, Translator, format_translations, prepare_model, source_limit, word_alignment)
 from transformer_nmt.errors import UserError
 from transformer_nmt.hardware import bf16_supported
 from transformer_nmt.model.transformer import Transformer
@@ -132,6 +134,20 @@ def test_reduced_precision_translates(model_file, precision):
     lines = sentences(4, seed=4)
     translator = Translator(load_for_inference(model_file), SHORT, precision=precision)
     assert len(list(translator.translate(lines))) == 4
+
+
+def test_int8_frees_the_float_layers_it_replaces():
+    # Quantization leaves the replaced float layers in reference cycles; prepare_model
+    # must collect them itself, or they stay resident until some later collection.
+    model = Transformer(get_preset("tiny").model, 60)
+    float_layers = [weakref.ref(m) for m in model.modules() if type(m) is torch.nn.Linear]
+    gc.collect()
+    gc.disable()
+    try:
+        prepare_model(model, "cpu", "int8")
+        assert float_layers and all(layer() is None for layer in float_layers)
+    finally:
+        gc.enable()
 
 
 @pytest.mark.skipif(NATIVE_BF16, reason="this CPU has native bf16")

@@ -7,6 +7,7 @@ little wasted compute), translated, and given back in their original order.
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import math
 import sys
@@ -103,6 +104,11 @@ def prepare_model(model: nn.Module, device: str | torch.device, precision: str) 
                 tied.weight = transformer.tgt_embed.weight
                 tied.qconfig = qconfig
                 transformer.output_proj = torch.ao.nn.quantized.dynamic.Linear.from_float(tied)
+    # The float Linear modules that quantization replaced stay alive in reference cycles
+    # (through their qconfig's closures) until a garbage collection: with the base model
+    # that is 170 MB, a fifth of a beam search's peak memory.
+    gc.collect()
+    release_free_memory()
     return quantized
 
 
