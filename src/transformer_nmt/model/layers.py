@@ -23,7 +23,7 @@ class FeedForward(nn.Module):
         self.activation_dropout = activation_dropout
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = F.relu(self.linear1(x))  # (batch, len, d_ff)
+        hidden = F.relu(self.linear1(x), inplace=True)  # (batch, len, d_ff)
         hidden = F.dropout(hidden, self.activation_dropout, self.training)
         return self.linear2(hidden)
 
