@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from transformer_nmt.data.batching import TokenBatchSampler
@@ -31,7 +32,12 @@ def test_single_process_collectives_are_identities():
     assert context.all_reduce_sum(tensor) is tensor and tensor.tolist() == [1.0, 1.0]
 
 
-def test_two_processes_train_like_one_with_twice_the_update_freq(tiny_data, tmp_path):
+# "none": the pre-softmax projection is a weight of its own, which the training loss uses
+# outside the model's forward (train/loss.py); DDP must still synchronize its gradient.
+@pytest.mark.parametrize("tie_embeddings", ["all", "none"])
+def test_two_processes_train_like_one_with_twice_the_update_freq(tiny_data, tmp_path,
+                                                                 tie_embeddings):
+    settings = dict(SETTINGS, tie_embeddings=tie_embeddings)
     data = load_split(tiny_data, "train")
     batches = TokenBatchSampler(data.src_lengths, data.tgt_lengths, SETTINGS["max_tokens"],
                                 seed=1).num_batches
@@ -40,13 +46,13 @@ def test_two_processes_train_like_one_with_twice_the_update_freq(tiny_data, tmp_
     steps = math.ceil(batches / 2) + 2
     one = tmp_path / "one"
     train(out=one, data=tiny_data, preset="tiny", progress=False,
-          overrides=tiny_overrides(update_freq=2, max_steps=steps, **SETTINGS))
+          overrides=tiny_overrides(update_freq=2, max_steps=steps, **settings))
     two = tmp_path / "two"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node=2", "-m", "transformer_nmt.cli", "train", "--data",
                str(tiny_data), "--out", str(two), "--preset", "tiny", "--max-steps", str(steps),
                "--update-freq", "1"]
-    for name, value in tiny_overrides(**SETTINGS):
+    for name, value in tiny_overrides(**settings):
         command += ["--set", f"{name}={value}"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     finished = subprocess.run(command, capture_output=True, text=True, env=env, timeout=180)

@@ -6,7 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_nmt.train.loss import label_smoothed_nll, perplexity
+from transformer_nmt.train import loss as loss_module
+from transformer_nmt.train.loss import (label_smoothed_nll, perplexity,
+                                     projected_label_smoothed_nll)
 
 
 def random_batch(seed=0, batch=3, length=5, vocab=11, pad=0):
@@ -70,6 +72,52 @@ def test_bf16_logits_give_float32_sums():
     reference, _ = label_smoothed_nll(logits.bfloat16().float(), target, 0.1)
     assert loss.dtype == torch.float32
     torch.testing.assert_close(loss, reference)
+
+
+def projection_batch(seed=2, vocab=11, d_model=6):
+    """Decoder states (3, 5, d_model), a projection weight (vocab, d_model), padded targets."""
+    generator = torch.Generator().manual_seed(seed)
+    _, target = random_batch(seed=seed, vocab=vocab)
+    states = torch.randn(3, 5, d_model, generator=generator, dtype=torch.float64)
+    weight = torch.randn(vocab, d_model, generator=generator, dtype=torch.float64)
+    return states, weight, target
+
+
+@pytest.mark.parametrize("rows_per_chunk", [1, 2, 100])
+def test_projected_loss_equals_the_loss_of_the_projected_logits(monkeypatch, rows_per_chunk):
+    # Chunks of 1 and 2 rows cross every chunk boundary; 100 is one chunk for all.
+    monkeypatch.setattr(loss_module, "CHUNK_LOGITS", rows_per_chunk * 11)
+    states, weight, target = projection_batch()
+    ours = [states.clone().requires_grad_(True), weight.clone().requires_grad_(True)]
+    reference = [states.clone().requires_grad_(True), weight.clone().requires_grad_(True)]
+    loss, nll = projected_label_smoothed_nll(ours[0], ours[1], target, 0.1)
+    expected, expected_nll = label_smoothed_nll(reference[0] @ reference[1].t(), target, 0.1)
+    assert not nll.requires_grad
+    (loss * 0.5).backward()
+    (expected * 0.5).backward()
+    torch.testing.assert_close((loss, nll), (expected.float(), expected_nll.float()))
+    for mine, theirs in zip(ours, reference):  # float32 sums inside: float32 tolerance
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+    assert ours[0].grad[target.eq(0)].abs().sum() == 0
+
+
+def test_projected_loss_without_gradients_gives_the_same_sums():
+    states, weight, target = projection_batch()
+    with_grad = projected_label_smoothed_nll(states.requires_grad_(True), weight, target, 0.1)
+    with torch.no_grad():
+        without = projected_label_smoothed_nll(states, weight, target, 0.1)
+    torch.testing.assert_close(with_grad, without)
+
+
+def test_projected_loss_under_autocast_projects_in_bf16():
+    states, weight, target = (t.float() if t.is_floating_point() else t
+                              for t in projection_batch())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = projected_label_smoothed_nll(states, weight, target, 0.1)
+        logits = F.linear(states, weight)  # what autocast does to the projection
+    expected, _ = label_smoothed_nll(logits, target, 0.1)
+    assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
+    torch.testing.assert_close(loss, expected)
 
 
 def test_perplexity():

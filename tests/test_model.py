@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from transformer_nmt.config import PRESETS, ModelConfig, get_preset
@@ -222,6 +223,16 @@ def test_matches_torch_nn_transformer_with_the_same_weights():
     hidden = decoder(model._embed(model.tgt_embed, tgt), memory, tgt_mask=causal,
                      memory_key_padding_mask=src.eq(PAD))
     torch.testing.assert_close(ours, model.project(hidden), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("tie_embeddings", ["all", "none"])
+def test_unprojected_forward_is_the_decoder_output_before_the_projection(tie_embeddings):
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(tie_embeddings=tie_embeddings), VOCAB).eval()
+    src, tgt = random_batch(2, 6, 5)
+    states = model(src, tgt, project=False)  # (2, 5, d_model)
+    assert states.shape == (2, 5, model.cfg.d_model)
+    torch.testing.assert_close(F.linear(states, model.projection_weight), model(src, tgt))
 
 
 def test_kv_cache_matches_plain_tensors_through_growth_and_reorders():

@@ -111,7 +111,7 @@ def test_limits_by_epochs_and_time(tiny_data, tmp_path):
 
 
 def test_non_finite_updates_are_skipped_then_training_stops(tiny_data, tmp_path, monkeypatch):
-    real_loss = trainer_module.label_smoothed_nll
+    real_loss = trainer_module.projected_label_smoothed_nll
     calls = {"n": 0}
 
     def loss_that_explodes(*args, **kwargs):
@@ -119,7 +119,7 @@ def test_non_finite_updates_are_skipped_then_training_stops(tiny_data, tmp_path,
         loss, nll = real_loss(*args, **kwargs)
         return (loss * math.nan, nll) if calls["n"] > 2 else (loss, nll)
 
-    monkeypatch.setattr(trainer_module, "label_smoothed_nll", loss_that_explodes)
+    monkeypatch.setattr(trainer_module, "projected_label_smoothed_nll", loss_that_explodes)
     with pytest.raises(UserError, match="diverged: 3 updates in a row"):
         run(tiny_data, tmp_path / "run", max_steps=20, save_every=1, max_bad_steps=3)
     skips = [r for r in metrics(tmp_path / "run") if r["event"] == "skip"]

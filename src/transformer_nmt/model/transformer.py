@@ -179,10 +179,20 @@ class Transformer(nn.Module):
         tgt's batch may be a multiple g of the encoder's: rows r * g .. r * g + g - 1 are
         hypotheses (beams) of encoder row r, and share its states without copies.
         """
+        states, self_attention, cross_attention = self._decoder_states(tgt, enc, cache,
+                                                                       need_weights)
+        return DecoderOut(self.project(states), self_attention, cross_attention)
+
+    def _decoder_states(self, tgt: Tensor, enc: EncoderOut, cache: DecoderCache | None = None,
+                        need_weights: bool = False
+                        ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """The decoder stack's output (batch, tgt_len, d_model) and, with need_weights, its
+        layers' self- and encoder-decoder attention weights (as in DecoderOut)."""
         start = 0 if cache is None else cache.length
         memory_mask = enc.src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
         x = self._embed(self.tgt_embed, tgt, start)
-        out = DecoderOut(logits=x)
+        self_attention: list[Tensor] = []
+        cross_attention: list[Tensor] = []
         for i, layer in enumerate(self.decoder_layers):
             x, self_weights, cross_weights = layer(
                 x, enc.states, memory_mask,
@@ -190,22 +200,34 @@ class Transformer(nn.Module):
                 cross_cache=None if cache is None else cache.cross_attention[i],
                 need_weights=need_weights)
             if need_weights:
-                out.self_attention.append(self_weights)
-                out.cross_attention.append(cross_weights)
+                self_attention.append(self_weights)
+                cross_attention.append(cross_weights)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        out.logits = self.project(x)
-        return out
+        return x, self_attention, cross_attention
+
+    @property
+    def projection_weight(self) -> Tensor:
+        """(vocab, d_model) the pre-softmax linear transformation's weight (it has no bias)."""
+        return self.tgt_embed.weight if self.output_proj is None else self.output_proj.weight
 
     def project(self, x: Tensor) -> Tensor:
         """Pre-softmax linear transformation (batch, len, d_model) -> (batch, len, vocab)."""
         if self.output_proj is None:
             return F.linear(x, self.tgt_embed.weight)
-        return self.output_proj(x)
+        return self.output_proj(x)  # a module: int8 decoding swaps in a quantized one
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher-forced logits (batch, tgt_len, vocab) for src (batch, src_len), tgt_in (batch, tgt_len)."""
-        return self.decode(tgt_in, self.encode(src)).logits
+    def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True) -> Tensor:
+        """Teacher-forced logits (batch, tgt_len, vocab) for src (batch, src_len), tgt_in (batch, tgt_len).
+
+        project=False returns the decoder's output (batch, tgt_len, d_model) before the
+        pre-softmax projection instead, for a loss that projects a chunk at a time
+        (train/loss.py). Training calls the model through forward, as DDP requires.
+        """
+        enc = self.encode(src)
+        if project:
+            return self.decode(tgt_in, enc).logits
+        return self._decoder_states(tgt_in, enc)[0]
 
 
 def count_parameters(cfg: ModelConfig, vocab_size: int) -> int:

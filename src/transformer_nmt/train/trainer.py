@@ -53,7 +53,7 @@ from transformer_nmt.train.checkpoint import (BEST, atomic_link, atomic_save, mo
                                               read_checkpoint, rng_states, save_numbered,
                                               set_rng_states)
 from transformer_nmt.train.distributed import Distributed, init_distributed, shutdown
-from transformer_nmt.train.loss import label_smoothed_nll, perplexity
+from transformer_nmt.train.loss import perplexity, projected_label_smoothed_nll
 from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.train.metrics import (MetricsLog, format_count, format_duration,
                                            measure_peak_flops)
@@ -175,9 +175,10 @@ class Trainer:
         length = max(batch.src.size(1), batch.tgt_in.size(1))
         with autocast(self.device, self.precision), \
                 attention_kernels(self.device, self.precision, length):
-            logits = self.model(batch.src, batch.tgt_in)  # (batch, tgt_len, vocab)
-        loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.cfg.label_smoothing,
-                                       self.raw_model.pad_id)
+            states = self.model(batch.src, batch.tgt_in, project=False)  # (batch, tgt_len, d_model)
+            loss, nll = projected_label_smoothed_nll(
+                states, self.raw_model.projection_weight, batch.tgt_out,
+                self.cfg.label_smoothing, self.raw_model.pad_id)
         scaled = loss * weight
         (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         return loss.detach() * weight, nll * weight
@@ -278,9 +279,10 @@ class Trainer:
             length = max(batch.src.size(1), batch.tgt_in.size(1))
             with autocast(self.device, self.precision), \
                     attention_kernels(self.device, self.precision, length):
-                logits = model(batch.src, batch.tgt_in)  # (batch, tgt_len, vocab)
-            loss, nll = label_smoothed_nll(logits, batch.tgt_out, self.cfg.label_smoothing,
-                                           model.pad_id)
+                states = model(batch.src, batch.tgt_in, project=False)  # (batch, tgt_len, d_model)
+                loss, nll = projected_label_smoothed_nll(
+                    states, model.projection_weight, batch.tgt_out, self.cfg.label_smoothing,
+                    model.pad_id)
             sums += torch.stack([loss.double(), nll.double(),
                                  torch.tensor(batch.tgt_tokens, dtype=torch.float64,
                                               device=self.device)])
