@@ -47,6 +47,16 @@ def test_a_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["checkpoint_1.pt"]
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_saved_files_get_the_users_usual_permissions(tmp_path, umask):
+    previous = os.umask(umask)
+    try:
+        atomic_save({"format": "x"}, tmp_path / "model.pt")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "model.pt").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
 def test_save_numbered_links_last_and_keeps_the_newest(tmp_path):
     for step in (10, 20, 30, 40):
         save_numbered(tmp_path, {"step": step}, step, keep_last=2)

@@ -40,6 +40,13 @@ BEST = "checkpoint_best.pt"
 _NUMBERED = re.compile(r"checkpoint_(\d+)\.pt")
 
 
+def _umask() -> int:
+    """The process's file mode creation mask (reading it means setting it: put it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_save(obj: Any, path: str | Path) -> None:
     """torch.save to a temporary file in the same directory, fsync, then rename over `path`.
 
@@ -49,6 +56,9 @@ def atomic_save(obj: Any, path: str | Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file private (0600); a model file gets the permissions of any
+        # file the user creates, so that a group sharing a run directory can read it.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
             torch.save(obj, handle)
             handle.flush()
