@@ -1,6 +1,6 @@
 """Training throughput of the base model on this machine, against a plain PyTorch loop.
 
-Trains the base preset (vocabulary 8000, random tokens) on batches of 4000 target (and
+Trains the base preset (vocabulary 8000 unless --vocab says otherwise, random tokens) on batches of 4000 target (and
 4000 source) tokens for a few optimizer steps through `Trainer.train_step`, in fp32 and
 in bf16 autocast, and times a reference of the same shape: shared embeddings + positional
 encodings + torch.nn.Transformer + tied output projection + the same label-smoothed loss
@@ -15,7 +15,7 @@ ours/reference ratios. The 2 cores may be shared with other work: compare the ra
 one run, not absolute numbers across runs.
 
     python bench/train_throughput.py [--steps 3] [--precisions fp32,bf16] [--repeats 1]
-                                     [--threads N]
+                                     [--threads N] [--vocab 8000]
 """
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ def run_case(impl: str, precision: str, steps: int) -> dict:
                 for batch in timed)
     peak = measure_peak_flops(torch.device("cpu"), DTYPES[precision])
     return {"bench": "train_throughput", "impl": impl, "precision": precision, "steps": steps,
+            "vocab": VOCAB,
             "threads": torch.get_num_threads(), "tgt_tokens_per_step": tgt // steps,
             "tgt_tok_s": round(tgt / seconds, 1), "src_tgt_tok_s": round((tgt + src) / seconds, 1),
             "step_s": round(seconds / steps, 3),
@@ -136,6 +137,7 @@ def run_case(impl: str, precision: str, steps: int) -> dict:
 
 
 def main() -> None:
+    global VOCAB  # --vocab sets the vocabulary of every case
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=3, help="timed steps per case (default 3)")
     parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated")
@@ -144,8 +146,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int,
                         help="torch threads (default: one per core); 1 gives steadier ratios "
                         "when other jobs share the cores")
+    parser.add_argument("--vocab", type=int, default=VOCAB,
+                        help=f"vocabulary size (default {VOCAB}; the paper's English-German "
+                        "models had about 37000)")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # IMPL:PRECISION, in a child
     args = parser.parse_args()
+    VOCAB = args.vocab
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.case:
@@ -158,7 +164,8 @@ def main() -> None:
             for impl in ("ours", "reference"):
                 child = subprocess.run(
                     [sys.executable, __file__, "--case", f"{impl}:{precision}",
-                     "--steps", str(args.steps), "--threads", str(torch.get_num_threads())],
+                     "--steps", str(args.steps), "--threads", str(torch.get_num_threads()),
+                     "--vocab", str(args.vocab)],
                     capture_output=True, text=True, check=True)
                 result = json.loads(child.stdout.strip().splitlines()[-1])
                 print(json.dumps(result), flush=True)
