@@ -58,18 +58,23 @@ class ForcedEncoderOut(EncoderOut):
 
 class ForcedLength(nn.Module):
     """A model whose logits are the wrapped model's, except that EOS is impossible before
-    round(ratio * source length) output tokens and certain at that length."""
+    round(ratio * source length) output tokens and certain at that length; or, given
+    `length`, after exactly that many tokens whatever the source length."""
 
-    def __init__(self, model: Transformer, ratio: float, eos: int) -> None:
+    def __init__(self, model: Transformer, ratio: float, eos: int,
+                 length: int | None = None) -> None:
         super().__init__()
-        self.model, self.cfg, self.ratio, self.eos = model, model.cfg, ratio, eos
+        self.model, self.cfg, self.ratio, self.eos, self.length = model, model.cfg, ratio, eos, length
 
     def encode(self, src: Tensor) -> ForcedEncoderOut:
-        lengths = (src.ne(self.model.pad_id).sum(1) - 1).float().mul(self.ratio).round().long()
+        if self.length is not None:
+            lengths = src.new_full((src.size(0),), self.length)
+        else:
+            lengths = (src.ne(self.model.pad_id).sum(1) - 1).float().mul(self.ratio).round().long()
         return ForcedEncoderOut(self.model.encode(src), lengths.clamp(min=1))
 
-    def new_cache(self):
-        return self.model.new_cache()
+    def new_cache(self, max_length: int = 0):
+        return self.model.new_cache(max_length)
 
     def decode(self, tgt: Tensor, enc: ForcedEncoderOut, cache=None, need_weights: bool = False):
         start = 0 if cache is None else cache.length  # read before decode appends to it

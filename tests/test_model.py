@@ -235,6 +235,19 @@ def test_unprojected_forward_is_the_decoder_output_before_the_projection(tie_emb
     torch.testing.assert_close(F.linear(states, model.projection_weight), model(src, tgt))
 
 
+def test_kv_cache_with_a_capacity_allocates_once_then_grows_past_it():
+    cache = KVCache(capacity=20)
+    chunk = torch.randn(3, 2, 1, 4)
+    cache.append(chunk, chunk)
+    buffer = cache.keys.data_ptr()
+    for _ in range(19):
+        cache.append(chunk, chunk)
+    assert cache.length == 20 and cache.keys.data_ptr() == buffer  # no growth, no copy
+    keys, _ = cache.append(chunk, chunk)
+    assert cache.length == 21 and keys.shape == (3, 2, 21, 4)
+    torch.testing.assert_close(keys[:, :, -1:], chunk)
+
+
 def test_kv_cache_matches_plain_tensors_through_growth_and_reorders():
     """Appends past the growth step, reorders with repeats and shrinking batches, and two
     caches sharing one pool of spare buffers: always the same as concatenated tensors."""

@@ -64,7 +64,7 @@ class ToyModel:
         states = torch.tanh((self.embed[src] * mask).sum(1))
         return ToyEncoderOut(states, src.ne(PAD).sum(1) - 1)
 
-    def new_cache(self) -> ToyCache:
+    def new_cache(self, max_length: int = 0) -> ToyCache:
         return ToyCache()
 
     def decode(self, tgt: Tensor, enc: ToyEncoderOut, cache: ToyCache | None = None,
@@ -141,6 +141,31 @@ def test_beam_1_equals_greedy(model):
     beam = beam_search(model, src, cfg, SPECIAL)
     assert [hyp.tokens for hyp in greedy] == [hyps[0].tokens for hyps in beam]
     assert [hyp.score for hyp in greedy] == pytest.approx([hyps[0].score for hyps in beam])
+
+
+class CacheRecorder(ToyModel):
+    """A ToyModel that keeps the caches it hands out and the lengths they were sized for."""
+
+    def __init__(self) -> None:
+        super().__init__(eos_bias=-20.0)  # never stops by itself: runs to the maximum length
+        self.caches: list[tuple[int, ToyCache]] = []
+
+    def new_cache(self, max_length: int = 0) -> ToyCache:
+        cache = super().new_cache(max_length)
+        self.caches.append((max_length, cache))
+        return cache
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_the_cache_is_sized_for_the_longest_output_and_never_outgrows_it(beam):
+    model = CacheRecorder()
+    src = random_sources(5, 12, seed=3)
+    cfg = DecodeConfig(beam=beam, max_len_a=1.0, max_len_b=3)
+    search(model, src, cfg, SPECIAL)
+    [(max_length, cache)] = model.caches
+    longest = int(max_lengths(src, cfg, SPECIAL.pad).max())
+    assert max_length == longest + 1  # BOS and every token before the EOS
+    assert cache.length == max_length  # the longest output decoded all of them
 
 
 @pytest.mark.parametrize("model", [ToyModel(), tiny_transformer()], ids=["toy", "transformer"])

@@ -65,8 +65,9 @@ class Seq2Seq(Protocol):
     def encode(self, src: Tensor) -> EncoderState:
         """Encode source ids (batch, src_len), each sentence ending in EOS, padded with PAD."""
 
-    def new_cache(self) -> DecoderState:
-        """An empty incremental-decoding cache."""
+    def new_cache(self, max_length: int = 0) -> DecoderState:
+        """An empty incremental-decoding cache for at most max_length target positions
+        (a hint; 0: unknown)."""
 
     def decode(self, tgt: Tensor, enc: EncoderState, cache: DecoderState | None = None,
                need_weights: bool = False) -> DecoderOutput:
@@ -126,9 +127,10 @@ class _Stepper:
     benchmark compare against).
     """
 
-    def __init__(self, model: Seq2Seq, enc: EncoderState, use_cache: bool) -> None:
+    def __init__(self, model: Seq2Seq, enc: EncoderState, use_cache: bool,
+                 max_length: int) -> None:
         self.model, self.enc = model, enc
-        self.cache = model.new_cache() if use_cache else None
+        self.cache = model.new_cache(max_length) if use_cache else None
 
     def log_probs(self, tokens: Tensor, step: int, special: SpecialIds) -> Tensor:
         """float32 (batch, vocab) log P(next | tokens[:, :step + 1]); PAD and BOS at -inf."""
@@ -169,7 +171,8 @@ def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(
     """
     batch = src.size(0)
     limits = max_lengths(src, cfg, special.pad, max_len_limit)  # (batch,)
-    stepper = _Stepper(model, model.encode(src), use_cache)
+    # The decoder sees BOS and every token but the last (EOS): at most max + 1 positions.
+    stepper = _Stepper(model, model.encode(src), use_cache, int(limits.max()) + 1)
     tokens = torch.full((batch, int(limits.max()) + 2), special.bos, dtype=torch.long,
                         device=src.device)  # (active, BOS + tokens + EOS)
     log_prob = torch.zeros(batch, device=src.device)  # (active,)
@@ -229,7 +232,7 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
     limits = max_lengths(src, cfg, special.pad, max_len_limit)  # (active,)
     # Every sentence starts with one empty prefix: step 0 decodes one row per sentence
     # (and computes the encoder-decoder keys/values once), later steps k rows.
-    stepper = _Stepper(model, model.encode(src), use_cache)
+    stepper = _Stepper(model, model.encode(src), use_cache, int(limits.max()) + 1)
     width = 1  # rows per sentence in the current step
     tokens = torch.full((batch, int(limits.max()) + 2), special.bos, dtype=torch.long,
                         device=device)  # (active * width, BOS + tokens + EOS), row = sentence * width + beam

@@ -51,10 +51,10 @@ class EncoderOut:
 class DecoderCache:
     """Every decoder layer's self-attention and encoder-decoder attention KV caches."""
 
-    def __init__(self, layers: int) -> None:
+    def __init__(self, layers: int, max_length: int = 0) -> None:
         # One spare buffer per kind serves all layers' reorders (see SparePool).
         self_pool, cross_pool = SparePool(), SparePool()
-        self.self_attention = [KVCache(self_pool) for _ in range(layers)]
+        self.self_attention = [KVCache(self_pool, max_length) for _ in range(layers)]
         self.cross_attention = [KVCache(cross_pool) for _ in range(layers)]
 
     @property
@@ -165,9 +165,10 @@ class Transformer(nn.Module):
             x = self.encoder_norm(x)
         return EncoderOut(x, src_mask, weights)
 
-    def new_cache(self) -> DecoderCache:
-        """An empty cache for incremental decoding with `decode(..., cache=cache)`."""
-        return DecoderCache(len(self.decoder_layers))
+    def new_cache(self, max_length: int = 0) -> DecoderCache:
+        """An empty cache for incremental decoding with `decode(..., cache=cache)`;
+        max_length: the most target positions the caller will decode (0: unknown)."""
+        return DecoderCache(len(self.decoder_layers), max_length)
 
     def decode(self, tgt: Tensor, enc: EncoderOut, cache: DecoderCache | None = None,
                need_weights: bool = False) -> DecoderOut:
