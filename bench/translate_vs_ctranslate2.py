@@ -1,0 +1,207 @@
+"""Our search against CTranslate2 on the same weights, sentences and CPU, in one run.
+
+bench/translate_speed.py measures us alone; the issue's goals quote CTranslate2's speed
+on another machine. This measures CTranslate2 here (pip install ctranslate2), decoding the
+very same random base-shape model (bench/ctranslate2_reference.py hands it the weights),
+and prints the ratios.
+
+Protocol, the same for both: the first --sentences of newstest2014 (English), sorted by
+length into batches of --batch-size, one batch at a time on every core; every sentence of
+a batch decodes exactly L + 1 steps, L being round(1.075 * source tokens) for the batch's
+longest sentence (1.075: the newstest2014 German/English subword ratio), since a random
+model has no idea when to stop. We generate L tokens and a forced EOS; CTranslate2, told
+min = max decoding length = L + 1, generates L + 1 tokens. Tokens/s count those steps.
+Greedy and beam 4 (no length penalty on either side, which does not change the work), fp32
+and int8 (ours: dynamic int8 linear layers; CTranslate2's int8 compute type). Each case
+runs in a fresh process so that its peak RSS is its own; CTranslate2's imports no torch.
+
+    python bench/translate_vs_ctranslate2.py [--sentences 500] [--batch-size 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# Only what a CTranslate2 case needs is imported here: torch would add ~220 MB to its RSS.
+
+LENGTH_RATIO = 1.075
+
+
+def figure(**values) -> None:
+    print(json.dumps(values), flush=True)
+
+
+def peak_rss_mb() -> int:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def batch_lengths(batches: list[list[list[str]]]) -> list[int]:
+    """L + 1 decoding steps per batch (pieces per sentence without the EOS)."""
+    return [round(LENGTH_RATIO * max(len(pieces) for pieces in batch)) + 1 for batch in batches]
+
+
+def piece_batches(spm: str, src: Path, sentences: int, batch_size: int) -> list[list[list[str]]]:
+    """Source sentences as sentencepiece pieces + EOS, longest first, in batches."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=spm)
+    lines = [line.strip() for line in src.read_text(encoding="utf-8").splitlines()]
+    lines = [line for line in lines if line][:sentences]
+    pieces = sorted(processor.encode(lines, out_type=str), key=len, reverse=True)
+    return [[p + ["</s>"] for p in pieces[i: i + batch_size]]
+            for i in range(0, len(pieces), batch_size)]
+
+
+def measure_ctranslate2(args: argparse.Namespace, precision: str) -> None:
+    import ctranslate2_reference
+
+    batches = piece_batches(args.spm, args.src, args.sentences, args.batch_size)
+    lengths = batch_lengths([[s[:-1] for s in batch] for batch in batches])
+    translator = ctranslate2_reference.load(Path(args.ct2_dir), precision, args.threads)
+    for beam in (1, 4):
+        ctranslate2_reference.translate(translator, batches[0][:4], beam, 4)  # warm-up
+        start, tokens = time.perf_counter(), 0
+        for batch, length in zip(batches, lengths):
+            found = ctranslate2_reference.translate(translator, batch, beam, length)
+            tokens += sum(len(hyp) for hyp in found)
+        report("ctranslate2", precision, beam, time.perf_counter() - start, batches, tokens)
+    figure(figure="peak_rss_mb", system="ctranslate2", precision=precision, value=peak_rss_mb())
+
+
+def measure_ours(args: argparse.Namespace, precision: str) -> None:
+    import torch
+
+    import translate_speed
+    from transformer_nmt.config import DecodeConfig
+    from transformer_nmt.data.vocab import Vocab
+    from transformer_nmt.decode.search import SpecialIds
+    from transformer_nmt.decode.translator import prepare_model
+
+    torch.set_num_threads(args.threads)
+    vocab = Vocab.load(args.spm)
+    special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    batches = piece_batches(args.spm, args.src, args.sentences, args.batch_size)
+    lengths = batch_lengths([[s[:-1] for s in batch] for batch in batches])
+    sources = [id_batch(vocab, batch) for batch in batches]
+    model = prepare_model(translate_speed.random_model(vocab).model.eval(), "cpu", precision)
+    for beam in (1, 4):
+        # Per batch, L tokens then EOS: the maximum length is L whatever the source length
+        # (so no sentence stops early), and EOS is forced there by the wrapper too.
+        cases = [(translate_speed.ForcedLength(model, 0.0, special.eos, length=length - 1),
+                  DecodeConfig(beam=beam, alpha=0.0, max_len_a=0.0, max_len_b=length - 1))
+                 for length in lengths]
+        translate_speed.run(cases[0][0], sources[:1], cases[0][1], special)  # warm-up
+        seconds, tokens = 0.0, 0
+        for (wrapper, cfg), src in zip(cases, sources):
+            took, _, _, made = translate_speed.run(wrapper, [src], cfg, special)
+            seconds, tokens = seconds + took, tokens + made
+        report("ours", precision, beam, seconds, batches, tokens)
+    figure(figure="peak_rss_mb", system="ours", precision=precision, value=peak_rss_mb())
+
+
+def id_batch(vocab, batch: list[list[str]]):
+    """(sentences, longest) token ids of a batch of pieces, padded."""
+    import torch
+
+    src = torch.full((len(batch), len(batch[0])), vocab.pad_id, dtype=torch.long)
+    for row, pieces in enumerate(batch):
+        src[row, : len(pieces)] = torch.tensor([vocab.processor.piece_to_id(p) for p in pieces])
+    return src
+
+
+def agreement(args: argparse.Namespace, spm: Path, ct2_dir: Path) -> float:
+    """The share of the first batch's sentences that both systems translate identically
+    by fp32 greedy search: evidence that CTranslate2 decodes the same model."""
+    import ctranslate2_reference
+    import translate_speed
+    from transformer_nmt.config import DecodeConfig
+    from transformer_nmt.data.vocab import Vocab
+    from transformer_nmt.decode.search import SpecialIds, greedy_search
+
+    vocab = Vocab.load(str(spm))
+    special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    [batch] = piece_batches(str(spm), args.src, args.batch_size, args.batch_size)[:1]
+    length = 12
+    model = translate_speed.ForcedLength(translate_speed.random_model(vocab).model.eval(), 0.0,
+                                         special.eos, length=length)
+    ours = greedy_search(model, id_batch(vocab, batch), DecodeConfig(beam=1), special)
+    theirs = ctranslate2_reference.translate(
+        ctranslate2_reference.load(ct2_dir, "fp32", args.threads), batch, 1, length)
+    same = [[vocab.piece(t) for t in hyp.tokens] == hyp_theirs
+            for hyp, hyp_theirs in zip(ours, theirs)]
+    return sum(same) / len(same)
+
+
+def report(system: str, precision: str, beam: int, seconds: float, batches, tokens: int) -> None:
+    sentences = sum(map(len, batches))
+    figure(figure="translate", system=system, search="greedy" if beam == 1 else f"beam{beam}",
+           precision=precision, threads=ARGS.threads, sentences_per_s=round(sentences / seconds, 2),
+           tokens_per_s=round(tokens / seconds, 1),
+           tokens_per_sentence=round(tokens / sentences, 1), seconds=round(seconds, 2))
+
+
+def export(workdir: Path, vocab_size: int) -> tuple[Path, Path]:
+    """The vocabulary and the CTranslate2 copy of the random model; returns their paths."""
+    import ctranslate2_reference
+    import translate_speed
+    from transformer_nmt.data.vocab import Vocab
+
+    spm = translate_speed.learn_vocab(vocab_size, workdir)
+    vocab = Vocab.load(spm)
+    model = translate_speed.random_model(vocab).model.eval()
+    return spm, ctranslate2_reference.export(model, vocab, workdir / "ctranslate2")
+
+
+def main() -> None:
+    global ARGS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parents[1] / ".."
+                        / "shared" / "data" / "wmt14" / "newstest2014.en",
+                        help="source sentences (default ../shared/data/wmt14/newstest2014.en)")
+    parser.add_argument("--sentences", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # SYSTEM:PRECISION, in a child
+    parser.add_argument("--spm", help=argparse.SUPPRESS)
+    parser.add_argument("--ct2-dir", help=argparse.SUPPRESS)
+    ARGS = args = parser.parse_args()
+    if args.case:
+        system, precision = args.case.split(":")
+        (measure_ours if system == "ours" else measure_ctranslate2)(args, precision)
+        return
+    results: dict[tuple[str, str, str], float] = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        spm, ct2_dir = export(Path(workdir), args.vocab_size)
+        figure(figure="agreement", of="identical fp32 greedy translations of the first batch",
+               value=agreement(args, spm, ct2_dir))
+        for precision in ("fp32", "int8"):
+            for system in ("ours", "ctranslate2"):
+                child = subprocess.run(
+                    [sys.executable, __file__, *sys.argv[1:], "--case", f"{system}:{precision}",
+                     "--spm", str(spm), "--ct2-dir", str(ct2_dir)],
+                    capture_output=True, text=True, check=True)
+                for line in child.stdout.splitlines():
+                    print(line, flush=True)
+                    values = json.loads(line)
+                    if values["figure"] == "translate":
+                        results[system, precision, values["search"]] = values["tokens_per_s"]
+    for precision in ("fp32", "int8"):
+        for search in ("greedy", "beam4"):
+            figure(figure="ratio", of="ours/ctranslate2 tokens_per_s", precision=precision,
+                   search=search, value=round(results["ours", precision, search]
+                                              / results["ctranslate2", precision, search], 3))
+
+
+ARGS: argparse.Namespace
+
+
+if __name__ == "__main__":
+    main()
