@@ -43,8 +43,9 @@ def peak_rss_mb() -> int:
 
 
 def batch_lengths(batches: list[list[list[str]]]) -> list[int]:
-    """L + 1 decoding steps per batch (pieces per sentence without the EOS)."""
-    return [round(LENGTH_RATIO * max(len(pieces) for pieces in batch)) + 1 for batch in batches]
+    """L + 1 decoding steps per batch of source pieces (each ending with the EOS)."""
+    return [round(LENGTH_RATIO * max(len(pieces) - 1 for pieces in batch)) + 1
+            for batch in batches]
 
 
 def piece_batches(spm: str, src: Path, sentences: int, batch_size: int) -> list[list[list[str]]]:
@@ -63,7 +64,7 @@ def measure_ctranslate2(args: argparse.Namespace, precision: str) -> None:
     import ctranslate2_reference
 
     batches = piece_batches(args.spm, args.src, args.sentences, args.batch_size)
-    lengths = batch_lengths([[s[:-1] for s in batch] for batch in batches])
+    lengths = batch_lengths(batches)
     translator = ctranslate2_reference.load(Path(args.ct2_dir), precision, args.threads)
     for beam in (1, 4):
         ctranslate2_reference.translate(translator, batches[0][:4], beam, 4)  # warm-up
@@ -71,7 +72,8 @@ def measure_ctranslate2(args: argparse.Namespace, precision: str) -> None:
         for batch, length in zip(batches, lengths):
             found = ctranslate2_reference.translate(translator, batch, beam, length)
             tokens += sum(len(hyp) for hyp in found)
-        report("ctranslate2", precision, beam, time.perf_counter() - start, batches, tokens)
+        report("ctranslate2", precision, beam, args.threads, time.perf_counter() - start,
+               batches, tokens)
     figure(figure="peak_rss_mb", system="ctranslate2", precision=precision, value=peak_rss_mb())
 
 
@@ -88,7 +90,7 @@ def measure_ours(args: argparse.Namespace, precision: str) -> None:
     vocab = Vocab.load(args.spm)
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     batches = piece_batches(args.spm, args.src, args.sentences, args.batch_size)
-    lengths = batch_lengths([[s[:-1] for s in batch] for batch in batches])
+    lengths = batch_lengths(batches)
     sources = [id_batch(vocab, batch) for batch in batches]
     model = prepare_model(translate_speed.random_model(vocab).model.eval(), "cpu", precision)
     for beam in (1, 4):
@@ -102,7 +104,7 @@ def measure_ours(args: argparse.Namespace, precision: str) -> None:
         for (wrapper, cfg), src in zip(cases, sources):
             took, _, _, made = translate_speed.run(wrapper, [src], cfg, special)
             seconds, tokens = seconds + took, tokens + made
-        report("ours", precision, beam, seconds, batches, tokens)
+        report("ours", precision, beam, args.threads, seconds, batches, tokens)
     figure(figure="peak_rss_mb", system="ours", precision=precision, value=peak_rss_mb())
 
 
@@ -116,7 +118,7 @@ def id_batch(vocab, batch: list[list[str]]):
     return src
 
 
-def agreement(args: argparse.Namespace, spm: Path, ct2_dir: Path) -> float:
+def agreement(args: argparse.Namespace, spm: Path, model, ct2_dir: Path) -> float:
     """The share of the first batch's sentences that both systems translate identically
     by fp32 greedy search: evidence that CTranslate2 decodes the same model."""
     import ctranslate2_reference
@@ -129,9 +131,8 @@ def agreement(args: argparse.Namespace, spm: Path, ct2_dir: Path) -> float:
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     [batch] = piece_batches(str(spm), args.src, args.batch_size, args.batch_size)[:1]
     length = 12
-    model = translate_speed.ForcedLength(translate_speed.random_model(vocab).model.eval(), 0.0,
-                                         special.eos, length=length)
-    ours = greedy_search(model, id_batch(vocab, batch), DecodeConfig(beam=1), special)
+    forced = translate_speed.ForcedLength(model, 0.0, special.eos, length=length)
+    ours = greedy_search(forced, id_batch(vocab, batch), DecodeConfig(beam=1), special)
     theirs = ctranslate2_reference.translate(
         ctranslate2_reference.load(ct2_dir, "fp32", args.threads), batch, 1, length)
     same = [[vocab.piece(t) for t in hyp.tokens] == hyp_theirs
@@ -139,16 +140,17 @@ def agreement(args: argparse.Namespace, spm: Path, ct2_dir: Path) -> float:
     return sum(same) / len(same)
 
 
-def report(system: str, precision: str, beam: int, seconds: float, batches, tokens: int) -> None:
+def report(system: str, precision: str, beam: int, threads: int, seconds: float, batches,
+           tokens: int) -> None:
     sentences = sum(map(len, batches))
     figure(figure="translate", system=system, search="greedy" if beam == 1 else f"beam{beam}",
-           precision=precision, threads=ARGS.threads, sentences_per_s=round(sentences / seconds, 2),
+           precision=precision, threads=threads, sentences_per_s=round(sentences / seconds, 2),
            tokens_per_s=round(tokens / seconds, 1),
            tokens_per_sentence=round(tokens / sentences, 1), seconds=round(seconds, 2))
 
 
-def export(workdir: Path, vocab_size: int) -> tuple[Path, Path]:
-    """The vocabulary and the CTranslate2 copy of the random model; returns their paths."""
+def export(workdir: Path, vocab_size: int):
+    """The vocabulary's path, the random model, and the path of its CTranslate2 copy."""
     import ctranslate2_reference
     import translate_speed
     from transformer_nmt.data.vocab import Vocab
@@ -156,11 +158,10 @@ def export(workdir: Path, vocab_size: int) -> tuple[Path, Path]:
     spm = translate_speed.learn_vocab(vocab_size, workdir)
     vocab = Vocab.load(spm)
     model = translate_speed.random_model(vocab).model.eval()
-    return spm, ctranslate2_reference.export(model, vocab, workdir / "ctranslate2")
+    return spm, model, ctranslate2_reference.export(model, vocab, workdir / "ctranslate2")
 
 
 def main() -> None:
-    global ARGS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parents[1] / ".."
                         / "shared" / "data" / "wmt14" / "newstest2014.en",
@@ -172,16 +173,17 @@ def main() -> None:
     parser.add_argument("--case", help=argparse.SUPPRESS)  # SYSTEM:PRECISION, in a child
     parser.add_argument("--spm", help=argparse.SUPPRESS)
     parser.add_argument("--ct2-dir", help=argparse.SUPPRESS)
-    ARGS = args = parser.parse_args()
+    args = parser.parse_args()
     if args.case:
         system, precision = args.case.split(":")
         (measure_ours if system == "ours" else measure_ctranslate2)(args, precision)
         return
     results: dict[tuple[str, str, str], float] = {}
     with tempfile.TemporaryDirectory() as workdir:
-        spm, ct2_dir = export(Path(workdir), args.vocab_size)
+        spm, model, ct2_dir = export(Path(workdir), args.vocab_size)
         figure(figure="agreement", of="identical fp32 greedy translations of the first batch",
-               value=agreement(args, spm, ct2_dir))
+               value=agreement(args, spm, model, ct2_dir))
+        del model  # the children build their own
         for precision in ("fp32", "int8"):
             for system in ("ours", "ctranslate2"):
                 child = subprocess.run(
@@ -199,8 +201,6 @@ def main() -> None:
                    search=search, value=round(results["ours", precision, search]
                                               / results["ctranslate2", precision, search], 3))
 
-
-ARGS: argparse.Namespace
 
 
 if __name__ == "__main__":

@@ -103,6 +103,7 @@ def test_projected_loss_equals_the_loss_of_the_projected_logits(monkeypatch, row
 
 def test_projected_loss_without_gradients_gives_the_same_sums():
     states, weight, target = projection_batch()
+    weight = torch.nn.Parameter(weight)  # as in validation: a parameter, under no_grad
     with_grad = projected_label_smoothed_nll(states.requires_grad_(True), weight, target, 0.1)
     with torch.no_grad():
         without = projected_label_smoothed_nll(states, weight, target, 0.1)

@@ -80,14 +80,13 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, states: Tensor, weight: Tensor, target: Tensor, epsilon: float,
-                pad_id: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+                pad_id: int, dtype: torch.dtype, want_grad: bool) -> tuple[Tensor, Tensor]:
         # states (tokens, d_model); weight (vocab, d_model); target (tokens,)
         vocab = weight.size(0)
         real = target.ne(pad_id).nonzero().squeeze(1)  # (real,) positions that count
         hidden = states.index_select(0, real).to(dtype)  # (real, d_model)
         labels = target.index_select(0, real).unsqueeze(1)  # (real, 1)
         projection = weight.to(dtype)  # (vocab, d_model)
-        want_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
         if want_grad:
             grad_states = torch.zeros(states.shape, dtype=torch.float32, device=states.device)
             grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
@@ -119,7 +118,7 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
         grad_states, grad_weight = ctx.saved_tensors
         states_dtype, weight_dtype = ctx.dtypes
         return ((grad_states * grad_loss).to(states_dtype),
-                (grad_weight * grad_loss).to(weight_dtype), None, None, None, None)
+                (grad_weight * grad_loss).to(weight_dtype), None, None, None, None, None)
 
 
 CHUNK_LOGITS = 2 ** 23
@@ -142,10 +141,13 @@ def projected_label_smoothed_nll(states: Tensor, weight: Tensor, target: Tensor,
     device = states.device.type
     dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
              else states.dtype)
+    # Decided here: inside forward grad mode is off, and ctx.needs_input_grad says True
+    # for the weight (a parameter) even under no_grad, as in validation.
+    want_grad = torch.is_grad_enabled() and (states.requires_grad or weight.requires_grad)
     with torch.autocast(device, enabled=False):
         loss, nll = _ProjectedLabelSmoothedNLL.apply(
             states.reshape(-1, states.size(-1)), weight, target.reshape(-1), epsilon, pad_id,
-            dtype)
+            dtype, want_grad)
     return loss, nll.detach()
 
 
