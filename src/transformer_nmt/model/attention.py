@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_nmt.model.dropout import dropout as apply_dropout
+
 
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout: float = 0.0
@@ -27,7 +29,7 @@ def scaled_dot_product_attention(
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    output = F.dropout(weights, p=dropout, training=dropout > 0) @ v  # (batch, heads, tgt_len, d_v)
+    output = apply_dropout(weights, dropout, dropout > 0) @ v  # (batch, heads, tgt_len, d_v)
     return output, weights
 
 

@@ -15,6 +15,8 @@ from torch import Tensor, nn
 
 from transformer_nmt.config import ModelConfig
 from transformer_nmt.model.attention import KVCache, SparePool
+from transformer_nmt.model.dropout import dropout
+from transformer_nmt.model.layer_norm import LayerNorm
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer
 
 
@@ -112,8 +114,8 @@ class Transformer(nn.Module):
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         # Pre-norm stacks end un-normalized, so they get one final LayerNorm each.
-        self.encoder_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else None
-        self.decoder_norm = nn.LayerNorm(cfg.d_model) if cfg.pre_norm else None
+        self.encoder_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else None
+        self.decoder_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -149,7 +151,7 @@ class Transformer(nn.Module):
     def _embed(self, embedding: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
         x = embedding(tokens) * self.embed_scale  # (batch, len, d_model)
         x = x + self._positional(start, tokens.size(1))
-        return F.dropout(x, self.cfg.dropout, self.training)
+        return dropout(x, self.cfg.dropout, self.training)
 
     def encode(self, src: Tensor, need_weights: bool = False) -> EncoderOut:
         """Run the encoder stack on source token ids src (batch, src_len)."""

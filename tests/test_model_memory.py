@@ -1,0 +1,126 @@
+"""What a training step keeps for backward: bool dropout masks, LayerNorms that keep
+their output instead of their input, and the same gradients as the standard modules."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_nmt.config import get_preset
+from transformer_nmt.model import layers, transformer
+from transformer_nmt.model.dropout import dropout
+from transformer_nmt.model.layer_norm import LayerNorm
+from transformer_nmt.model.transformer import Transformer
+
+VOCAB = 53
+
+
+def saved_bytes(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> int:
+    """Bytes of the distinct storages autograd keeps for backward, parameters excluded."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(src, tgt, project=False)
+    return sum(storages.values())
+
+
+@pytest.fixture
+def standard_modules(monkeypatch):
+    """Swap in F.dropout and nn.LayerNorm's forward, as a model built from torch.nn has."""
+    def use() -> None:
+        monkeypatch.setattr(layers, "dropout", F.dropout)
+        monkeypatch.setattr(transformer, "dropout", F.dropout)
+        monkeypatch.setattr(LayerNorm, "forward", nn.LayerNorm.forward)
+    return use
+
+
+def test_layer_norm_keeping_its_output_has_the_standard_gradients():
+    torch.manual_seed(0)
+    standard, ours = nn.LayerNorm(16), LayerNorm(16)
+    with torch.no_grad():  # weights of both signs, none zero, and a bias
+        standard.weight.copy_(torch.randn(16).sign() * (0.5 + torch.rand(16)))
+        standard.bias.normal_()
+    ours.load_state_dict(standard.state_dict())
+    x = (3 * torch.randn(4, 5, 16) + 1).requires_grad_()
+    grad = torch.randn(4, 5, 16)
+    results = []
+    for norm in (standard, ours):
+        x.grad = None
+        y = norm(x)
+        y.backward(grad)
+        results.append((y, x.grad, norm.weight.grad, norm.bias.grad))
+    assert "NativeLayerNorm" not in type(results[1][0].grad_fn).__name__  # the new path ran
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_layer_norm_with_a_zero_weight_takes_the_standard_path():
+    norm = LayerNorm(8)
+    with torch.no_grad():
+        norm.weight[3] = 0.0
+    y = norm(torch.randn(2, 8, requires_grad=True))
+    assert type(y.grad_fn).__name__ == "NativeLayerNormBackward0"
+
+
+def test_dropout_zeroes_a_fraction_p_scales_the_rest_and_masks_the_gradient():
+    torch.manual_seed(0)
+    x = torch.rand(200, 500) + 1.0  # no zeros of its own
+    x.requires_grad_()
+    y = dropout(x, 0.1, training=True)
+    kept = y.ne(0)
+    assert abs(1 - kept.float().mean().item() - 0.1) < 0.005
+    torch.testing.assert_close(y[kept], x[kept] / 0.9)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.float() / 0.9)
+    assert dropout(x, 0.1, training=False) is x
+    assert dropout(x, 0.0, training=True) is x
+
+
+def test_a_training_forward_keeps_less_for_backward_than_the_standard_modules(standard_modules):
+    cfg = replace(get_preset("tiny").model, dropout=0.1)
+    torch.manual_seed(0)
+    model = Transformer(cfg, VOCAB).train()
+    batch, length = 3, 7
+    src = torch.randint(4, VOCAB, (batch, length))
+    tgt = torch.randint(4, VOCAB, (batch, length))
+    ours = saved_bytes(model, src, tgt)
+    standard_modules()
+    standard = saved_bytes(model, src, tgt)
+    activation = batch * length * cfg.d_model  # elements of one (batch, len, d_model)
+    norms = 2 * cfg.encoder_layers + 3 * cfg.decoder_layers
+    dropouts = norms + 2  # every sub-layer's output and both embeddings
+    # Each LayerNorm input (4 bytes an element) but the decoder's last, whose output no
+    # later layer keeps, and 3 of each dropout mask's 4 bytes.
+    assert standard - ours >= activation * (4 * (norms - 1) + 3 * dropouts)
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_model_gradients_equal_the_standard_modules_ones(standard_modules, pre_norm):
+    cfg = replace(get_preset("tiny").model, dropout=0.0, pre_norm=pre_norm)
+    torch.manual_seed(0)
+    model = Transformer(cfg, VOCAB).train()
+    for parameter in model.parameters():  # LayerNorms away from their identity init
+        parameter.data.add_(0.05 * torch.randn_like(parameter))
+    src = torch.randint(4, VOCAB, (2, 6))
+    tgt = torch.randint(4, VOCAB, (2, 5))
+
+    def gradients() -> list[torch.Tensor]:
+        model.zero_grad()
+        model(src, tgt).logsumexp(-1).sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    ours = gradients()
+    standard_modules()
+    for a, b in zip(ours, gradients()):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
