@@ -6,7 +6,6 @@ little wasted compute), translated, and given back in their original order.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 import math
@@ -25,21 +24,11 @@ from transformer_nmt.data.text import LineWriter, count_lines, iter_lines, norma
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, search
 from transformer_nmt.errors import UserError
 from transformer_nmt.hardware import bf16_supported
+from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.train.checkpoint import InferenceModel, load_for_inference
 
 logger = logging.getLogger(__name__)
-
-
-def _glibc() -> ctypes.CDLL | None:
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        return libc if hasattr(libc, "malloc_trim") else None
-    except OSError:  # not Linux, or another C library
-        return None
-
-
-_LIBC = _glibc()
 
 PRECISIONS = ("fp32", "bf16", "int8")
 """fp32; bf16 weights and activations (CPUs with AVX-512 BF16 or AMX, and GPUs), the
@@ -110,18 +99,6 @@ def prepare_model(model: nn.Module, device: str | torch.device, precision: str) 
     gc.collect()
     release_free_memory()
     return quantized
-
-
-def release_free_memory() -> None:
-    """Give memory freed by the last batch back to the operating system (glibc only).
-
-    A batch's key/value caches grow by a step at a time to hundreds of MB; glibc keeps
-    the freed blocks, and without this the resident size grew batch after batch (to
-    2.7 GB over 500 sentences with the base model instead of the 1.6 GB of the largest
-    batch).
-    """
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
 
 
 def source_limit(max_positions: int, cfg: DecodeConfig) -> int:

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_nmt.memory import release_rows
 from transformer_nmt.model.dropout import dropout as apply_dropout
 
 
@@ -46,11 +47,19 @@ class SparePool:
         self._free: list[Tensor] = []
 
     def take(self, rows: int, like: Tensor) -> Tensor:
-        """A buffer (rows, *like.shape[1:]) of like's dtype and device, contents undefined."""
+        """A buffer (rows, *like.shape[1:]) of like's dtype and device, contents undefined.
+
+        A buffer with more rows than asked for (sentences have left the batch) serves
+        as its first rows, and the pages of the rest go back to the operating system:
+        they would otherwise stay resident until the batch ends.
+        """
         for i, buffer in enumerate(self._free):
             if (buffer.shape[1:] == like.shape[1:] and buffer.size(0) >= rows
                     and buffer.dtype == like.dtype and buffer.device == like.device):
-                return self._free.pop(i)[:rows]
+                buffer = self._free.pop(i)
+                if buffer.size(0) > rows:
+                    release_rows(buffer, rows)
+                return buffer[:rows]
         return like.new_empty(rows, *like.shape[1:])
 
     def give(self, buffer: Tensor) -> None:

@@ -1,0 +1,65 @@
+"""Handing memory back to the operating system (Linux with glibc; elsewhere no-ops).
+
+Decoding's largest buffers, the key/value caches, live for one batch and shrink as
+sentences finish; without these, the allocator keeps what they used and resident
+memory stays at the largest batch's worst moment, or grows batch after batch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import sys
+
+from torch import Tensor
+
+_MADV_DONTNEED = 4  # Linux: the pages read as zeros from now on, and are freed at once
+_MIN_RELEASE = 1 << 20  # smaller tails are not worth a system call
+
+
+def _glibc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:  # another C library
+        return None
+    if not (hasattr(libc, "malloc_trim") and hasattr(libc, "madvise")):
+        return None
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc
+
+
+_LIBC = _glibc()
+
+
+def release_free_memory() -> None:
+    """Give memory that has been freed back to the operating system (glibc only).
+
+    A batch's key/value caches reach hundreds of MB; glibc keeps the freed blocks, and
+    without this the resident size grew batch after batch (to 2.7 GB over 500 sentences
+    with the base model instead of the 1.6 GB of the largest batch).
+    """
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def release_rows(buffer: Tensor, rows: int) -> None:
+    """Let the operating system take back the pages past the first `rows` rows of
+    `buffer`'s storage, which must be contiguous from row 0 and unused past `rows`.
+
+    Their contents become zeros; the storage stays valid and the size does not change.
+    Only whole pages strictly inside the storage are released, so nothing the
+    allocator keeps next to it is touched.
+    """
+    if _LIBC is None or buffer.device.type != "cpu" or not buffer.is_contiguous():
+        return
+    storage = buffer.untyped_storage()
+    if buffer.data_ptr() != storage.data_ptr():
+        return
+    row_bytes = buffer[0].numel() * buffer.element_size() if buffer.size(0) else 0
+    page = mmap.PAGESIZE
+    start = -(-(storage.data_ptr() + rows * row_bytes) // page) * page
+    end = (storage.data_ptr() + storage.nbytes()) // page * page
+    if end - start >= _MIN_RELEASE:
+        _LIBC.madvise(start, end - start, _MADV_DONTNEED)

@@ -1,0 +1,51 @@
+"""Handing decoding's memory back to the operating system."""
+
+from __future__ import annotations
+
+import mmap
+
+import pytest
+import torch
+
+from transformer_nmt import memory
+from transformer_nmt.model.attention import SparePool
+
+pytestmark = pytest.mark.skipif(memory._LIBC is None, reason="needs Linux with glibc")
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * mmap.PAGESIZE
+
+
+def test_release_rows_frees_the_pages_past_the_rows_kept_and_keeps_the_rows():
+    buffer = torch.ones(64, 256, 1024)  # 64 MB, 1 MB a row
+    before = resident_bytes()
+    memory.release_rows(buffer, 16)
+    freed = before - resident_bytes()
+    assert freed >= 0.9 * 48 * 2**20
+    assert bool(buffer[:16].eq(1).all())
+    assert bool(buffer[17:63].eq(0).all())  # whole pages past row 16 read as zeros now
+    buffer.fill_(2)  # still ordinary, writable memory
+    assert bool(buffer.eq(2).all())
+
+
+def test_release_rows_leaves_small_tails_and_views_alone():
+    buffer = torch.ones(4, 1024)  # 16 KB: below the size worth a system call
+    memory.release_rows(buffer, 1)
+    assert bool(buffer.eq(1).all())
+    big = torch.ones(8, 2**18)
+    memory.release_rows(big[2:], 0)  # does not start at its storage: left alone
+    assert bool(big.eq(1).all())
+
+
+def test_a_spare_taken_for_fewer_rows_gives_the_rest_back():
+    pool = SparePool()
+    like = torch.empty(32, 8, 128, 64)  # 8 MB, 256 KB a row
+    spare = torch.ones_like(like)
+    pool.give(spare)
+    before = resident_bytes()
+    taken = pool.take(8, like)
+    assert taken.shape == (8, 8, 128, 64) and taken.data_ptr() == spare.data_ptr()
+    assert before - resident_bytes() >= 0.9 * 24 * 256 * 2**10
+    assert bool(taken.eq(1).all())
