@@ -78,13 +78,27 @@ def test_dropout_zeroes_a_fraction_p_scales_the_rest_and_masks_the_gradient():
     x = torch.rand(200, 500) + 1.0  # no zeros of its own
     x.requires_grad_()
     y = dropout(x, 0.1, training=True)
+    dropped = y.eq(0).view(-1, 4).float()  # every mask element's 16-bit lane of a word
+    for lane in range(4):
+        assert abs(dropped[:, lane].mean().item() - 0.1) < 0.01
     kept = y.ne(0)
-    assert abs(1 - kept.float().mean().item() - 0.1) < 0.005
-    torch.testing.assert_close(y[kept], x[kept] / 0.9)
+    scale = 65536 / round(0.9 * 65536)  # p rounded to a multiple of 1/65536
+    torch.testing.assert_close(y[kept], x[kept] * scale)
     y.sum().backward()
-    torch.testing.assert_close(x.grad, kept.float() / 0.9)
+    torch.testing.assert_close(x.grad, kept.float() * scale)
     assert dropout(x, 0.1, training=False) is x
     assert dropout(x, 0.0, training=True) is x
+
+
+def test_dropout_masks_are_bool_and_follow_the_seed():
+    x = torch.ones(3, 1000, requires_grad=True)
+    torch.manual_seed(1)
+    first = dropout(x, 0.3, training=True)
+    saved = [t for t in first.grad_fn.saved_tensors]
+    assert [t.dtype for t in saved] == [torch.bool]
+    torch.manual_seed(1)
+    assert torch.equal(first, dropout(x, 0.3, training=True))
+    assert dropout(x, 1.0, training=True).eq(0).all()  # p outside the 16-bit grid: exact path
 
 
 def test_a_training_forward_keeps_less_for_backward_than_the_standard_modules(standard_modules):
