@@ -75,12 +75,13 @@ def test_layer_norm_with_a_zero_weight_takes_the_standard_path():
 
 def test_dropout_zeroes_a_fraction_p_scales_the_rest_and_masks_the_gradient():
     torch.manual_seed(0)
-    x = torch.rand(200, 500) + 1.0  # no zeros of its own
+    x = torch.rand(3000, 500) + 1.0  # no zeros of its own; more than one chunk of draws
     x.requires_grad_()
     y = dropout(x, 0.1, training=True)
     dropped = y.eq(0).view(-1, 4).float()  # every mask element's 16-bit lane of a word
     for lane in range(4):
-        assert abs(dropped[:, lane].mean().item() - 0.1) < 0.01
+        assert abs(dropped[:, lane].mean().item() - 0.1) < 0.005
+    assert abs(y.view(-1)[2**20:].eq(0).float().mean().item() - 0.1) < 0.005  # second chunk
     kept = y.ne(0)
     scale = 65536 / round(0.9 * 65536)  # p rounded to a multiple of 1/65536
     torch.testing.assert_close(y[kept], x[kept] * scale)
@@ -92,13 +93,29 @@ def test_dropout_zeroes_a_fraction_p_scales_the_rest_and_masks_the_gradient():
 
 def test_dropout_masks_are_bool_and_follow_the_seed():
     x = torch.ones(3, 1000, requires_grad=True)
+    saved: list[torch.Tensor] = []
     torch.manual_seed(1)
-    first = dropout(x, 0.3, training=True)
-    saved = [t for t in first.grad_fn.saved_tensors]
-    assert [t.dtype for t in saved] == [torch.bool]
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        first = dropout(x, 0.3, training=True)
+    assert [(t.dtype, t.shape) for t in saved] == [(torch.bool, x.shape)]
     torch.manual_seed(1)
     assert torch.equal(first, dropout(x, 0.3, training=True))
     assert dropout(x, 1.0, training=True).eq(0).all()  # p outside the 16-bit grid: exact path
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1,), (2, 3), (5, 4, 9)])
+def test_dropout_of_any_size_dtype_and_layout_masks_consistently(dtype, shape):
+    torch.manual_seed(0)
+    x = (torch.rand(shape) + 1.0).to(dtype)
+    for source in (x, x.transpose(0, -1)):  # contiguous, and (when 2-D or more) not
+        source = source.detach().requires_grad_()
+        y = dropout(source, 0.5, training=True)
+        assert y.shape == source.shape and y.dtype == dtype
+        kept = y.ne(0)
+        torch.testing.assert_close(y[kept], source[kept] * 2)
+        y.float().sum().backward()
+        torch.testing.assert_close(source.grad, kept.to(dtype) * 2)
 
 
 def test_a_training_forward_keeps_less_for_backward_than_the_standard_modules(standard_modules):
