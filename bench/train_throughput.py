@@ -1,8 +1,9 @@
 """Training throughput of the base model on this machine, against a plain PyTorch loop.
 
-Trains the base preset (vocabulary 8000 unless --vocab says otherwise, random tokens) on batches of 4000 target (and
-4000 source) tokens for a few optimizer steps through `Trainer.train_step`, in fp32 and
-in bf16 autocast, and times a reference of the same shape: shared embeddings + positional
+Trains the base preset (vocabulary 8000 unless --vocab says otherwise, random tokens) on
+batches of 4000 target (and 4000 source) tokens for a few optimizer steps through
+`Trainer.train_step`, in fp32 and in bf16 autocast, and times a reference of the same
+shape: shared embeddings + positional
 encodings + torch.nn.Transformer + tied output projection + the same label-smoothed loss
 + torch.optim.Adam with the paper's settings, the loop a PyTorch user would write. The
 batches cycle through three shapes (200x20, 160x25, 125x32 tokens per side) so that

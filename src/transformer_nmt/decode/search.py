@@ -176,9 +176,10 @@ def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(
     """
     batch = src.size(0)
     limits = max_lengths(src, cfg, special.pad, max_len_limit)  # (batch,)
-    # The decoder sees BOS and every token but the last (EOS): at most max + 1 positions.
-    stepper = _Stepper(model, model.encode(src), use_cache, int(limits.max()) + 1)
-    tokens = torch.full((batch, int(limits.max()) + 2), special.bos, dtype=torch.long,
+    longest = int(limits.max())
+    # The decoder sees BOS and every token but the last (EOS): at most longest + 1 positions.
+    stepper = _Stepper(model, model.encode(src), use_cache, longest + 1)
+    tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long,
                         device=src.device)  # (active, BOS + tokens + EOS)
     log_prob = torch.zeros(batch, device=src.device)  # (active,)
     active = torch.arange(batch, device=src.device)  # original index of each active row
@@ -237,9 +238,10 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
     limits = max_lengths(src, cfg, special.pad, max_len_limit)  # (active,)
     # Every sentence starts with one empty prefix: step 0 decodes one row per sentence
     # (and computes the encoder-decoder keys/values once), later steps k rows.
-    stepper = _Stepper(model, model.encode(src), use_cache, int(limits.max()) + 1)
+    longest = int(limits.max())
+    stepper = _Stepper(model, model.encode(src), use_cache, longest + 1)
     width = 1  # rows per sentence in the current step
-    tokens = torch.full((batch, int(limits.max()) + 2), special.bos, dtype=torch.long,
+    tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long,
                         device=device)  # (active * width, BOS + tokens + EOS), row = sentence * width + beam
     scores = torch.zeros(batch, 1, device=device)  # (active, width) log P of each open prefix
     active = torch.arange(batch, device=device)  # original index of each active sentence

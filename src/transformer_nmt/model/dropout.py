@@ -31,12 +31,12 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
         return torch.native_dropout(x, p, True)[0]
     # P(a uniform 16-bit lane >= threshold) = p, rounded to the lanes' grid.
     threshold = round((1 - p) * _LANES) - _LANES // 2
-    drop = _drop_mask(x.shape, x.numel(), threshold)
+    drop = _drop_mask(x.shape, threshold)
     # Autograd keeps only `drop` (bool) for backward: masked_fill's, not the product's.
     return x.mul(_LANES / (threshold + _LANES // 2)).masked_fill_(drop, 0.0)
 
 
-def _drop_mask(shape: torch.Size, numel: int, threshold: int) -> Tensor:
+def _drop_mask(shape: torch.Size, threshold: int) -> Tensor:
     """Bool (shape) True where a uniform 16-bit lane is >= threshold, on the CPU.
 
     The random words are drawn a chunk at a time into one buffer per thread that is
@@ -47,6 +47,7 @@ def _drop_mask(shape: torch.Size, numel: int, threshold: int) -> Tensor:
     if words is None:
         words = _SCRATCH.words = torch.empty(_CHUNK_WORDS, dtype=torch.int64)
     lanes = words.view(torch.int16)  # (4 * _CHUNK_WORDS,)
+    numel = shape.numel()
     drop = torch.empty(numel, dtype=torch.bool)
     for start in range(0, numel, lanes.numel()):
         count = min(lanes.numel(), numel - start)

@@ -34,7 +34,7 @@ class _LayerNormFromOutput(torch.autograd.Function):
         grad_x, grad_weight, grad_bias = torch.ops.aten.native_layer_norm_backward(
             grad_y.contiguous(), x_hat, (y.size(-1),), torch.zeros_like(rstd),
             torch.ones_like(rstd), weight, bias,
-            [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]])
+            list(ctx.needs_input_grad[:3]))
         if grad_x is not None:
             grad_x.mul_(rstd)
         return grad_x, grad_weight, grad_bias, None
@@ -50,9 +50,6 @@ class LayerNorm(nn.LayerNorm):
     outside torch.compile, which plans its own memory. Otherwise it is the standard
     LayerNorm.
     """
-
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
-        super().__init__(d_model, eps=eps)
 
     def forward(self, x: Tensor) -> Tensor:
         if (torch.is_grad_enabled() and x.requires_grad and x.dtype == torch.float32
