@@ -103,3 +103,24 @@ def test_invalid_utf8_names_the_line_or_is_replaced_on_request(model_file, tmp_p
     assert not output.exists()  # nothing half-written
     assert main(command + ["--errors", "replace"]) == 0
     assert len(output.read_text(encoding="utf-8").splitlines()) == 2
+
+
+def test_output_paths_get_their_directories_or_a_one_line_error(model_file, tmp_path,
+                                                                 monkeypatch, capsys):
+    source = tmp_path / "in.txt"
+    source.write_text("the house\n", encoding="utf-8")
+    command = ["translate", "--model", str(model_file), "--input", str(source), *FAST]
+    nested = tmp_path / "new" / "dir" / "out.txt"
+    assert main(command + ["--output", str(nested)]) == 0
+    assert nested.read_text(encoding="utf-8").count("\n") == 1
+    capsys.readouterr()  # the progress bar
+    blocker = tmp_path / "a_file"
+    blocker.write_text("keep me\n", encoding="utf-8")
+    assert main(command + ["--output", str(blocker / "out.txt")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("nmt translate: error: ")
+    assert str(blocker) in err and "Traceback" not in err
+    assert blocker.read_text(encoding="utf-8") == "keep me\n"
+    assert main(["average", str(tmp_path / "no_such_run"), "--last", "2",
+                 "--out", str(tmp_path / "avg.pt")]) == 2
+    assert "no_such_run: no such run directory or checkpoint file" in capsys.readouterr().err

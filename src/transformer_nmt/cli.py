@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from transformer_nmt import __version__
-from transformer_nmt.errors import UserError
+from transformer_nmt.errors import UserError, describe_os_error
 
 
 def add_presets_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -600,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"nmt {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        print(f"nmt {args.command}: error: {describe_os_error(error)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"nmt {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -161,10 +161,12 @@ def read_tsv(path: str | Path, errors: str = "strict") -> Iterator[tuple[str, st
 
 class LineWriter:
     """Writes lines of text as UTF-8 with b"\\n" endings, to `path` + '.tmp' then renamed
-    into place by `close`, so a half-written file never carries the final name."""
+    into place by `close`, so a half-written file never carries the final name. Missing
+    parent directories are created, as for model files."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(self.path.name + ".tmp")
         self._handle = io.BufferedWriter(io.FileIO(self._tmp, "w"), buffer_size=1 << 20)
 

@@ -212,6 +212,8 @@ def checkpoints_to_average(inputs: list[str | Path], last: int | None) -> list[P
     for path in paths:
         if path.is_dir():
             raise UserError(f"{path} is a directory; give either one run directory or files")
+        if not path.exists():
+            raise UserError(f"{path}: no such run directory or checkpoint file")
     if last is not None:
         if last > len(paths):
             raise UserError(f"--last {last} but only {len(paths)} checkpoint files given")
