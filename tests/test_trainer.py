@@ -4,6 +4,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import weakref
 
 import pytest
 import torch
@@ -176,3 +177,159 @@ def test_bf16_step_keeps_float32_weights_and_optimizer(tiny_data):
     assert all(p.dtype == torch.float32 for p in trainer.raw_model.parameters())
     state = next(iter(trainer.optimizer.state.values()))
     assert state["exp_avg"].dtype == torch.float32
+
+
+def snapshot(trainer):
+    return [p.detach().clone() for p in trainer.parameters]
+
+
+def unchanged(trainer, before):
+    return all(torch.equal(a, b) for a, b in zip(before, trainer.parameters))
+
+
+def batches(data, *indices):
+    sampler = TokenBatchSampler(data.src_lengths, data.tgt_lengths, 96, seed=1)
+    return [collate(data, sampler.batch(i)) for i in indices]
+
+
+def test_a_step_out_of_gpu_memory_is_skipped_and_leaves_nothing_behind(tiny_data,
+                                                                        monkeypatch):
+    # CPU trainers let an out of memory through; turned on, the GPU path runs here.
+    data = load_split(tiny_data, "train")
+    failing, following = batches(data, 0, 1, 2), batches(data, 3, 4)
+    trainer = tiny_trainer()
+    trainer.skip_out_of_memory = True
+    real_forward_backward = trainer._forward_backward
+    calls = []
+
+    def forward_backward(batch, weight):
+        calls.append((batch, weight))
+        if batch is failing[1]:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_forward_backward(batch, weight)
+
+    monkeypatch.setattr(trainer, "_forward_backward", forward_backward)
+    before = snapshot(trainer)
+    result = trainer.train_step(failing)
+    assert not result.updated and result.skipped == "out of GPU memory"
+    assert trainer.step == 0 and trainer.skipped_total == 1 and trainer.bad_steps == 0
+    assert unchanged(trainer, before)
+    assert all(p.grad is None or not p.grad.any() for p in trainer.parameters)
+    # The rest of the step runs the zero-weight dummy: every process must run its last
+    # batch's backward, where DDP synchronizes the gradients.
+    assert [weight for _, weight in calls] == [1.0, 1.0, 0.0] and calls[2][0] is trainer._dummy
+
+    result = trainer.train_step(following)
+    fresh = tiny_trainer()
+    expected = fresh.train_step(following)
+    assert result.updated and trainer.step == 1 and trainer.skipped_total == 1
+    assert result.loss == expected.loss and result.grad_norm == expected.grad_norm
+    assert all(torch.equal(a, b) for a, b in zip(trainer.parameters, fresh.parameters))
+
+
+def test_out_of_memory_recovery_waits_for_the_failed_batch_to_be_freed(tiny_data,
+                                                                       monkeypatch):
+    # Inside the except clause the traceback still holds the failed forward's frames and
+    # their tensors: emptying the cache (or running DDP's dummy batch) there frees nothing.
+    data = load_split(tiny_data, "train")
+    trainer = tiny_trainer()
+    trainer.skip_out_of_memory = True
+    activations = []
+
+    def forward_backward(batch, weight):
+        held = torch.zeros(1000)
+        activations.append(weakref.ref(held))
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    freed_when_emptying = []
+    monkeypatch.setattr(trainer, "_forward_backward", forward_backward)
+    monkeypatch.setattr(torch.cuda, "empty_cache",
+                        lambda: freed_when_emptying.append(activations[0]() is None))
+    assert trainer.train_step(batches(data, 0)).skipped == "out of GPU memory"
+    assert freed_when_emptying == [True]
+
+
+def test_out_of_memory_on_the_cpu_is_raised(tiny_data, monkeypatch):
+    data = load_split(tiny_data, "train")
+    trainer = tiny_trainer()
+    assert not trainer.skip_out_of_memory
+
+    def forward_backward(batch, weight):
+        raise torch.OutOfMemoryError("out of memory (simulated)")
+
+    monkeypatch.setattr(trainer, "_forward_backward", forward_backward)
+    with pytest.raises(torch.OutOfMemoryError):
+        trainer.train_step(batches(data, 0))
+    assert trainer.skipped_total == 0
+
+
+# fp16 runs on the CPU when the Trainer is built directly (`nmt train` refuses it there:
+# resolve_precision), which puts its gradient scaler under test.
+
+def fp16_steps_until_an_update(trainer, data):
+    """Train on successive batches until an update; the results and the scale before each."""
+    results, scales = [], []
+    for index in range(10):
+        scales.append(trainer.scaler.get_scale())
+        results.append(trainer.train_step(batches(data, index)))
+        if results[-1].updated:
+            return results, scales
+    raise AssertionError(f"no fp16 update in 10 steps: {results}")
+
+
+def test_fp16_overflows_halve_the_scale_until_a_step_fits_in_float32_weights(tiny_data):
+    data = load_split(tiny_data, "train")
+    trainer = tiny_trainer(precision="fp16")
+    before = snapshot(trainer)
+    results, scales = fp16_steps_until_an_update(trainer, data)
+    # GradScaler's first scale, 2^16, overflows the summed loss's gradient.
+    skipped = len(results) - 1
+    assert skipped >= 1 and all(r.skipped == "fp16 overflow" for r in results[:-1])
+    assert scales == [2.0 ** (16 - k) for k in range(skipped + 1)]
+    assert trainer.step == 1 and trainer.bad_steps == 0 and trainer.skipped_total == skipped
+    assert math.isfinite(results[-1].loss) and math.isfinite(results[-1].grad_norm)
+    assert not any(torch.equal(a, b) for a, b in zip(before, trainer.parameters))
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in trainer.parameters)
+    # Adam's step count, which sets its bias correction, counts the update alone.
+    state = next(iter(trainer.optimizer.state.values()))
+    assert state["exp_avg"].dtype == torch.float32 and int(state["step"]) == 1
+
+
+def test_an_fp16_overflow_skips_the_update_without_counting_a_bad_step(tiny_data,
+                                                                        monkeypatch):
+    data = load_split(tiny_data, "train")
+    trainer = tiny_trainer(precision="fp16")
+    fp16_steps_until_an_update(trainer, data)
+    skipped_before, scale_before = trainer.skipped_total, trainer.scaler.get_scale()
+    real_forward_backward = trainer._forward_backward
+
+    def overflowing_forward_backward(batch, weight):
+        sums = real_forward_backward(batch, weight)
+        trainer.raw_model.encoder_layers[0].ffn.linear1.weight.grad[0, 0] = math.inf
+        return sums
+
+    monkeypatch.setattr(trainer, "_forward_backward", overflowing_forward_backward)
+    before = snapshot(trainer)
+    adam_before = {p: {name: t.clone() for name, t in state.items()}
+                   for p, state in trainer.optimizer.state.items()}
+    result = trainer.train_step(batches(data, 20))
+    assert not result.updated and result.skipped == "fp16 overflow"
+    assert trainer.step == 1 and trainer.bad_steps == 0
+    assert trainer.skipped_total == skipped_before + 1
+    assert trainer.scaler.get_scale() == scale_before / 2
+    assert unchanged(trainer, before)
+    assert all(torch.equal(adam_before[p][name], t)
+               for p, state in trainer.optimizer.state.items() for name, t in state.items())
+    monkeypatch.undo()
+    assert trainer.train_step(batches(data, 21)).updated and trainer.step == 2
+
+
+def test_the_fp16_scaler_state_is_saved_and_restored(tiny_data):
+    data = load_split(tiny_data, "train")
+    trainer = tiny_trainer(precision="fp16")
+    fp16_steps_until_an_update(trainer, data)
+    restored = tiny_trainer(precision="fp16")
+    assert restored.scaler.state_dict() != trainer.scaler.state_dict()
+    restored.load_state_dict(trainer.state_dict())
+    assert restored.scaler.state_dict() == trainer.scaler.state_dict()
+    assert restored.scaler.get_scale() < 2.0 ** 16

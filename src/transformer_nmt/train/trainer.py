@@ -70,8 +70,8 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     if precision == "auto":
         return "bf16" if bf16_supported(device) else "fp32"
     if precision == "fp16" and device.type != "cuda":
-        raise UserError("--precision fp16 needs a CUDA GPU (its gradient scaler is GPU-only); "
-                        "use bf16 or fp32 on the CPU")
+        raise UserError("--precision fp16 needs a CUDA GPU (CPUs have no fast fp16 matrix "
+                        "products); use bf16 or fp32 on the CPU")
     if precision == "bf16" and not bf16_supported(device):
         raise UserError(f"--precision bf16: this {device.type.upper()} has no native bf16 "
                         "(needs AVX-512 BF16 or AMX on a CPU, Ampere or newer on a GPU); "
@@ -147,7 +147,9 @@ class Trainer:
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=self.schedule(1), betas=(cfg.adam_beta1, cfg.adam_beta2),
             eps=cfg.adam_eps, fused=True)
-        self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+        # The scaler of the trainer's own device: a CUDA scaler without a GPU disables
+        # itself and would then apply overflowed gradients.
+        self.scaler = torch.amp.GradScaler(self.device.type) if precision == "fp16" else None
         network: torch.nn.Module = model
         if context.enabled:
             network = DistributedDataParallel(
@@ -159,8 +161,12 @@ class Trainer:
         """Updates skipped in a row for a non-finite loss or gradient."""
         self.skipped_total = 0
         """Updates skipped for any reason since the run began."""
+        self.skip_out_of_memory = self.device.type == "cuda"
+        """Skip, rather than raise, a step whose batch runs out of memory: only a GPU's out
+        of memory is recoverable; on a CPU it means the machine itself is out of memory."""
         # A one-token batch of zero weight for a process whose share of an epoch has run
-        # out: it must still run forward and backward so that DDP's gradient sync matches.
+        # out or whose step ran out of memory: it must still run forward and backward so
+        # that DDP's gradient sync matches.
         one = torch.tensor([[EOS_ID]])
         self._dummy = Batch(one, torch.tensor([[BOS_ID]]), one, 0, 0, [])
 
@@ -197,13 +203,17 @@ class Trainer:
             sync = i == len(batches) - 1 or not self.context.enabled
             with contextlib.nullcontext() if sync else self.model.no_sync():
                 real = batch is not None and not out_of_memory
+                failed = False
                 try:
                     loss, nll = self._forward_backward(batch if real else self._dummy,
                                                        1.0 if real else 0.0)
                 except torch.OutOfMemoryError:
-                    if self.device.type != "cuda":
+                    if not self.skip_out_of_memory:
                         raise
-                    out_of_memory = True
+                    failed = out_of_memory = True
+                # Recovery waits until the except clause is left: until then the exception's
+                # traceback holds the failed batch's frames, and with them its activations.
+                if failed:
                     self.optimizer.zero_grad(set_to_none=True)
                     torch.cuda.empty_cache()
                     if sync and self.context.enabled:
