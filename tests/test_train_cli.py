@@ -108,11 +108,12 @@ def test_config_file_and_preset_precedence(tiny_data, tmp_path, capsys):
     run = tmp_path / "run"
     code, _, _ = nmt(capsys, "train", "--data", tiny_data, "--out", run, "--config", settings,
                      "--set", "warmup_steps=8", "--precision", "fp32",
-                     "--save-every-minutes", "0")
+                     "--save-every-minutes", "0", "--max-bad-steps", "3")
     assert code == 0
     recorded = config(run)
     assert recorded["preset"] == "tiny" and recorded["model"]["d_ff"] == 48
     assert recorded["train"]["warmup_steps"] == 8 and recorded["train"]["max_steps"] == 1
+    assert recorded["train"]["max_bad_steps"] == 3
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM],

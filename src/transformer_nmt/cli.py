@@ -323,7 +323,7 @@ _TRAIN_FLAGS = [
     ("valid_every", "valid_every"), ("save_every", "save_every"),
     ("save_every_minutes", "save_every_minutes"), ("keep_last", "keep_last"),
     ("precision", "precision"), ("lr_scale", "lr_scale"), ("warmup", "warmup_steps"),
-    ("compile", "compile"), ("valid_bleu", "valid_bleu"),
+    ("compile", "compile"), ("valid_bleu", "valid_bleu"), ("max_bad_steps", "max_bad_steps"),
 ]
 """(argparse dest, config field) of the dedicated `nmt train` flags."""
 
@@ -390,6 +390,10 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     stop.add_argument("--max-time", metavar="DURATION",
                       help="stop after this much training time over all sessions: seconds, "
                       "or 90s, 10m, 2h, 1h30m (0: no limit)")
+    stop.add_argument("--max-bad-steps", type=int, metavar="N",
+                      help="stop with an error after N updates in a row skipped for a "
+                      "non-finite loss or gradient, before any NaN reaches the weights "
+                      "(default 5)")
     stop.add_argument("--valid-every", type=int, metavar="STEPS",
                       help="validate every STEPS steps and at the end (0: at the end only)")
     stop.add_argument("--valid-bleu", action="store_true", default=None,
