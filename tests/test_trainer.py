@@ -15,6 +15,7 @@ from transformer_nmt.data.binarize import load_split
 from transformer_nmt.errors import UserError
 from transformer_nmt.hardware import bf16_supported
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.train import metrics as metrics_module
 from transformer_nmt.train import trainer as trainer_module
 from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints, read_checkpoint
 from transformer_nmt.train.distributed import init_distributed
@@ -333,3 +334,15 @@ def test_the_fp16_scaler_state_is_saved_and_restored(tiny_data):
     restored.load_state_dict(trainer.state_dict())
     assert restored.scaler.state_dict() == trainer.scaler.state_dict()
     assert restored.scaler.get_scale() < 2.0 ** 16
+
+
+def test_mfu_recovers_from_a_peak_measured_while_the_cpu_was_busy(tiny_data, tmp_path,
+                                                                  monkeypatch):
+    # The first measurement is far too low (as when another process held the cores); the
+    # one at the first validation pause is right, and the MFU logged after it follows.
+    measured = iter([1e3] + [1e18] * 10)
+    monkeypatch.setattr(metrics_module, "measure_peak_flops", lambda device, dtype: next(measured))
+    run(tiny_data, tmp_path / "run", max_steps=4, valid_every=2, log_every=1)
+    mfu = {r["step"]: r["mfu"] for r in metrics(tmp_path / "run") if r["event"] == "train"}
+    assert mfu[1] > 1 and mfu[2] > 1
+    assert mfu[3] < 1e-6 and mfu[4] < 1e-6

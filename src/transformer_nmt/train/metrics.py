@@ -4,7 +4,8 @@ The analytic FLOPs of a step come from transformer_nmt.model.flops (6 FLOPs per 
 per token plus the attention products, over the padded batch). MFU is that count per
 second over the device's peak rate, which is measured at start-up with a dense matmul in
 the training precision: an achievable peak, not the datasheet's (on the 2-core EPYC this
-was written on: ~195 GFLOP/s fp32, ~340 GFLOP/s bf16 when the cores are not shared).
+was written on: ~195 GFLOP/s fp32, ~340 GFLOP/s bf16 when the cores are not shared). It
+is measured again at every validation and checkpoint pause, keeping the best (PeakFlops).
 """
 
 from __future__ import annotations
@@ -42,6 +43,26 @@ def measure_peak_flops(device: torch.device, dtype: torch.dtype) -> float:
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * size ** 3 / best
+
+
+class PeakFlops:
+    """The device's achievable matmul rate, the denominator of MFU.
+
+    One measurement takes ~50 ms: if another process holds a core just then, the rate
+    comes out low and every MFU of the run high (over 200% was seen on a shared 2-core
+    machine). `refresh`, called at pauses that already cost seconds, measures again and
+    keeps the best, so an unlucky start corrects itself.
+    """
+
+    def __init__(self, device: torch.device, dtype: torch.dtype) -> None:
+        self.device, self.dtype = device, dtype
+        self.value = measure_peak_flops(device, dtype)
+        """FLOP/s, the best measured so far."""
+
+    def refresh(self) -> float:
+        """Measure again; return the best rate so far."""
+        self.value = max(self.value, measure_peak_flops(self.device, self.dtype))
+        return self.value
 
 
 class MetricsLog:

@@ -55,8 +55,7 @@ from transformer_nmt.train.checkpoint import (BEST, atomic_link, atomic_save, mo
 from transformer_nmt.train.distributed import Distributed, init_distributed, shutdown
 from transformer_nmt.train.loss import perplexity, projected_label_smoothed_nll
 from transformer_nmt.model.flops import train_step_flops
-from transformer_nmt.train.metrics import (MetricsLog, format_count, format_duration,
-                                           measure_peak_flops)
+from transformer_nmt.train.metrics import MetricsLog, PeakFlops, format_count, format_duration
 from transformer_nmt.hardware import bf16_supported
 from transformer_nmt.train.run import RunPlan, plan_run, write_run_config
 from transformer_nmt.train.schedule import InverseSqrtSchedule
@@ -600,17 +599,17 @@ class _Session:
                 "torch": torch.__version__})
             write_run_config(self.run_dir, self.plan.record)
             log = MetricsLog(self.run_dir, self.resume_step)
-        peak = measure_peak_flops(self.context.device, DTYPES[self.precision])
+        peak = PeakFlops(self.context.device, DTYPES[self.precision])
         try:
             with _SignalFlag() as signals:
                 stopped_by = self._loop(log, signals, wall_before, peak)
         finally:
             if log is not None:
                 log.close()
-        return self._summary(stopped_by, peak)
+        return self._summary(stopped_by, peak.value)
 
     def _loop(self, log: MetricsLog | None, signals: _SignalFlag, wall_before: float,
-              peak: float) -> str:
+              peak: PeakFlops) -> str:
         cfg, trainer, state = self.cfg, self.trainer, self.progress_state
         session_start = time.perf_counter()
         last_save_time = session_start
@@ -644,7 +643,8 @@ class _Session:
                                        ("flops", result.flops), ("steps", 1)):
                         interval[key] += value
                     rate = interval["tgt"] / max(seconds, 1e-9)
-                    mfu = interval["flops"] / max(seconds, 1e-9) / (peak * self.context.world_size)
+                    mfu = (interval["flops"] / max(seconds, 1e-9)
+                           / (peak.value * self.context.world_size))
                     bar.set_postfix_str(
                         f"loss {result.loss / result.tgt_tokens:.3f} "
                         f"ppl {perplexity(result.nll / result.tgt_tokens):.1f} "
@@ -666,7 +666,7 @@ class _Session:
                 step = trainer.step if result.updated else None
                 if log is not None and interval["steps"] and (
                         (step and step % cfg.log_every == 0) or stopped_by):
-                    self._log_train(log, interval, seconds, last_update, wall, peak)
+                    self._log_train(log, interval, seconds, last_update, wall, peak.value)
                     interval = dict.fromkeys(interval, 0)
                     interval_start = time.perf_counter()
                 validate = self.valid_data is not None and not signalled and (
@@ -684,6 +684,10 @@ class _Session:
                     last_save_time = time.perf_counter()
                 elif improved:
                     self._save(best=True, numbered=False)
+                if validate or save_due:
+                    # Pauses re-measure MFU's denominator: a start-up measurement taken
+                    # while the cores were shared would inflate every MFU of the run.
+                    peak.refresh()
                 # Validating and saving stay out of the speed: the interval's clock skips them.
                 interval_start += time.perf_counter() - pause_start
         finally:
