@@ -184,11 +184,17 @@ def measure(args: argparse.Namespace) -> None:
         model = random_model(vocab)
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     ids = vocab.encode_batch(read_sentences(args.src, args.sentences))
-    sources = batches(ids, args.batch_size, special.pad, special.eos)
     prepared = prepare_model(model, "cpu", args.child)
     cores = torch.get_num_threads()
-    # First one batch at a time on every core, then one batch per core (--workers).
-    for workers, threads in ((1, cores), (cores, 1)) if cores > 1 else ((1, 1),):
+    # The translator's CPU default first (2 workers sharing --batch-size sentences and the
+    # cores), so that its peak memory is its own; then one batch at a time on every core;
+    # then one batch of --batch-size per core.
+    configs = [(1, cores, args.batch_size)]
+    if cores > 1:
+        configs = ([(2, cores // 2, max(args.batch_size // 2, 1))] + configs
+                   + [(cores, 1, args.batch_size)])
+    for workers, threads, batch_size in configs:
+        sources = batches(ids, batch_size, special.pad, special.eos)
         torch.set_num_threads(threads)
         for beam in (1, 4):
             cfg = DecodeConfig(beam=beam)
@@ -197,12 +203,14 @@ def measure(args: argparse.Namespace) -> None:
                                                      workers=workers)
             figure(figure="translate", search="greedy" if beam == 1 else f"beam{beam}",
                    precision=args.child, workers=workers, threads_per_worker=threads,
+                   batch_size=batch_size,
                    sentences_per_s=round(sentences / seconds, 2),
                    tokens_per_s=round(tokens / seconds, 1),
                    tokens_per_sentence=round(tokens / sentences, 1), seconds=round(seconds, 2),
                    others_cores=round(others, 2))
         # The peak so far: the largest batches of this configuration, the model included.
         figure(figure="peak_rss_mb", precision=args.child, workers=workers,
+               batch_size=batch_size,
                value=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
     torch.set_num_threads(cores)
     if args.child != "fp32" or not args.reference_sentences:

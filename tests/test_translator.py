@@ -18,6 +18,7 @@ import torch
 
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import train_vocab
+from transformer_nmt.decode import translator as translator_module
 from transformer_nmt.decode.translator import (
     Translation, Translator, format_translations, prepare_model, source_limit, word_alignment)
 from transformer_nmt.errors import UserError
@@ -95,14 +96,23 @@ def test_nbest_translations_are_sorted(model_file):
 
 def test_parallel_workers_keep_order_and_translations(model_file):
     lines = sentences(8, seed=6)
-    threads = torch.get_num_threads()
-    try:
-        inference_model = load_for_inference(model_file)
-        alone = list(Translator(inference_model, SHORT, batch_size=2).translate(lines))
-        parallel = list(Translator(inference_model, SHORT, batch_size=2, workers=3).translate(lines))
-    finally:
-        torch.set_num_threads(threads)  # workers > 1 sets it to 1 for the process
+    inference_model = load_for_inference(model_file)
+    alone = list(Translator(inference_model, SHORT, batch_size=2, workers=1).translate(lines))
+    parallel = list(Translator(inference_model, SHORT, batch_size=2, workers=3).translate(lines))
     assert parallel == alone
+
+
+@pytest.mark.parametrize("cores, workers, batch_size, threads",
+                         [(1, 1, 32, 1), (2, 2, 16, 1), (8, 2, 16, 4)])
+def test_cpu_defaults_share_32_sentences_and_the_cores_among_two_workers(
+        model_file, monkeypatch, cores, workers, batch_size, threads):
+    monkeypatch.setattr(translator_module, "_PROCESS_THREADS", cores)
+    translator = Translator(load_for_inference(model_file), SHORT)
+    assert (translator.workers, translator.batch_size) == (workers, batch_size)
+    if workers > 1:
+        assert torch.get_num_threads() == threads
+    explicit = Translator(load_for_inference(model_file), SHORT, batch_size=5, workers=4)
+    assert explicit.batch_size == 5 and torch.get_num_threads() == max(cores // 4, 1)
 
 
 def test_too_long_line_is_truncated_with_one_warning(short_model_file, caplog):

@@ -126,10 +126,12 @@ def split_languages(data_dir: str | Path, src_lang: str | None,
 
 def evaluate_model(model_path: str | Path, data_dir: str | Path, split: str = "test",
                    decode: DecodeConfig = DecodeConfig(), device: str = "cpu",
-                   precision: str = "fp32", batch_size: int = 32, max_tokens: int | None = None,
+                   precision: str = "fp32", batch_size: int | None = None,
+                   max_tokens: int | None = None,
                    src_lang: str | None = None, tgt_lang: str | None = None,
                    json_path: str | Path | None = None,
-                   hyp_path: str | Path | None = None, workers: int = 1) -> dict[str, Any]:
+                   hyp_path: str | Path | None = None,
+                   workers: int | None = None) -> dict[str, Any]:
     """Translate DATA_DIR/{split}.{src_lang} with a model file and score it.
 
     The hypotheses go to `hyp_path` (default MODEL.{split}.hyp, MODEL being the model
