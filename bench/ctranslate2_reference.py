@@ -98,19 +98,26 @@ def export(model: Transformer, vocab: Vocab, directory: Path) -> Path:
     return directory
 
 
-def load(directory: Path, precision: str, threads: int) -> ctranslate2.Translator:
-    """The exported model, quantized on load for int8 (CTranslate2's 'int8' compute type)."""
+def load(directory: Path, precision: str, threads: int, workers: int = 1
+         ) -> ctranslate2.Translator:
+    """The exported model, quantized on load for int8 (CTranslate2's 'int8' compute type);
+    `workers` batches decoded in parallel, each on threads // workers threads."""
     return ctranslate2.Translator(str(directory), device="cpu",
                                   compute_type={"fp32": "float32", "int8": "int8"}[precision],
-                                  inter_threads=1, intra_threads=threads)
+                                  inter_threads=workers,
+                                  intra_threads=max(threads // workers, 1))
 
 
 def translate(translator: ctranslate2.Translator, sources: list[list[str]], beam: int,
-              length: int) -> list[list[str]]:
+              length: int, asynchronous: bool = False) -> list:
     """Exactly `length` output pieces per sentence (EOS forbidden before, decoding stopped
-    at it), with beam search of width `beam`, no length penalty; best hypothesis each."""
+    at it), with beam search of width `beam`, no length penalty; best hypothesis each.
+    asynchronous: return CTranslate2's pending results instead (`.result()` waits), so
+    that several batches can be queued for its parallel workers."""
     results = translator.translate_batch(
         sources, beam_size=beam, max_batch_size=0, min_decoding_length=length,
         max_decoding_length=length, length_penalty=0.0, num_hypotheses=1,
-        return_end_token=False)
+        return_end_token=False, asynchronous=asynchronous)
+    if asynchronous:
+        return results
     return [result.hypotheses[0] for result in results]

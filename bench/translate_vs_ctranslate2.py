@@ -6,7 +6,9 @@ very same random base-shape model (bench/ctranslate2_reference.py hands it the w
 and prints the ratios.
 
 Protocol, the same for both: the first --sentences of newstest2014 (English), sorted by
-length into batches of --batch-size, one batch at a time on every core; every sentence of
+length into batches of --batch-size, --workers batches at a time (default 1), each on
+--threads / --workers threads (ours: threads of a pool, as `nmt translate --workers`;
+CTranslate2: its inter_threads, every batch queued asynchronously); every sentence of
 a batch decodes exactly L + 1 steps, L being round(1.075 * source tokens) for the batch's
 longest sentence (1.075: the newstest2014 German/English subword ratio), since a random
 model has no idea when to stop. We generate L tokens and a forced EOS; CTranslate2, told
@@ -15,7 +17,7 @@ Greedy and beam 4 (no length penalty on either side, which does not change the w
 and int8 (ours: dynamic int8 linear layers; CTranslate2's int8 compute type). Each case
 runs in a fresh process so that its peak RSS is its own; CTranslate2's imports no torch.
 
-    python bench/translate_vs_ctranslate2.py [--sentences 500] [--batch-size 32]
+    python bench/translate_vs_ctranslate2.py [--sentences 500] [--batch-size 32] [--workers 1]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # Only what a CTranslate2 case needs is imported here: torch would add ~220 MB to its RSS.
@@ -65,14 +68,17 @@ def measure_ctranslate2(args: argparse.Namespace, precision: str) -> None:
 
     batches = piece_batches(args.spm, args.src, args.sentences, args.batch_size)
     lengths = batch_lengths(batches)
-    translator = ctranslate2_reference.load(Path(args.ct2_dir), precision, args.threads)
+    translator = ctranslate2_reference.load(Path(args.ct2_dir), precision, args.threads,
+                                            args.workers)
     for beam in (1, 4):
         ctranslate2_reference.translate(translator, batches[0][:4], beam, 4)  # warm-up
-        start, tokens = time.perf_counter(), 0
-        for batch, length in zip(batches, lengths):
-            found = ctranslate2_reference.translate(translator, batch, beam, length)
-            tokens += sum(len(hyp) for hyp in found)
-        report("ctranslate2", precision, beam, args.threads, time.perf_counter() - start,
+        start = time.perf_counter()
+        # Every batch queued at once: CTranslate2's `workers` threads take them in turn.
+        pending = [ctranslate2_reference.translate(translator, batch, beam, length,
+                                                   asynchronous=True)
+                   for batch, length in zip(batches, lengths)]
+        tokens = sum(len(result.result().hypotheses[0]) for batch in pending for result in batch)
+        report("ctranslate2", precision, beam, args, time.perf_counter() - start,
                batches, tokens)
     figure(figure="peak_rss_mb", system="ctranslate2", precision=precision, value=peak_rss_mb())
 
@@ -86,7 +92,7 @@ def measure_ours(args: argparse.Namespace, precision: str) -> None:
     from transformer_nmt.decode.search import SpecialIds
     from transformer_nmt.decode.translator import prepare_model
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(max(args.threads // args.workers, 1))
     vocab = Vocab.load(args.spm)
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     batches = piece_batches(args.spm, args.src, args.sentences, args.batch_size)
@@ -100,11 +106,16 @@ def measure_ours(args: argparse.Namespace, precision: str) -> None:
                   DecodeConfig(beam=beam, alpha=0.0, max_len_a=0.0, max_len_b=length - 1))
                  for length in lengths]
         translate_speed.run(cases[0][0], sources[:1], cases[0][1], special)  # warm-up
-        seconds, tokens = 0.0, 0
-        for (wrapper, cfg), src in zip(cases, sources):
-            took, _, _, made = translate_speed.run(wrapper, [src], cfg, special)
-            seconds, tokens = seconds + took, tokens + made
-        report("ours", precision, beam, args.threads, seconds, batches, tokens)
+
+        def decode(case) -> int:
+            (wrapper, cfg), src = case
+            return translate_speed.run(wrapper, [src], cfg, special)[3]
+
+        start = time.perf_counter()
+        # `workers` batches at once, as Translator does (tensor operations release the GIL).
+        with ThreadPoolExecutor(args.workers) as pool:
+            tokens = sum(pool.map(decode, zip(cases, sources)))
+        report("ours", precision, beam, args, time.perf_counter() - start, batches, tokens)
     figure(figure="peak_rss_mb", system="ours", precision=precision, value=peak_rss_mb())
 
 
@@ -140,11 +151,12 @@ def agreement(args: argparse.Namespace, spm: Path, model, ct2_dir: Path) -> floa
     return sum(same) / len(same)
 
 
-def report(system: str, precision: str, beam: int, threads: int, seconds: float, batches,
-           tokens: int) -> None:
+def report(system: str, precision: str, beam: int, args: argparse.Namespace, seconds: float,
+           batches, tokens: int) -> None:
     sentences = sum(map(len, batches))
     figure(figure="translate", system=system, search="greedy" if beam == 1 else f"beam{beam}",
-           precision=precision, threads=threads, sentences_per_s=round(sentences / seconds, 2),
+           precision=precision, threads=args.threads, workers=args.workers,
+           batch_size=args.batch_size, sentences_per_s=round(sentences / seconds, 2),
            tokens_per_s=round(tokens / seconds, 1),
            tokens_per_sentence=round(tokens / sentences, 1), seconds=round(seconds, 2))
 
@@ -170,6 +182,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="batches decoded in parallel by each system, each on "
+                        "threads // workers threads (ours: as `nmt translate --workers`; "
+                        "CTranslate2: inter_threads)")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # SYSTEM:PRECISION, in a child
     parser.add_argument("--spm", help=argparse.SUPPRESS)
     parser.add_argument("--ct2-dir", help=argparse.SUPPRESS)
