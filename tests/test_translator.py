@@ -111,6 +111,8 @@ def test_cpu_defaults_share_32_sentences_and_the_cores_among_two_workers(
     assert (translator.workers, translator.batch_size) == (workers, batch_size)
     if workers > 1:
         assert torch.get_num_threads() == threads
+    line_by_line = Translator(load_for_inference(model_file), SHORT, buffer_size=1)
+    assert (line_by_line.workers, line_by_line.batch_size) == (1, 32)
     explicit = Translator(load_for_inference(model_file), SHORT, batch_size=5, workers=4)
     assert explicit.batch_size == 5 and torch.get_num_threads() == max(cores // 4, 1)
 

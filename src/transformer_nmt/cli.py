@@ -252,11 +252,10 @@ def run_translate(args: argparse.Namespace) -> None:
     from transformer_nmt.decode.translator import Translator, translate_stream
 
     decode, device = _decode_settings(args)
-    # Typed lines come one at a time: one batch, which should have every core.
-    workers = 1 if args.interactive and args.workers is None else args.workers
     translator = Translator.from_file(
         args.model, decode, device, args.precision, args.batch_size, args.max_tokens,
-        alignments=args.alignments, workers=workers)
+        alignments=args.alignments, buffer_size=1 if args.interactive else 1024,
+        workers=args.workers)
     translate_stream(translator, args.input, args.output, nbest=args.nbest > 1,
                      interactive=args.interactive, errors=args.errors)
 

@@ -169,9 +169,9 @@ class Translator:
         workers, so 16 each for two); max_tokens: most padded source tokens per batch as
         well (None: no such limit); buffer_size: lines read ahead and sorted by length (1
         translates line by line, as interactive use needs); workers: batches translated
-        at once by that many threads (None: `default_workers`), each running its tensor
-        operations on its share of the cores: on a CPU, above 1 it sets
-        torch.set_num_threads(cores // workers) for the whole process.
+        at once by that many threads (None: `default_workers`, or 1 with buffer_size 1),
+        each running its tensor operations on its share of the cores: on a CPU, above 1
+        it sets torch.set_num_threads(cores // workers) for the whole process.
 
         A decoding step is many small operations, which keep cores busier as separate
         streams than split across cores: on a 2-core CPU, 2 workers with batches of 32
@@ -185,7 +185,9 @@ class Translator:
         if decode.max_len_a < 0 or decode.max_len_b < 0:
             raise UserError("--max-len-a and --max-len-b must not be negative")
         self.device = torch.device("cpu" if precision == "int8" else device)
-        workers = default_workers(self.device) if workers is None else workers
+        if workers is None:
+            # Line by line there is only ever one batch, which should have every core.
+            workers = default_workers(self.device) if buffer_size > 1 else 1
         batch_size = (max(SENTENCES_IN_FLIGHT // max(workers, 1), 1) if batch_size is None
                       else batch_size)
         if batch_size < 1 or (max_tokens is not None and max_tokens < 1) or workers < 1:
