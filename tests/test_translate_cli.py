@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ import pytest
 
 from test_translator import make_model_file, sentences
 from transformer_nmt.cli import main
+from transformer_nmt.decode.translator import Translation, SpeedReport
 
 FAST = ["--beam", "2", "--max-len-b", "5"]
 
@@ -51,6 +53,32 @@ def test_nbest_and_alignments_from_stdin(model_file, monkeypatch, capsys):
     assert [line.split(" ||| ")[0] for line in out] == ["0", "0", "1", "2", "2"]
     assert all(len(line.split(" ||| ")) == 4 for line in out)
     assert out[2] == "1 |||  ||| 0.0000 ||| "
+
+
+def test_a_last_line_on_stderr_says_how_much_and_how_fast(model_file, tmp_path,
+                                                          monkeypatch, capsys):
+    source = tmp_path / "in.txt"
+    source.write_text("the house\n\na dog runs\n", encoding="utf-8")
+    output = tmp_path / "out.txt"
+    assert main(["translate", "--model", str(model_file), "--input", str(source),
+                 "--output", str(output), *FAST]) == 0
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert re.fullmatch(rf"translated 3 lines \((\d+) subword tokens\) into {re.escape(str(output))}"
+                        r" in [\d.]+ s: [\d.]+ lines/s, \d+ tokens/s", last), last
+    # The count is of the best translations' subword tokens (this tiny model often
+    # stops at once, so the counting is checked on made-up translations).
+    report = SpeedReport()
+    made_up = [[Translation("a b c", -1.0, [5, 6, 7]), Translation("a", -2.0, [5])],
+               [Translation("", 0.0, [])], [Translation("d e", -1.5, [8, 9])]]
+    assert list(report.counted(iter(made_up))) == made_up
+    report.report()
+    assert capsys.readouterr().err.startswith("translated 3 lines (5 subword tokens) in ")
+    # To stdout, the translations stay alone there and the summary goes to stderr.
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"the house\n")))
+    assert main(["translate", "--model", str(model_file), *FAST]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.count("\n") == 1 and "translated" not in captured.out
+    assert captured.err.startswith("translated 1 line (")
 
 
 def test_interactive_answers_each_line_before_the_next_is_typed(model_file):

@@ -224,7 +224,9 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
         "input line, 'LINE ||| TRANSLATION ||| SCORE', LINE counting input lines from 0, "
         "best first, SCORE = log P / length penalty; --alignments appends ' ||| ' and "
         "source-target word pairs ('0-0 1-2 2-1', Pharaoh format, words split at "
-        "whitespace, counted from 0) to each line. examples: nmt translate --model "
+        "whitespace, counted from 0) to each line. When done (except with --interactive), "
+        "a last line on stderr says how many lines and subword tokens were translated and "
+        "how fast, model loading excluded. examples: nmt translate --model "
         "run/average.pt < test.en > test.de; nmt translate --model model.pt --interactive",
     )
     parser.add_argument("--model", required=True, metavar="MODEL.pt",

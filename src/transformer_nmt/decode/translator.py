@@ -10,6 +10,7 @@ import gc
 import logging
 import math
 import sys
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -328,7 +329,8 @@ def translate_stream(translator: Translator, input_path: str | Path | None = Non
 
     A file output is written to a temporary name and renamed when complete, with a
     progress bar on stderr. interactive: translate each stdin line as soon as it is read
-    and flush its translation at once.
+    and flush its translation at once. Except interactively, a last line on stderr says
+    how many lines and subword tokens were translated, how fast (model loading excluded).
     """
     if interactive and input_path is not None:
         raise UserError("--interactive reads standard input; leave out --input")
@@ -336,7 +338,8 @@ def translate_stream(translator: Translator, input_path: str | Path | None = Non
              else iter_lines(sys.stdin.buffer, "<stdin>", errors))
     if interactive:
         translator.buffer_size = 1
-    translations = translator.translate_nbest(lines)
+    speed = SpeedReport()
+    translations = speed.counted(translator.translate_nbest(lines))
     count = 0
     if output_path is None:
         for count, result in enumerate(translations, start=1):
@@ -345,6 +348,8 @@ def translate_stream(translator: Translator, input_path: str | Path | None = Non
             if interactive:
                 sys.stdout.flush()
         sys.stdout.flush()
+        if not interactive:
+            speed.report()
         return count
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
@@ -362,4 +367,27 @@ def translate_stream(translator: Translator, input_path: str | Path | None = Non
         writer.abort()
         raise
     writer.close()
+    speed.report(f" into {output_path}")
     return count
+
+
+class SpeedReport:
+    """Counts lines and output subword tokens as translations pass, and reports the rate."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.lines = self.tokens = 0
+
+    def counted(self, translations: Iterator[list[Translation]]) -> Iterator[list[Translation]]:
+        for result in translations:
+            self.lines += 1
+            self.tokens += len(result[0].tokens)
+            yield result
+
+    def report(self, where: str = "") -> None:
+        """One line on stderr: what was translated, in how long, how fast."""
+        seconds = max(time.perf_counter() - self.start, 1e-9)
+        lines = f"{self.lines} line{'' if self.lines == 1 else 's'}"
+        print(f"translated {lines} ({self.tokens} subword tokens){where} in "
+              f"{seconds:.1f} s: {self.lines / seconds:.1f} lines/s, "
+              f"{self.tokens / seconds:.0f} tokens/s", file=sys.stderr)
