@@ -189,10 +189,11 @@ class Translator:
         if workers is None:
             # Line by line there is only ever one batch, which should have every core.
             workers = default_workers(self.device) if buffer_size > 1 else 1
-        batch_size = (max(SENTENCES_IN_FLIGHT // max(workers, 1), 1) if batch_size is None
-                      else batch_size)
-        if batch_size < 1 or (max_tokens is not None and max_tokens < 1) or workers < 1:
+        if workers < 1 or any(limit is not None and limit < 1
+                              for limit in (batch_size, max_tokens)):
             raise UserError("--batch-size, --max-tokens and --workers must be at least 1")
+        if batch_size is None:
+            batch_size = max(SENTENCES_IN_FLIGHT // workers, 1)
         self.vocab = inference_model.vocab
         self.model = prepare_model(inference_model.model, device, precision)
         self.precision = precision
