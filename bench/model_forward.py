@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_nmt.config import get_preset
-from transformer_nmt.hardware import bf16_supported
+from transformer_nmt.runtime import bf16_supported
 from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.model.transformer import Transformer
 

@@ -38,10 +38,10 @@ from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab, train_vocab
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, beam_search, greedy_search
 from transformer_nmt.decode.translator import prepare_model
-from transformer_nmt.hardware import bf16_supported
+from transformer_nmt.runtime import bf16_supported
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model.transformer import EncoderOut, Transformer
-from transformer_nmt.train.checkpoint import load_for_inference
+from transformer_nmt.model_file import load_for_inference
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "wmt14"
 

@@ -12,10 +12,8 @@ from transformer_nmt.config import PRESETS
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.train import checkpoint
-from transformer_nmt.train.checkpoint import (LAST, atomic_save, average_checkpoints,
-                                              checkpoints_to_average, load_for_inference,
-                                              model_payload, numbered_checkpoints, read_checkpoint,
-                                              rng_states, save_numbered, set_rng_states)
+from transformer_nmt.train.checkpoint import LAST, average_checkpoints, checkpoints_to_average, numbered_checkpoints, rng_states, save_numbered, set_rng_states
+from transformer_nmt.model_file import save_model_file, load_for_inference, model_payload, read_model_file
 
 from train_fixtures import tiny_data  # noqa: F401  (a fixture)
 
@@ -33,7 +31,7 @@ def vocab_bytes(data_dir):
 
 def test_a_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint_1.pt"
-    atomic_save({"format": "old"}, path)
+    save_model_file({"format": "old"}, path)
 
     def broken_save(obj, handle):
         handle.write(b"half a file")
@@ -41,7 +39,7 @@ def test_a_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(checkpoint.torch, "save", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        atomic_save({"format": "new"}, path)
+        save_model_file({"format": "new"}, path)
     monkeypatch.undo()
     assert torch.load(path, weights_only=False) == {"format": "old"}
     assert os.listdir(tmp_path) == ["checkpoint_1.pt"]
@@ -51,7 +49,7 @@ def test_a_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
 def test_saved_files_get_the_users_usual_permissions(tmp_path, umask):
     previous = os.umask(umask)
     try:
-        atomic_save({"format": "x"}, tmp_path / "model.pt")
+        save_model_file({"format": "x"}, tmp_path / "model.pt")
     finally:
         os.umask(previous)
     assert (tmp_path / "model.pt").stat().st_mode & 0o777 == 0o666 & ~umask
@@ -87,7 +85,7 @@ def test_average_is_the_mean_and_loads_for_inference(tmp_path, tiny_data):
     name = "encoder_layers.0.ffn.linear1.weight"
     expected = (models[1].state_dict()[name] + models[2].state_dict()[name]) / 2
     torch.testing.assert_close(averaged["model"][name], expected)
-    atomic_save(averaged, tmp_path / "avg.pt")
+    save_model_file(averaged, tmp_path / "avg.pt")
     loaded = load_for_inference(tmp_path / "avg.pt")
     torch.testing.assert_close(loaded.model.state_dict()[name], expected)
     assert len(loaded.vocab) == 64
@@ -96,9 +94,9 @@ def test_average_is_the_mean_and_loads_for_inference(tmp_path, tiny_data):
 def test_average_refuses_other_architectures(tmp_path, tiny_data):
     first = model_payload(tiny_model(1), vocab_bytes(tiny_data))
     other = model_payload(tiny_model(1, d_ff=128), vocab_bytes(tiny_data))
-    atomic_save(first, tmp_path / "a.pt")
-    atomic_save(other, tmp_path / "b.pt")
-    with pytest.raises(UserError, match="different architectures.*d_ff 64 vs 128"):
+    save_model_file(first, tmp_path / "a.pt")
+    save_model_file(other, tmp_path / "b.pt")
+    with pytest.raises(UserError, match="different architectures.*d_ff: 64 -> 128"):
         average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
 
 
@@ -116,7 +114,7 @@ def test_what_to_average(tmp_path):
     assert checkpoints_to_average(files, last=1) == files[1:]
 
 
-def test_read_checkpoint_refuses_foreign_files(tmp_path):
+def test_read_model_file_refuses_foreign_files(tmp_path):
     torch.save({"state_dict": {}}, tmp_path / "other.pt")
-    with pytest.raises(UserError, match="not a transformer-nmt model file"):
-        read_checkpoint(tmp_path / "other.pt")
+    with pytest.raises(UserError, match="not a transformer-nmt file"):
+        read_model_file(tmp_path / "other.pt")

@@ -11,7 +11,8 @@ import torch
 
 from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.binarize import load_split
-from transformer_nmt.train.checkpoint import LAST, read_checkpoint
+from transformer_nmt.train.checkpoint import LAST
+from transformer_nmt.model_file import read_model_file
 from transformer_nmt.train.distributed import init_distributed
 from transformer_nmt.train.trainer import train
 
@@ -58,7 +59,7 @@ def test_two_processes_train_like_one_with_twice_the_update_freq(tiny_data, tmp_
     finished = subprocess.run(command, capture_output=True, text=True, env=env, timeout=180)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert "on 2 cpu process(es)" in finished.stdout
-    a, b = read_checkpoint(one / LAST), read_checkpoint(two / LAST)
+    a, b = read_model_file(one / LAST), read_model_file(two / LAST)
     assert a["step"] == b["step"] == steps and b["world_size"] == 2 and len(b["rng"]) == 2
     assert a["epoch"] == b["epoch"] > 1
     assert a["progress"]["tgt_tokens"] == b["progress"]["tgt_tokens"]

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig, get_preset
+from transformer_nmt.errors import UserError
 from transformer_nmt.decode.search import (
     SpecialIds, beam_search, greedy_search, length_penalty, max_lengths, search)
 from transformer_nmt.model.transformer import Transformer
@@ -294,8 +295,8 @@ def test_attention_of_each_hypothesis():
 
 
 def test_nbest_larger_than_beam_is_refused():
-    with pytest.raises(ValueError, match="nbest"):
-        beam_search(ToyModel(), random_sources(1, 12), DecodeConfig(beam=2, nbest=3), SPECIAL)
+    with pytest.raises(UserError, match="nbest must be between 1 and the beam size"):
+        DecodeConfig(beam=2, nbest=3)
 
 
 def test_bound_uses_the_longest_reachable_length():

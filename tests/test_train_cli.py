@@ -12,7 +12,8 @@ import time
 import pytest
 
 from transformer_nmt.cli import main
-from transformer_nmt.train.checkpoint import LAST, load_for_inference, read_checkpoint
+from transformer_nmt.train.checkpoint import LAST
+from transformer_nmt.model_file import load_for_inference, read_model_file
 
 from train_fixtures import TINY, tiny_data  # noqa: F401  (tiny_data is a fixture)
 
@@ -55,7 +56,7 @@ def test_train_rerun_and_extend(tiny_data, tmp_path, capsys):
     code, out, _ = nmt(capsys, *train_args(tiny_data, run, "--max-steps", "3",
                                            "--max-time", "1h30m", "--set", "dropout=0.2"))
     assert code == 0 and "nothing to do" in out
-    assert read_checkpoint(run / LAST)["step"] == 3
+    assert read_model_file(run / LAST)["step"] == 3
 
     code, out, _ = nmt(capsys, "train", "--resume", run, "--max-steps", "4")
     assert code == 0 and "trained 4 steps" in out
@@ -68,7 +69,7 @@ def test_runs_that_must_not_be_continued_are_refused(tiny_data, tmp_path, capsys
     code, _, err = nmt(capsys, *train_args(tiny_data, run, "--max-steps", "2",
                                            "--set", "label_smoothing=0", "--warmup", "9"))
     assert code == 2
-    assert "another configuration (label_smoothing 0.1 -> 0.0; warmup_steps 50 -> 9)" in err
+    assert "another configuration (label_smoothing: 0.1 -> 0.0; warmup_steps: 50 -> 9)" in err
 
     other_data = tmp_path / "other-data"
     shutil.copytree(tiny_data, other_data)
@@ -134,7 +135,7 @@ def test_a_signal_stops_after_a_step_with_a_checkpoint(tiny_data, tmp_path, sign
     assert process.returncode == 0, err
     assert f"stopped by {signal.Signals(signal_number).name}" in out
     assert f"continue with: nmt train --resume {run}" in out
-    step = read_checkpoint(run / LAST)["step"]
+    step = read_model_file(run / LAST)["step"]
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
     assert step >= 1 and max(steps) == step
 

@@ -13,14 +13,14 @@ from transformer_nmt.config import PRESETS
 from transformer_nmt.data.batching import TokenBatchSampler, collate
 from transformer_nmt.data.binarize import load_split
 from transformer_nmt.errors import UserError
-from transformer_nmt.hardware import bf16_supported
+from transformer_nmt.runtime import bf16_supported
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.train import metrics as metrics_module
 from transformer_nmt.train import trainer as trainer_module
-from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints, read_checkpoint
+from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints
+from transformer_nmt.model_file import read_model_file
 from transformer_nmt.train.distributed import init_distributed
-from transformer_nmt.train.trainer import (Trainer, attention_kernels,
-                                          resolve_precision, train)
+from transformer_nmt.train.trainer import Trainer, attention_kernels, train
 
 from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
 
@@ -33,7 +33,7 @@ def run(tiny_data, out, **changes):
 
 
 def parameters(run_dir, name=LAST):
-    return read_checkpoint(run_dir / name)["model"]
+    return read_model_file(run_dir / name)["model"]
 
 
 def metrics(run_dir):
@@ -76,8 +76,8 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tiny_data, tmp_path):
     assert resumed.step == 12
     a, b = parameters(tmp_path / "straight"), parameters(tmp_path / "resumed")
     assert all(torch.equal(a[name], b[name]) for name in a)
-    optimizer_a = read_checkpoint(tmp_path / "straight" / LAST)["trainer"]["optimizer"]["state"]
-    optimizer_b = read_checkpoint(tmp_path / "resumed" / LAST)["trainer"]["optimizer"]["state"]
+    optimizer_a = read_model_file(tmp_path / "straight" / LAST)["trainer"]["optimizer"]["state"]
+    optimizer_b = read_model_file(tmp_path / "resumed" / LAST)["trainer"]["optimizer"]["state"]
     assert all(torch.equal(optimizer_a[k]["exp_avg_sq"], optimizer_b[k]["exp_avg_sq"])
                for k in optimizer_a)
     steps = [r["step"] for r in metrics(tmp_path / "resumed") if r["event"] == "train"]
@@ -92,13 +92,13 @@ def test_checkpoints_best_last_and_rotation(tiny_data, tmp_path):
     run_dir = tmp_path / "run"
     assert [step for step, _ in numbered_checkpoints(run_dir)] == [4, 6]
     assert summary.checkpoint == run_dir / "checkpoint_6.pt"
-    best = read_checkpoint(run_dir / "checkpoint_best.pt")
+    best = read_model_file(run_dir / "checkpoint_best.pt")
     valid = [r for r in metrics(run_dir) if r["event"] == "valid"]
     assert [r["step"] for r in valid] == [2, 4, 6]
     best_record = min(valid, key=lambda r: r["nll"])
     assert best["step"] == best_record["step"] and best_record["best"]
     assert summary.best_valid_nll == pytest.approx(best_record["nll"])
-    checkpoint = read_checkpoint(run_dir / LAST)
+    checkpoint = read_model_file(run_dir / LAST)
     assert set(checkpoint) >= {"model", "vocab", "model_config", "train_config", "trainer",
                                "sampler", "rng", "step", "epoch", "data_digest", "progress"}
 
@@ -127,7 +127,7 @@ def test_non_finite_updates_are_skipped_then_training_stops(tiny_data, tmp_path,
     skips = [r for r in metrics(tmp_path / "run") if r["event"] == "skip"]
     assert [r["reason"] for r in skips] == ["non-finite loss"] * 3
     weights = parameters(tmp_path / "run")
-    assert read_checkpoint(tmp_path / "run" / LAST)["step"] == 2
+    assert read_model_file(tmp_path / "run" / LAST)["step"] == 2
     assert all(torch.isfinite(tensor).all() for tensor in weights.values())
 
 
@@ -160,13 +160,6 @@ def test_cpu_bf16_uses_the_math_attention_kernel_for_short_batches():
     assert isinstance(attention_kernels(CPU, "fp32", 25), contextlib.nullcontext)
     assert not isinstance(attention_kernels(CPU, "bf16", 25), contextlib.nullcontext)
     assert isinstance(attention_kernels(CPU, "bf16", 400), contextlib.nullcontext)
-
-
-def test_precision_choices():
-    assert resolve_precision("auto", CPU) == ("bf16" if bf16_supported(CPU) else "fp32")
-    assert resolve_precision("fp32", CPU) == "fp32"
-    with pytest.raises(UserError, match="fp16 needs a CUDA GPU"):
-        resolve_precision("fp16", CPU)
 
 
 @pytest.mark.skipif(not bf16_supported(CPU), reason="this CPU has no native bf16")

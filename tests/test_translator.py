@@ -22,9 +22,9 @@ from transformer_nmt.decode import translator as translator_module
 from transformer_nmt.decode.translator import (
     Translation, Translator, format_translations, prepare_model, source_limit, word_alignment)
 from transformer_nmt.errors import UserError
-from transformer_nmt.hardware import bf16_supported
+from transformer_nmt.runtime import bf16_supported
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.train.checkpoint import atomic_save, load_for_inference, model_payload
+from transformer_nmt.model_file import save_model_file, load_for_inference, model_payload
 
 WORDS = ("the house is small . a dog runs in the green garden , and the cat sleeps on "
          "a warm roof ; children play near old trees while their parents talk").split()
@@ -47,7 +47,7 @@ def make_model_file(directory: Path, max_positions: int = 256) -> Path:
     with torch.no_grad():  # sharper distributions, so hypotheses differ
         model.tgt_embed.weight.mul_(4)
     path = directory / "model.pt"
-    atomic_save(model_payload(model, vocab.to_bytes()), path)
+    save_model_file(model_payload(model, vocab.to_bytes()), path)
     return path
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.translator import Translator
 from transformer_nmt.errors import UserError
 
 KINDS = {
@@ -159,8 +161,6 @@ def draw_attention(model_path: str | Path, source: str, out_dir: str | Path,
     """
     from dataclasses import replace
 
-    from transformer_nmt.config import DecodeConfig
-    from transformer_nmt.decode.translator import Translator
 
     translator = Translator.from_file(model_path, replace(DecodeConfig(), beam=beam))
     if target is None:

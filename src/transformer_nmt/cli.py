@@ -200,9 +200,7 @@ def _decode_settings(args: argparse.Namespace):
 
     decode = DecodeConfig(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a,
                           max_len_b=args.max_len_b, nbest=getattr(args, "nbest", 1))
-    gpu = torch.cuda.is_available() and args.precision != "int8"  # int8 is CPU-only
-    device = args.device or ("cuda" if gpu else "cpu")
-    return decode, device
+    return decode, args.device
 
 
 def _add_errors_argument(parser: argparse.ArgumentParser) -> None:
@@ -458,13 +456,13 @@ def add_average_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_average(args: argparse.Namespace) -> None:
-    from transformer_nmt.train.checkpoint import (atomic_save, average_checkpoints,
-                                                  checkpoints_to_average)
+    from transformer_nmt.model_file import save_model_file
+    from transformer_nmt.train.checkpoint import average_checkpoints, checkpoints_to_average
 
     if args.last is not None and args.last < 1:
         raise UserError(f"--last must be at least 1, not {args.last}")
     paths = checkpoints_to_average(args.inputs, args.last)
-    atomic_save(average_checkpoints(paths), args.out)
+    save_model_file(average_checkpoints(paths), args.out)
     print(f"averaged {len(paths)} checkpoint(s) ({', '.join(path.name for path in paths)}) "
           f"into {args.out}")
 

@@ -9,10 +9,54 @@ label smoothing and the schedule live in `TrainConfig` because they shape traini
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from transformer_nmt.errors import UserError
+
+TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+"""Training precisions: 'auto' is bf16 where the device has it natively, else fp32."""
+MAX_BEAM = 1024
+"""Widest beam decoding accepts: far beyond any useful width (the paper's is 4), short of
+one that would hang a machine on a few lines."""
+
+
+def _finite_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def _require_at_least(config: object, low: float, *names: str) -> None:
+    """UserError unless every field in `names` is a finite number >= `low`."""
+    for name in names:
+        value = getattr(config, name)
+        if not _finite_number(value) or value < low:
+            bound = "at least 1" if low == 1 else f"a number >= {low}"
+            raise UserError(f"{name} must be {bound}, not {value!r}")
+
+
+def _require_positive(config: object, *names: str) -> None:
+    """UserError unless every field in `names` is a finite number > 0."""
+    for name in names:
+        value = getattr(config, name)
+        if not _finite_number(value) or value <= 0:
+            raise UserError(f"{name} must be a positive number, not {value!r}")
+
+
+def _require_fraction(config: object, *names: str) -> None:
+    """UserError unless every field in `names` lies in [0, 1)."""
+    for name in names:
+        value = getattr(config, name)
+        if not _finite_number(value) or not 0 <= value < 1:
+            raise UserError(f"{name} must be in [0, 1), not {value!r}")
+
+
+def _require_choice(config: object, name: str, choices: tuple) -> None:
+    """UserError unless field `name` is one of `choices`."""
+    value = getattr(config, name)
+    if value not in choices or type(value) is not type(choices[0]):
+        raise UserError(f"{name} must be one of {', '.join(map(repr, choices))}, not {value!r}")
 
 
 @dataclass(frozen=True)
@@ -49,17 +93,14 @@ class ModelConfig:
     """'all': source, target and pre-softmax share one matrix (shared vocabulary);
     'decoder': target embedding and pre-softmax only; 'none': three matrices."""
 
-    def validate(self) -> None:
-        """Raise UserError for a combination that cannot be built."""
-        if self.positional not in ("sinusoidal", "learned"):
-            raise UserError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
-        if self.tie_embeddings not in ("all", "decoder", "none"):
-            raise UserError(
-                f"tie_embeddings must be 'all', 'decoder' or 'none', not {self.tie_embeddings!r}"
-            )
-        for name in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "heads", "d_k", "d_v"):
-            if getattr(self, name) < 1:
-                raise UserError(f"{name} must be at least 1, not {getattr(self, name)}")
+    def __post_init__(self) -> None:
+        _require_at_least(self, 1, "encoder_layers", "decoder_layers", "d_model", "d_ff",
+                          "heads", "d_k", "d_v")
+        _require_at_least(self, 2, "max_positions")
+        _require_fraction(self, "dropout", "attention_dropout", "activation_dropout")
+        _require_choice(self, "positional", ("sinusoidal", "learned"))
+        _require_choice(self, "tie_embeddings", ("all", "decoder", "none"))
+        _require_choice(self, "pre_norm", (False, True))
 
 
 @dataclass(frozen=True)
@@ -111,6 +152,17 @@ class TrainConfig:
     log_every: int = 100
     """Log the training loss, learning rate and throughput every this many steps."""
 
+    def __post_init__(self) -> None:
+        _require_at_least(self, 1, "warmup_steps", "max_tokens", "update_freq", "max_steps",
+                          "log_every")
+        _require_at_least(self, 0, "seed", "max_epochs", "max_time", "clip_norm", "valid_every",
+                          "save_every", "save_every_minutes", "keep_last", "max_bad_steps")
+        _require_fraction(self, "label_smoothing", "adam_beta1", "adam_beta2")
+        _require_positive(self, "lr_scale", "adam_eps")
+        _require_choice(self, "precision", TRAIN_PRECISIONS)
+        _require_choice(self, "compile", (False, True))
+        _require_choice(self, "valid_bleu", (False, True))
+
 
 @dataclass(frozen=True)
 class DecodeConfig:
@@ -126,6 +178,18 @@ class DecodeConfig:
     """See max_len_a; the paper uses input length + 50."""
     nbest: int = 1
     """Hypotheses returned per sentence."""
+
+    def __post_init__(self) -> None:
+        _require_at_least(self, 1, "beam")
+        if self.beam > MAX_BEAM:
+            raise UserError(f"beam must be at most {MAX_BEAM}, not {self.beam}")
+        if not 1 <= self.nbest <= self.beam:
+            raise UserError(f"nbest must be between 1 and the beam size ({self.beam}), "
+                            f"not {self.nbest}")
+        _require_at_least(self, 0, "max_len_a", "max_len_b")
+        if not _finite_number(self.alpha):
+            # Negative alpha is legitimate (it favours short outputs); NaN is not.
+            raise UserError(f"alpha must be a finite number, not {self.alpha!r}")
 
 
 @dataclass(frozen=True)
@@ -234,3 +298,16 @@ def config_from_dict(cls: Callable, values: dict):
             f"unknown {cls.__name__} field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
         )
     return cls(**values)
+
+
+def differences(old: object, new: object, skip: frozenset[str] = frozenset(),
+                path: str = "") -> list[str]:
+    """'key.subkey: old -> new' for every leaf that differs between two configurations:
+    dataclasses or nested dicts (keys in `skip` are ignored at every depth)."""
+    if dataclasses.is_dataclass(old) and dataclasses.is_dataclass(new):
+        old, new = dataclasses.asdict(old), dataclasses.asdict(new)
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [change for key in sorted(set(old) | set(new), key=str) if key not in skip
+                for change in differences(old.get(key), new.get(key), skip,
+                                          f"{path}.{key}" if path else str(key))]
+    return [] if old == new else [f"{path}: {old!r} -> {new!r}"]

@@ -19,9 +19,11 @@ from typing import Any
 from sacrebleu.metrics import BLEU, CHRF
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.data.manifest import read_manifest, text_path, write_json_atomic
+from transformer_nmt.data.manifest import read_manifest, text_path
+from transformer_nmt.decode.translator import Translator, translate_stream
 from transformer_nmt.data.text import read_lines
 from transformer_nmt.errors import UserError
+from transformer_nmt.files import write_json_atomic
 
 _COMPOUND_HYPHEN = re.compile(r"(\S)-(\S)")
 
@@ -125,7 +127,7 @@ def split_languages(data_dir: str | Path, src_lang: str | None,
 
 
 def evaluate_model(model_path: str | Path, data_dir: str | Path, split: str = "test",
-                   decode: DecodeConfig = DecodeConfig(), device: str = "cpu",
+                   decode: DecodeConfig = DecodeConfig(), device: str | None = "cpu",
                    precision: str = "fp32", batch_size: int | None = None,
                    max_tokens: int | None = None,
                    src_lang: str | None = None, tgt_lang: str | None = None,
@@ -139,8 +141,6 @@ def evaluate_model(model_path: str | Path, data_dir: str | Path, split: str = "t
     (default MODEL.eval-{split}.json). Returns the scores. The other arguments are
     Translator's.
     """
-    from transformer_nmt.decode.translator import Translator, translate_stream
-
     src_lang, tgt_lang = split_languages(data_dir, src_lang, tgt_lang)
     src_path, ref_path = text_path(data_dir, split, src_lang), text_path(data_dir, split, tgt_lang)
     for path in (src_path, ref_path):

@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from transformer_nmt.attention_plot import compute_attention, write_attention_pictures
 from transformer_nmt.config import DecodeConfig, get_preset
+from transformer_nmt.data.prepare import PrepareOptions, prepare
+from transformer_nmt.decode.translator import Translator
+from transformer_nmt.evaluate import evaluate_model, format_table
+from transformer_nmt.model_file import save_model_file
+from transformer_nmt.train.checkpoint import (average_checkpoints, checkpoints_to_average,
+                                              numbered_checkpoints)
+from transformer_nmt.train.metrics import plot_metrics
+from transformer_nmt.train.trainer import train
 
 # Sentences of the kind the default corpus teaches (its domain is scripture), per language.
 EXAMPLES = {
@@ -102,14 +111,6 @@ def _example_sentences(data_dir: Path, corpus: str, src: str, count: int = 5) ->
 
 def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -> dict:
     """Run every stage; return the paths and scores it produced."""
-    from transformer_nmt.attention_plot import compute_attention, write_attention_pictures
-    from transformer_nmt.data.prepare import PrepareOptions, prepare
-    from transformer_nmt.decode.translator import Translator
-    from transformer_nmt.evaluate import evaluate_model, format_table
-    from transformer_nmt.train.metrics import plot_metrics
-    from transformer_nmt.train.checkpoint import (
-        atomic_save, average_checkpoints, checkpoints_to_average, numbered_checkpoints)
-    from transformer_nmt.train.trainer import train
 
     started = time.time()
     out = Path(options.out)
@@ -142,7 +143,7 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     _stage(log, 3, f"averaging the last {options.average_last} checkpoints")
     available = len(numbered_checkpoints(run_dir))
     paths = checkpoints_to_average([run_dir], min(options.average_last, available))
-    atomic_save(average_checkpoints(paths), model_path)
+    save_model_file(average_checkpoints(paths), model_path)
     log(f"averaged {', '.join(p.name for p in paths)} into {model_path}")
 
     _stage(log, 4, "evaluating on the test split (beam 4, length penalty 0.6)")

@@ -21,6 +21,7 @@ import numpy as np
 
 from transformer_nmt.data.manifest import bin_path, idx_path, read_manifest, text_path
 from transformer_nmt.errors import UserError
+from transformer_nmt.files import AllOrNothing
 
 OFFSET_DTYPE = np.dtype("<i8")
 
@@ -30,7 +31,7 @@ def ids_dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 65535 else np.dtype("<i4")
 
 
-class IdsWriter:
+class IdsWriter(AllOrNothing):
     """Streams sequences of token ids into a .bin/.idx pair.
 
     Both files are written under a '.tmp' name and renamed into place by `close`, so an
@@ -82,15 +83,6 @@ class IdsWriter:
         for handle, tmp in ((self._bin, self._bin_tmp), (self._idx, self._idx_tmp)):
             handle.close()
             tmp.unlink(missing_ok=True)
-
-    def __enter__(self) -> "IdsWriter":
-        return self
-
-    def __exit__(self, kind, value, traceback) -> None:
-        if kind is None:
-            self.close()
-        else:
-            self.abort()
 
 
 def _map(path: Path, dtype: np.dtype) -> np.ndarray:

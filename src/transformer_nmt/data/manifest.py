@@ -14,11 +14,10 @@ DATA_DIR/
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-from typing import Any
 
 from transformer_nmt.errors import UserError
+from transformer_nmt.files import check_format
 
 FORMAT_VERSION = 1
 """Bumped whenever the layout or the meaning of a stored file changes."""
@@ -43,29 +42,6 @@ def idx_path(data_dir: str | Path, split: str, lang: str) -> Path:
     return Path(data_dir) / f"{split}.{lang}.idx"
 
 
-def fsync_dir(path: str | Path) -> None:
-    """Make renames inside directory `path` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_json_atomic(path: str | Path, value: Any) -> None:
-    """Write `value` as JSON to `path` via a temporary file, fsync and rename: a reader
-    sees the old file or the whole new one, never a part."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(value, handle, indent=2, ensure_ascii=False)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
 def read_manifest(data_dir: str | Path) -> dict:
     """The manifest of a finished data directory; UserError if there is none or it is
     unreadable or of an unknown format version."""
@@ -79,10 +55,7 @@ def read_manifest(data_dir: str | Path) -> dict:
         ) from None
     except (OSError, ValueError) as error:
         raise UserError(f"{path}: unreadable manifest: {error}") from None
-    version = manifest.get("format_version") if isinstance(manifest, dict) else None
-    if version != FORMAT_VERSION:
-        raise UserError(
-            f"{path}: data format version {version}, this transformer-nmt reads version "
-            f"{FORMAT_VERSION}; prepare the data again with this version"
-        )
+    check_format(manifest, path, "transformer-nmt data directory", FORMAT_VERSION,
+                 name_key=None, version_key="format_version",
+                 remedy="prepare the data again with this version of `nmt prepare`")
     return manifest

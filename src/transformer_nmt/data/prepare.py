@@ -18,6 +18,7 @@ import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -26,17 +27,17 @@ import numpy as np
 from tqdm import tqdm
 
 from transformer_nmt import __version__
-from transformer_nmt.config import TrainConfig
+from transformer_nmt.config import TrainConfig, differences
 from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.binarize import IdsWriter, ids_dtype, read_ids
 from transformer_nmt.data.corpora import Corpus, SourceOptions, get_corpus
 from transformer_nmt.data.manifest import (FORMAT_VERSION, MANIFEST, SPM_MODEL, SPM_VOCAB, SPLITS,
-                                           bin_path, fsync_dir, idx_path, read_manifest,
-                                           text_path, write_json_atomic)
+                                           bin_path, idx_path, read_manifest, text_path)
 from transformer_nmt.data.text import ERRORS, CleaningFilters, LineWriter, normalize
 from transformer_nmt.data.vocab import (BOS_ID, DEFAULT_SAMPLE_SENTENCES, EOS_ID, PAD_ID, UNK_ID,
                                         Vocab, default_character_coverage, train_vocab)
 from transformer_nmt.errors import UserError
+from transformer_nmt.files import fsync_dir, write_json_atomic
 
 IN_PROGRESS = ".in-progress"
 WORK = ".work"
@@ -108,15 +109,6 @@ def _recipe(options: PrepareOptions, corpus: Corpus) -> dict:
     }
 
 
-def _differences(old, new, path: str = "") -> list[str]:
-    """'key.subkey: old -> new' for every leaf of two recipes that differs."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [change for key in sorted(set(old) | set(new), key=str)
-                for change in _differences(old.get(key), new.get(key),
-                                           f"{path}.{key}" if path else str(key))]
-    return [] if old == new else [f"{path}: {old!r} -> {new!r}"]
-
-
 def _outputs(src: str, tgt: str) -> list[str]:
     """Names of every file a finished directory may hold besides the manifest."""
     names = [SPM_MODEL, SPM_VOCAB]
@@ -147,7 +139,7 @@ def _check_out(out: Path, recipe: dict, log: Callable[[str], None]) -> dict | No
         manifest = read_manifest(out)
         if manifest.get("recipe") == recipe:
             return manifest
-        changes = _differences(manifest.get("recipe", {}), recipe)
+        changes = differences(manifest.get("recipe", {}), recipe)
         raise UserError(
             f"{out} already holds data prepared with a different recipe "
             f"({'; '.join(changes)}); choose another --out, or delete {out} to prepare it again"
@@ -172,23 +164,17 @@ def _read_corpus(corpus: Corpus, work: Path, src: str, tgt: str, progress: bool)
     counts = {}
     for split in corpus.splits:
         name = "train.unfiltered" if split == "train" else split
-        writers = [LineWriter(work / f"{name}.{lang}") for lang in (src, tgt)]
         pairs = corpus.pairs(split)
         count = 0
-        try:
-            with tqdm(desc=f"read {split}", unit=" pairs", disable=None if progress else True,
-                      file=sys.stderr) as bar:
-                while chunk := list(itertools.islice(pairs, CHUNK_PAIRS)):
-                    writers[0].write_lines([normalize(s) for s, _ in chunk])
-                    writers[1].write_lines([normalize(t) for _, t in chunk])
-                    count += len(chunk)
-                    bar.update(len(chunk))
-        except BaseException:
-            for writer in writers:
-                writer.abort()
-            raise
-        for writer in writers:
-            writer.close()
+        with LineWriter(work / f"{name}.{src}") as src_out, \
+                LineWriter(work / f"{name}.{tgt}") as tgt_out, \
+                tqdm(desc=f"read {split}", unit=" pairs", disable=None if progress else True,
+                     file=sys.stderr) as bar:
+            while chunk := list(itertools.islice(pairs, CHUNK_PAIRS)):
+                src_out.write_lines([normalize(s) for s, _ in chunk])
+                tgt_out.write_lines([normalize(t) for _, t in chunk])
+                count += len(chunk)
+                bar.update(len(chunk))
         counts[split] = count
     return counts
 
@@ -233,35 +219,32 @@ def _binarize(split: str, work: Path, src: str, tgt: str, vocab: Vocab, dtype: n
     name = "train.unfiltered" if filters else split
     removed: dict[str, int] = {}
     unk = [0, 0]
-    text_writers = [LineWriter(text_path(work, split, lang)) for lang in (src, tgt)] \
-        if filters else []
     chunks = _chunks(work / f"{name}.{src}", work / f"{name}.{tgt}", CHUNK_PAIRS)
-    try:
-        with IdsWriter(bin_path(work, split, src), idx_path(work, split, src), dtype) as src_out, \
-                IdsWriter(bin_path(work, split, tgt), idx_path(work, split, tgt), dtype) as tgt_out, \
-                tqdm(total=pairs, desc=f"encode {split}", unit=" pairs",
-                     disable=None if progress else True, file=sys.stderr) as bar:
-            for src_lines, tgt_lines, src_ids, tgt_ids in _encoded(chunks, vocab):
-                bar.update(len(src_lines))
-                if filters:
-                    keep, chunk_removed = filters.apply(
-                        np.fromiter(map(len, src_ids), np.int64, len(src_ids)),
-                        np.fromiter(map(len, tgt_ids), np.int64, len(tgt_ids)))
-                    removed = {k: removed.get(k, 0) + v for k, v in chunk_removed.items()}
-                    if not keep.all():
-                        src_lines, tgt_lines, src_ids, tgt_ids = (
-                            list(itertools.compress(x, keep))
-                            for x in (src_lines, tgt_lines, src_ids, tgt_ids))
-                    text_writers[0].write_lines(src_lines)
-                    text_writers[1].write_lines(tgt_lines)
-                unk[0] += int(np.count_nonzero(src_out.add(src_ids) == UNK_ID))
-                unk[1] += int(np.count_nonzero(tgt_out.add(tgt_ids) == UNK_ID))
-    except BaseException:
-        for writer in text_writers:
-            writer.abort()
-        raise
-    for writer in text_writers:
-        writer.close()
+    with ExitStack() as files:
+        # Every writer is closed if the split is complete and aborted otherwise.
+        text_writers = [files.enter_context(LineWriter(text_path(work, split, lang)))
+                        for lang in (src, tgt)] if filters else []
+        src_out = files.enter_context(
+            IdsWriter(bin_path(work, split, src), idx_path(work, split, src), dtype))
+        tgt_out = files.enter_context(
+            IdsWriter(bin_path(work, split, tgt), idx_path(work, split, tgt), dtype))
+        bar = files.enter_context(tqdm(total=pairs, desc=f"encode {split}", unit=" pairs",
+                                       disable=None if progress else True, file=sys.stderr))
+        for src_lines, tgt_lines, src_ids, tgt_ids in _encoded(chunks, vocab):
+            bar.update(len(src_lines))
+            if filters:
+                keep, chunk_removed = filters.apply(
+                    np.fromiter(map(len, src_ids), np.int64, len(src_ids)),
+                    np.fromiter(map(len, tgt_ids), np.int64, len(tgt_ids)))
+                removed = {k: removed.get(k, 0) + v for k, v in chunk_removed.items()}
+                if not keep.all():
+                    src_lines, tgt_lines, src_ids, tgt_ids = (
+                        list(itertools.compress(x, keep))
+                        for x in (src_lines, tgt_lines, src_ids, tgt_ids))
+                text_writers[0].write_lines(src_lines)
+                text_writers[1].write_lines(tgt_lines)
+            unk[0] += int(np.count_nonzero(src_out.add(src_ids) == UNK_ID))
+            unk[1] += int(np.count_nonzero(tgt_out.add(tgt_ids) == UNK_ID))
     sizes = {"pairs": src_out.sequences, "src_tokens": src_out.tokens,
              "tgt_tokens": tgt_out.tokens, "src_max_len": src_out.max_length,
              "tgt_max_len": tgt_out.max_length, "src_unk": unk[0], "tgt_unk": unk[1]}

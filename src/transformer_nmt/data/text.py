@@ -20,6 +20,7 @@ from typing import BinaryIO, Iterator
 import numpy as np
 
 from transformer_nmt.errors import UserError
+from transformer_nmt.files import AllOrNothing
 
 ERRORS = ("strict", "replace")
 """The ways of handling invalid UTF-8: stop with an error, or replace bad bytes by U+FFFD."""
@@ -159,7 +160,7 @@ def read_tsv(path: str | Path, errors: str = "strict") -> Iterator[tuple[str, st
         yield fields[0], fields[1]
 
 
-class LineWriter:
+class LineWriter(AllOrNothing):
     """Writes lines of text as UTF-8 with b"\\n" endings, to `path` + '.tmp' then renamed
     into place by `close`, so a half-written file never carries the final name. Missing
     parent directories are created, as for model files."""

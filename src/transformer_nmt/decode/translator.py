@@ -24,18 +24,12 @@ from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import LineWriter, count_lines, iter_lines, normalize, read_lines
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, search
 from transformer_nmt.errors import UserError
-from transformer_nmt.hardware import bf16_supported
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.train.checkpoint import InferenceModel, load_for_inference
+from transformer_nmt.model_file import InferenceModel, load_for_inference
+from transformer_nmt.runtime import resolve_runtime
 
 logger = logging.getLogger(__name__)
-
-PRECISIONS = ("fp32", "bf16", "int8")
-"""fp32; bf16 weights and activations (CPUs with AVX-512 BF16 or AMX, and GPUs), the
-search's log-probabilities staying float32; int8 dynamic quantization of the linear
-layers (CPU only)."""
-
 
 _PROCESS_THREADS = torch.get_num_threads()
 """The threads PyTorch had when this module was imported: the cores decoding may use
@@ -71,7 +65,8 @@ class Translation:
     target subword aligned to the source subword it attends to most; when asked for."""
 
 
-def prepare_model(model: nn.Module, device: str | torch.device, precision: str) -> nn.Module:
+def prepare_model(model: nn.Module, device: str | torch.device | None, precision: str
+                  ) -> nn.Module:
     """`model` made ready to decode on `device` in `precision`, in eval mode, in place
     (so that two copies never need memory at once; pass a copy to keep the original).
 
@@ -81,21 +76,11 @@ def prepare_model(model: nn.Module, device: str | torch.device, precision: str) 
     dynamically quantized one (int8 weights per output channel, activations quantized
     per batch).
     """
-    if precision not in PRECISIONS:
-        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA GPU is available to this process; use --device cpu")
+    device = resolve_runtime(device, precision).device
     if precision == "fp32":
         return model.to(device).eval()
     if precision == "bf16":
-        if not bf16_supported(device):
-            raise UserError(f"--precision bf16: this {device.type.upper()} has no native bf16 "
-                            "(needs AVX-512 BF16 or AMX on a CPU, Ampere or newer on a GPU) and "
-                            "would decode far slower than fp32; use fp32 or, on a CPU, int8")
         return model.to(device=device, dtype=torch.bfloat16).eval()
-    if device.type != "cpu":
-        raise UserError("--precision int8 runs on the CPU only; use bf16 on a GPU")
     qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
     with warnings.catch_warnings():
         # torch.ao.quantization is deprecated in favour of the separate torchao package,
@@ -162,7 +147,7 @@ class Translator:
     """Translates lines of raw text with a loaded model, batched by length, order kept."""
 
     def __init__(self, inference_model: InferenceModel, decode: DecodeConfig = DecodeConfig(),
-                 device: str | torch.device = "cpu", precision: str = "fp32",
+                 device: str | torch.device | None = "cpu", precision: str = "fp32",
                  batch_size: int | None = None, max_tokens: int | None = None,
                  alignments: bool = False, buffer_size: int = 1024,
                  workers: int | None = None) -> None:
@@ -179,13 +164,7 @@ class Translator:
         translated 1.5-2.1 times faster than 1 worker using both cores, at the price of
         two batches' memory, and 2 workers with batches of 16 (the default) 1.3-1.4
         times faster in less memory (bench/RESULTS.md)."""
-        if decode.beam < 1:
-            raise UserError(f"--beam must be at least 1, not {decode.beam}")
-        if not 1 <= decode.nbest <= decode.beam:
-            raise UserError(f"--nbest must be between 1 and --beam ({decode.beam}), not {decode.nbest}")
-        if decode.max_len_a < 0 or decode.max_len_b < 0:
-            raise UserError("--max-len-a and --max-len-b must not be negative")
-        self.device = torch.device("cpu" if precision == "int8" else device)
+        self.device = resolve_runtime(device, precision).device
         if workers is None:
             # Line by line there is only ever one batch, which should have every core.
             workers = default_workers(self.device) if buffer_size > 1 else 1
@@ -213,13 +192,14 @@ class Translator:
 
     @classmethod
     def from_file(cls, path: str | Path, decode: DecodeConfig = DecodeConfig(),
-                  device: str | torch.device = "cpu", precision: str = "fp32",
+                  device: str | torch.device | None = "cpu", precision: str = "fp32",
                   batch_size: int | None = None, max_tokens: int | None = None,
                   alignments: bool = False, buffer_size: int = 1024,
                   workers: int | None = None) -> "Translator":
         """A Translator for the model file at `path` (UserError if it is not one)."""
-        model_device = "cpu" if precision == "int8" else device
-        return cls(load_for_inference(path, model_device), decode, device, precision,
+        # Loaded onto the CPU: prepare_model moves it after converting it, so that the
+        # device never holds the float model and the converted one at once.
+        return cls(load_for_inference(path, "cpu"), decode, device, precision,
                    batch_size, max_tokens, alignments, buffer_size, workers)
 
     def translate(self, lines: Iterable[str]) -> Iterator[str]:

@@ -95,7 +95,6 @@ class Transformer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> None:
         super().__init__()
-        cfg.validate()
         self.cfg, self.vocab_size, self.pad_id = cfg, vocab_size, pad_id
         self.embed_scale = math.sqrt(cfg.d_model)
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from transformer_nmt.errors import UserError
+from transformer_nmt.runtime import resolve_device
 
 
 @dataclass(frozen=True)
@@ -72,41 +72,15 @@ class Distributed:
         dist.all_gather_object(values, value)
         return values
 
-    def barrier(self) -> None:
-        """Wait until every process gets here."""
-        if self.enabled:
-            dist.barrier()
-
-
-def resolve_device(name: str | None, local_rank: int = 0) -> torch.device:
-    """The device for `name`: 'cpu', 'cuda', 'cuda:N', or None/'auto' for CUDA when present.
-
-    Under torchrun each process takes the GPU of its local rank.
-    """
-    if name in (None, "auto"):
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"unknown device {name!r}; use cpu, cuda or cuda:N") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError(f"device {name!r} asked for, but this PyTorch sees no CUDA GPU; "
-                            "use --device cpu")
-        if device.index is None or int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    elif device.type != "cpu":
-        raise UserError(f"device {name!r} is not supported; use cpu or cuda")
-    return device
-
 
 def init_distributed(device_name: str | None = None) -> Distributed:
     """Join the process group torchrun describes in the environment, or run alone."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = resolve_device(device_name, local_rank)
+    device = resolve_device(device_name, local_rank=local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from transformer_nmt.config import ModelConfig, TrainConfig, config_from_dict, get_preset
-from transformer_nmt.data.manifest import SPM_MODEL, read_manifest, write_json_atomic
+from transformer_nmt.config import (ModelConfig, TrainConfig, config_from_dict, differences,
+                                    get_preset)
+from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
+from transformer_nmt.files import write_json_atomic
 from transformer_nmt.errors import UserError
 from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints
 
@@ -106,25 +108,6 @@ def apply_overrides(model: ModelConfig, train: TrainConfig,
             dataclasses.replace(train, **train_changes))
 
 
-def validate_train_config(train: TrainConfig) -> None:
-    """UserError for settings no run can use."""
-    positive = ("warmup_steps", "max_tokens", "update_freq", "max_steps", "log_every")
-    for name in positive:
-        if getattr(train, name) < 1:
-            raise UserError(f"{name} must be at least 1, not {getattr(train, name)}")
-    not_negative = ("max_epochs", "max_time", "clip_norm", "valid_every", "save_every",
-                    "save_every_minutes", "keep_last", "max_bad_steps")
-    for name in not_negative:
-        if getattr(train, name) < 0:
-            raise UserError(f"{name} must not be negative, not {getattr(train, name)}")
-    if not 0 <= train.label_smoothing < 1:
-        raise UserError(f"label_smoothing must be in [0, 1), not {train.label_smoothing}")
-    if train.precision not in ("auto", "fp32", "bf16", "fp16"):
-        raise UserError(f"precision must be auto, fp32, bf16 or fp16, not {train.precision!r}")
-    if train.lr_scale <= 0:
-        raise UserError(f"lr_scale must be positive, not {train.lr_scale}")
-
-
 def data_digest(data_dir: str | Path) -> str:
     """SHA-256 of what a data directory holds: its manifest (less when and how it was
     made) and its BPE model. Preparing the same corpus the same way gives the same digest."""
@@ -134,20 +117,6 @@ def data_digest(data_dir: str | Path) -> str:
     digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode())
     digest.update((Path(data_dir) / SPM_MODEL).read_bytes())
     return digest.hexdigest()
-
-
-def config_differences(old_model: ModelConfig, old_train: TrainConfig,
-                       new_model: ModelConfig, new_train: TrainConfig) -> list[str]:
-    """'field old -> new' for every setting that forbids resuming `old` as `new`."""
-    changes = []
-    for old, new in ((old_model, new_model), (old_train, new_train)):
-        for field in dataclasses.fields(old):
-            if field.name in CHANGEABLE_ON_RESUME:
-                continue
-            before, after = getattr(old, field.name), getattr(new, field.name)
-            if before != after:
-                changes.append(f"{field.name} {before!r} -> {after!r}")
-    return changes
 
 
 @dataclass
@@ -251,8 +220,6 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
         train = config_from_dict(TrainConfig, {**dataclasses.asdict(train),
                                                **file_values.get("train", {})})
     model, train = apply_overrides(model, train, overrides)
-    model.validate()
-    validate_train_config(train)
 
     if data is None:
         if stored is None:
@@ -266,7 +233,9 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
     if stored is not None:
         old_model = config_from_dict(ModelConfig, stored["model"])
         old_train = config_from_dict(TrainConfig, stored["train"])
-        changes = config_differences(old_model, old_train, model, train)
+        changes = differences({**dataclasses.asdict(old_model), **dataclasses.asdict(old_train)},
+                              {**dataclasses.asdict(model), **dataclasses.asdict(train)},
+                              skip=CHANGEABLE_ON_RESUME)
         if stored.get("preset") != preset_name and (preset or config_file):
             changes.insert(0, f"preset {stored.get('preset')!r} -> {preset_name!r}")
         if changes:

@@ -12,17 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from transformer_nmt.errors import UserError
-
 
 class InverseSqrtSchedule:
     """Eq. (3) as a function of the optimizer step; `apply` writes it into an optimizer."""
 
     def __init__(self, d_model: int, warmup_steps: int, lr_scale: float = 1.0) -> None:
-        if warmup_steps < 1:
-            raise UserError(f"warmup_steps must be at least 1, not {warmup_steps}")
-        if lr_scale <= 0:
-            raise UserError(f"lr_scale must be positive, not {lr_scale}")
         self.d_model, self.warmup_steps, self.lr_scale = d_model, warmup_steps, lr_scale
 
     def __call__(self, step: int) -> float:

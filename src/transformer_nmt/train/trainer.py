@@ -42,42 +42,27 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from transformer_nmt import __version__
-from transformer_nmt.config import TrainConfig
+from transformer_nmt.config import DecodeConfig, TrainConfig
 from transformer_nmt.data.batching import Batch, TokenBatchSampler, collate
 from transformer_nmt.data.binarize import ParallelData, load_split
 from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, Vocab
+from transformer_nmt.decode.search import SpecialIds, greedy_search
 from transformer_nmt.errors import UserError
+from transformer_nmt.evaluate import read_text, score
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.train.checkpoint import (BEST, atomic_link, atomic_save, model_payload,
-                                              read_checkpoint, rng_states, save_numbered,
-                                              set_rng_states)
+from transformer_nmt.files import atomic_link
+from transformer_nmt.model_file import model_payload, read_model_file, save_model_file
+from transformer_nmt.train.checkpoint import BEST, rng_states, save_numbered, set_rng_states
 from transformer_nmt.train.distributed import Distributed, init_distributed, shutdown
 from transformer_nmt.train.loss import perplexity, projected_label_smoothed_nll
 from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.train.metrics import MetricsLog, PeakFlops, format_count, format_duration
-from transformer_nmt.hardware import bf16_supported
+from transformer_nmt.runtime import resolve_precision
 from transformer_nmt.train.run import RunPlan, plan_run, write_run_config
 from transformer_nmt.train.schedule import InverseSqrtSchedule
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """The precision to train in: 'auto' becomes bf16 where native, else fp32; a
-    precision the device cannot do is a UserError."""
-    if precision == "auto":
-        return "bf16" if bf16_supported(device) else "fp32"
-    if precision == "fp16" and device.type != "cuda":
-        raise UserError("--precision fp16 needs a CUDA GPU (CPUs have no fast fp16 matrix "
-                        "products); use bf16 or fp32 on the CPU")
-    if precision == "bf16" and not bf16_supported(device):
-        raise UserError(f"--precision bf16: this {device.type.upper()} has no native bf16 "
-                        "(needs AVX-512 BF16 or AMX on a CPU, Ampere or newer on a GPU); "
-                        "use fp32" + (" or fp16" if device.type == "cuda" else ""))
-    if precision not in DTYPES:
-        raise UserError(f"precision must be auto, fp32, bf16 or fp16, not {precision!r}")
-    return precision
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -323,10 +308,6 @@ class Trainer:
 def greedy_bleu(model: Transformer, data: ParallelData, vocab: Vocab, max_tokens: int,
                 device: torch.device, precision: str) -> float:
     """sacreBLEU of greedy translations of a split against its reference text."""
-    from transformer_nmt.config import DecodeConfig
-    from transformer_nmt.decode.search import SpecialIds, greedy_search
-    from transformer_nmt.evaluate import read_text, score
-
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     limit = model.cfg.max_positions
     hypotheses = [""] * len(data)
@@ -409,7 +390,7 @@ class _Session:
         self.plan, self.context, self.cfg = plan, context, plan.train
         self.main = context.is_main
         self.run_dir = plan.run_dir
-        self.precision = resolve_precision(self.cfg.precision, context.device)
+        self.precision = resolve_precision(self.cfg.precision, context.device, training=True)
         self.train_data = load_split(plan.data_dir, "train")
         if len(self.train_data) == 0:
             raise UserError(f"{plan.data_dir}: the train split has no pairs")
@@ -455,7 +436,7 @@ class _Session:
         checkpoint, error = None, None
         if self.main and self.plan.resume_from is not None:
             try:
-                checkpoint = read_checkpoint(self.plan.resume_from)
+                checkpoint = read_model_file(self.plan.resume_from)
                 self._check_checkpoint(checkpoint)
             except UserError as caught:
                 error = caught
@@ -556,7 +537,7 @@ class _Session:
             if self.last_saved_step == step and self.last_saved is not None:
                 atomic_link(self.last_saved, self.run_dir / BEST)
             else:
-                atomic_save(payload, self.run_dir / BEST)
+                save_model_file(payload, self.run_dir / BEST)
 
     def _validate(self, log: MetricsLog | None, wall: float) -> float:
         """Validate, log, and return the validation NLL per token."""

@@ -1,0 +1,111 @@
+"""File plumbing every room uses: atomic writes, durable renames, and format tags.
+
+Everything this project writes appears by a rename of a complete, fsynced temporary file,
+so that a crash at any moment leaves the old file or the new one, never a torn one.
+Every JSON or model file it writes carries a format name and a version, checked on
+reading by `check_format`, so that a foreign or outdated file is refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+from transformer_nmt.errors import UserError
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make renames inside directory `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    """The process's file mode creation mask (reading it means setting it: put it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call `write` on a temporary file in `path`'s directory, fsync it, rename it over
+    `path`, and fsync the directory. On any failure the temporary file is removed and
+    the old `path`, if any, is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        # mkstemp makes the file private (0600); what we write gets the permissions of
+        # any file the user creates, so that a group sharing a directory can read it.
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_json_atomic(path: str | Path, value: Any) -> None:
+    """Write `value` as indented UTF-8 JSON to `path` atomically (see `atomic_write`)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def atomic_link(source: Path, target: Path) -> None:
+    """Make `target` the same file as `source` (a hard link, or a copy where links are not
+    supported), replacing any old `target` atomically."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.link")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+def check_format(record: Any, path: str | Path, name: str, version: int, *,
+                 name_key: str | None = "format", version_key: str = "version",
+                 remedy: str) -> None:
+    """UserError unless `record` (read from `path`) is a dict tagged with format `name`
+    (under `name_key`; None: no name is stored) and `version` (under `version_key`).
+
+    remedy: what the user should do with a foreign or outdated file, said in the error.
+    """
+    if not isinstance(record, dict) or (name_key is not None and record.get(name_key) != name):
+        raise UserError(f"{path}: not a {name} file; {remedy}")
+    found = record.get(version_key)
+    if found != version:
+        raise UserError(f"{path}: {name} version {found} is not supported by this release "
+                        f"(it reads version {version}); {remedy}")
+
+
+class AllOrNothing:
+    """A writer with `close()` (put the complete file in place) and `abort()` (delete
+    what was written, leave the target as it was): as a context manager it closes on
+    success and aborts on any exception, so that nested writers all go or all stay."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()

@@ -1,0 +1,104 @@
+"""The model file: its format and version, what it holds, writing, reading and loading.
+
+A model file is a plain `torch.save` dict, read back with `weights_only=True`: tensors,
+numbers, strings, bytes, lists, tuples and dicts only, so a file from elsewhere is data
+and never code. Every file carries FORMAT and VERSION, so that a foreign or outdated file
+is refused with a clear error. Keys of a model file (an averaged model or any training
+checkpoint):
+  format, version, model (state dict), model_config (dict), vocab_size, pad_id,
+  vocab (the sentencepiece model proto as bytes, so that a model file is self-contained).
+Training checkpoints add the optimizer, scheduler, sampler and RNG states
+(see train/checkpoint.py). Translation, evaluation and training all read models here,
+so that translating needs nothing of the trainer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from transformer_nmt.config import ModelConfig, config_from_dict
+from transformer_nmt.data.vocab import Vocab
+from transformer_nmt.errors import UserError
+from transformer_nmt.files import atomic_write, check_format
+from transformer_nmt.model.transformer import Transformer
+
+FORMAT = "transformer-nmt"
+VERSION = 1
+REQUIRED_KEYS = ("model", "model_config", "vocab_size", "vocab")
+"""Keys without which a file cannot be a model, whatever its format tag says."""
+
+
+def save_model_file(payload: dict[str, Any], path: str | Path) -> None:
+    """torch.save `payload` to `path` atomically: a crash at any moment leaves either the
+    old file or the new one, never a torn file."""
+    atomic_write(path, lambda handle: torch.save(payload, handle))
+
+
+def model_payload(model: Transformer, vocab_bytes: bytes) -> dict[str, Any]:
+    """The keys every model file holds: weights, architecture and vocabulary."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
+        "model_config": dataclasses.asdict(model.cfg),
+        "vocab_size": model.vocab_size,
+        "pad_id": model.pad_id,
+        "vocab": vocab_bytes,
+    }
+
+
+def read_model_file(path: str | Path) -> dict[str, Any]:
+    """Load a model file or checkpoint dict on the CPU, refusing missing, foreign,
+    damaged or code-carrying files with a one-line UserError."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such model file; give a checkpoint_*.pt of a run "
+                        "directory or a model written by `nmt average`")
+    try:
+        # weights_only: unpickling may only rebuild tensors and plain containers, so a
+        # file whose pickle would run code is refused before anything runs.
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many types for a damaged or foreign file
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else "unreadable"
+        raise UserError(f"{path}: not a readable transformer-nmt model file "
+                        f"({error.__class__.__name__}: {first_line[:200]})") from None
+    check_format(payload, path, FORMAT, VERSION,
+                 remedy="train one with `nmt train` or average with `nmt average`")
+    missing = [key for key in REQUIRED_KEYS if key not in payload]
+    if missing:
+        raise UserError(f"{path}: damaged model file (no {', '.join(missing)}); use another "
+                        "checkpoint of the run")
+    return payload
+
+
+def build_model(payload: dict[str, Any]) -> Transformer:
+    """The Transformer a model-file payload describes, with its weights loaded."""
+    cfg = config_from_dict(ModelConfig, payload["model_config"])
+    model = Transformer(cfg, payload["vocab_size"], payload.get("pad_id", 0))
+    model.load_state_dict(payload["model"])
+    return model
+
+
+@dataclass
+class InferenceModel:
+    """A model ready to translate: the network in eval mode and its vocabulary."""
+
+    model: Transformer
+    vocab: Vocab
+    path: Path
+    payload_meta: dict[str, Any]
+    """Everything in the file except the weights and vocabulary (step, configs, ...)."""
+
+
+def load_for_inference(path: str | Path, device: str | torch.device = "cpu") -> InferenceModel:
+    """Read a model file and return the model (eval mode, on `device`) with its vocabulary."""
+    payload = read_model_file(path)
+    model = build_model(payload).to(device).eval()
+    vocab = Vocab.from_bytes(payload["vocab"])
+    meta = {key: value for key, value in payload.items() if key not in ("model", "vocab")}
+    return InferenceModel(model, vocab, Path(path), meta)

@@ -1,0 +1,56 @@
+"""Configurations: every field range-checked when a configuration is made, so that a bad
+value is refused before anything is written; and the one way differences are named."""
+
+import dataclasses
+import math
+
+import pytest
+
+from transformer_nmt.config import (MAX_BEAM, DecodeConfig, ModelConfig, TrainConfig,
+                                    differences, get_preset)
+from transformer_nmt.errors import UserError
+
+
+@pytest.mark.parametrize("config, field, value, message", [
+    (ModelConfig, "dropout", -0.5, r"dropout must be in \[0, 1\), not -0.5"),
+    (ModelConfig, "dropout", 1.5, r"dropout must be in \[0, 1\), not 1.5"),
+    (ModelConfig, "attention_dropout", -0.1, r"attention_dropout must be in \[0, 1\)"),
+    (ModelConfig, "heads", 0, "heads must be at least 1, not 0"),
+    (ModelConfig, "positional", "rotary", "positional must be one of 'sinusoidal', 'learned'"),
+    (TrainConfig, "label_smoothing", 1.0, r"label_smoothing must be in \[0, 1\)"),
+    (TrainConfig, "warmup_steps", 0, "warmup_steps must be at least 1"),
+    (TrainConfig, "lr_scale", 0.0, "lr_scale must be a positive number"),
+    (TrainConfig, "lr_scale", math.inf, "lr_scale must be a positive number"),
+    (TrainConfig, "clip_norm", math.nan, "clip_norm must be a number >= 0"),
+    (TrainConfig, "precision", "fp8", "precision must be one of 'auto'"),
+    (TrainConfig, "compile", "yes", "compile must be one of False, True"),
+    (DecodeConfig, "beam", 0, "beam must be at least 1"),
+    (DecodeConfig, "beam", MAX_BEAM + 1, f"beam must be at most {MAX_BEAM}"),
+    (DecodeConfig, "alpha", math.nan, "alpha must be a finite number"),
+    (DecodeConfig, "alpha", math.inf, "alpha must be a finite number"),
+    (DecodeConfig, "max_len_b", -1, "max_len_b must be a number >= 0"),
+])
+def test_out_of_range_fields_are_refused_with_their_range(config, field, value, message):
+    with pytest.raises(UserError, match=message):
+        config(**{field: value})
+
+
+def test_nbest_is_bounded_by_the_beam():
+    assert DecodeConfig(beam=4, nbest=4).nbest == 4
+    with pytest.raises(UserError, match=r"nbest must be between 1 and the beam size \(4\)"):
+        DecodeConfig(beam=4, nbest=5)
+
+
+def test_every_preset_is_valid_and_replace_revalidates():
+    for name in ("base", "big", "tiny", "small", "d-drop2"):
+        preset = get_preset(name)
+        with pytest.raises(UserError, match="dropout"):
+            dataclasses.replace(preset.model, dropout=2.0)
+
+
+def test_differences_name_every_changed_leaf_and_skip_what_is_allowed():
+    old, new = TrainConfig(), TrainConfig(warmup_steps=10, max_steps=5)
+    assert differences(old, new) == ["max_steps: 100000 -> 5", "warmup_steps: 4000 -> 10"]
+    assert differences(old, new, skip=frozenset({"max_steps"})) == ["warmup_steps: 4000 -> 10"]
+    assert differences({"a": {"b": 1}}, {"a": {"b": 2, "c": 3}}) == ["a.b: 1 -> 2",
+                                                                     "a.c: None -> 3"]
