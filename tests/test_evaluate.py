@@ -69,6 +69,13 @@ def test_paper_tokenization():
         ["The work-place , she said ."]
 
 
+def test_unicode_punctuation_is_replaced_before_tokenizing_as_get_ende_bleu_does():
+    # Full-width comma and colon, an ellipsis character, and curly quotes become ASCII
+    # before Moses tokenizes, so they score like their ASCII forms.
+    assert tokenize_for_bleu(["Ja\uff0c gut\uff1a so\u2026"], "de") == ["Ja , gut : so ..."]
+    assert tokenize_for_bleu(["\u201eHallo\u201c"], "de") == tokenize_for_bleu(['\u201eHallo"'], "de")
+
+
 def test_tokenized_bleu_is_bleu_of_the_tokens():
     hyp = "Die neue Fußgänger-Ampel ist seit Dienstag in Betrieb."
     ref = "Die neue Ampel ist seit Dienstag in Betrieb."

@@ -267,10 +267,11 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Translate the source side of a prepared split with a model and score "
         "the translations against the split's raw reference text; or score an existing "
         "--hyp file against a --ref file. Reports sacreBLEU with its signature (the number "
-        "the `sacrebleu` command prints), chrF2, and the paper's tokenized BLEU: Moses "
-        "tokenization, for German also compounds split at hyphens (Arbeits ##AT##-##AT## "
-        "Platz), then BLEU on the tokens, as tensor2tensor's get_ende_bleu computed the "
-        "paper's numbers. Tokenized BLEU is not comparable across tokenizations; quote "
+        "the `sacrebleu` command prints), chrF2, and the paper's tokenized BLEU: both sides "
+        "with Moses' unicode punctuation replaced by ASCII, Moses-tokenized (escaped), for "
+        "German with compounds split at hyphens (Arbeits ##AT##-##AT## Platz), then "
+        "case-sensitive, unsmoothed BLEU on the tokens, as tensor2tensor's get_ende_bleu "
+        "computed the paper's numbers. Tokenized BLEU is not comparable across tokenizations; quote "
         "sacreBLEU.",
         epilog="examples: nmt evaluate --model run/average.pt --data data/wmt14 --split test; "
         "nmt evaluate --hyp out.de --ref newstest2014.de --tgt-lang de",

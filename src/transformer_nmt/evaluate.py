@@ -4,9 +4,12 @@
   reported with its signature; the number to compare across papers.
 - chrF2: character n-gram F-score, also from sacrebleu.
 - Tokenized BLEU, as the paper's numbers were computed (tensor2tensor's get_ende_bleu):
-  both sides Moses-tokenized (sacremoses, the target language's rules), for German
-  compounds split at hyphens as "Arbeits ##AT##-##AT## Platz", then BLEU on those tokens
-  with no further tokenization and no smoothing (multi-bleu.perl's definition).
+  both sides get Moses' unicode punctuation replaced by ASCII (replace-unicode-punctuation,
+  e.g. full-width commas and ellipses), are Moses-tokenized (the target language's rules,
+  with Moses' escaping), and for German have compounds split at hyphens as
+  "Arbeits ##AT##-##AT## Platz"; then BLEU on those tokens, case-sensitive, with no
+  further tokenization and no smoothing (multi-bleu.perl's definition). All three Moses
+  steps are sacremoses'.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sacrebleu.metrics import BLEU, CHRF
+from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.manifest import read_manifest, text_path
@@ -40,11 +44,12 @@ def split_compounds(text: str) -> str:
 
 
 def tokenize_for_bleu(lines: list[str], lang: str) -> list[str]:
-    """Moses tokenization with `lang`'s rules, plus compound splitting for German."""
-    from sacremoses import MosesTokenizer
-
+    """Moses unicode-punctuation replacement and tokenization with `lang`'s rules, plus
+    compound splitting for German: get_ende_bleu's preprocessing, step by step."""
+    normalizer = MosesPunctNormalizer(lang=lang)
     tokenizer = MosesTokenizer(lang=lang)
-    tokenized = [tokenizer.tokenize(line, return_str=True, escape=True) for line in lines]
+    tokenized = [tokenizer.tokenize(normalizer.replace_unicode_punct(line), return_str=True,
+                                    escape=True) for line in lines]
     if lang == "de":
         tokenized = [split_compounds(line) for line in tokenized]
     return tokenized
@@ -86,7 +91,7 @@ def score(hypotheses: list[str], references: list[str], tgt_lang: str | None = N
         tok_bleu = BLEU(tokenize="none", smooth_method="none", force=True)
         tok_result = tok_bleu.corpus_score(tokenize_for_bleu(hypotheses, tgt_lang),
                                            [tokenize_for_bleu(references, tgt_lang)])
-        method = f"sacremoses tokenizer -l {tgt_lang}"
+        method = f"sacremoses replace-unicode-punctuation + tokenizer -l {tgt_lang}"
         if tgt_lang == "de":
             method += " + ##AT## compound splitting"
         result.update(tokenized_bleu=tok_result.score, tokenized_bleu_result=str(tok_result),

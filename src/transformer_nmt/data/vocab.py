@@ -112,10 +112,6 @@ class Vocab:
         """Text of a sequence of ids; pad, bos and eos are skipped wherever they are."""
         return self.processor.decode([int(i) for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
 
-    def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
-        """`decode` of each sequence."""
-        return [self.decode(ids) for ids in batch]
-
     def pieces(self, text: str) -> list[str]:
         """The subword pieces of one sentence, as strings (▁ marks a word start)."""
         return self.processor.encode(text, out_type=str)
