@@ -12,7 +12,8 @@ from transformer_nmt.config import PRESETS
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.train import checkpoint
-from transformer_nmt.train.checkpoint import LAST, average_checkpoints, checkpoints_to_average, numbered_checkpoints, rng_states, save_numbered, set_rng_states
+from transformer_nmt.cli import main
+from transformer_nmt.train.checkpoint import LAST, average_checkpoints, check_average_output, checkpoints_to_average, numbered_checkpoints, rng_states, save_numbered, set_rng_states
 from transformer_nmt.model_file import save_model_file, load_for_inference, model_payload, read_model_file
 
 from train_fixtures import tiny_data  # noqa: F401  (a fixture)
@@ -27,32 +28,6 @@ def tiny_model(seed, **changes):
 
 def vocab_bytes(data_dir):
     return (data_dir / "spm.model").read_bytes()
-
-
-def test_a_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
-    path = tmp_path / "checkpoint_1.pt"
-    save_model_file({"format": "old"}, path)
-
-    def broken_save(obj, handle):
-        handle.write(b"half a file")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(checkpoint.torch, "save", broken_save)
-    with pytest.raises(OSError, match="disk full"):
-        save_model_file({"format": "new"}, path)
-    monkeypatch.undo()
-    assert torch.load(path, weights_only=False) == {"format": "old"}
-    assert os.listdir(tmp_path) == ["checkpoint_1.pt"]
-
-
-@pytest.mark.parametrize("umask", [0o022, 0o077])
-def test_saved_files_get_the_users_usual_permissions(tmp_path, umask):
-    previous = os.umask(umask)
-    try:
-        save_model_file({"format": "x"}, tmp_path / "model.pt")
-    finally:
-        os.umask(previous)
-    assert (tmp_path / "model.pt").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_save_numbered_links_last_and_keeps_the_newest(tmp_path):
@@ -114,7 +89,24 @@ def test_what_to_average(tmp_path):
     assert checkpoints_to_average(files, last=1) == files[1:]
 
 
-def test_read_model_file_refuses_foreign_files(tmp_path):
-    torch.save({"state_dict": {}}, tmp_path / "other.pt")
-    with pytest.raises(UserError, match="not a transformer-nmt file"):
-        read_model_file(tmp_path / "other.pt")
+def test_average_output_may_not_replace_an_input_or_take_a_checkpoints_name(tmp_path):
+    files = [tmp_path / "checkpoint_1.pt", tmp_path / "checkpoint_2.pt"]
+    for path in files:
+        path.write_bytes(b"x")
+    with pytest.raises(UserError, match="is one of the checkpoints being averaged"):
+        check_average_output(tmp_path / "." / "checkpoint_2.pt", files)
+    for name in ("checkpoint_last.pt", "checkpoint_best.pt", "checkpoint_7.pt"):
+        with pytest.raises(UserError, match="has a checkpoint's name"):
+            check_average_output(tmp_path / name, files)
+    check_average_output(tmp_path / "average.pt", files)
+
+
+def test_nmt_average_leaves_its_inputs_alone(tmp_path, tiny_data, capsys):
+    for step in (1, 2):
+        save_model_file(model_payload(tiny_model(step), vocab_bytes(tiny_data)) | {"step": step},
+                        tmp_path / f"checkpoint_{step}.pt")
+    before = (tmp_path / "checkpoint_2.pt").read_bytes()
+    assert main(["average", str(tmp_path), "--last", "2",
+                 "--out", str(tmp_path / "checkpoint_2.pt")]) == 2
+    assert "is one of the checkpoints being averaged" in capsys.readouterr().err
+    assert (tmp_path / "checkpoint_2.pt").read_bytes() == before

@@ -14,7 +14,8 @@ SRC = [[5, 6, 7], [], [8], [9, 10, 11, 12]]
 TGT = [[20], [21, 22], [], [23, 24]]
 
 
-def make_split(data_dir, split="train", src=SRC, tgt=TGT, dtype=np.dtype("<u2"), chunk=3):
+def make_split(data_dir, split="train", src=SRC, tgt=TGT, dtype=np.dtype("<u2"), chunk=3,
+               vocab_size=64):
     for lang, sequences in (("en", src), ("de", tgt)):
         with IdsWriter(bin_path(data_dir, split, lang), idx_path(data_dir, split, lang),
                        dtype) as writer:
@@ -22,6 +23,7 @@ def make_split(data_dir, split="train", src=SRC, tgt=TGT, dtype=np.dtype("<u2"),
                 writer.add(sequences[start:start + chunk])
     write_json_atomic(data_dir / MANIFEST, {"format_version": FORMAT_VERSION, "src_lang": "en",
                                             "tgt_lang": "de", "dtype": dtype.str,
+                                            "vocab": {"size": vocab_size},
                                             "splits": {split: {"pairs": len(src)}}})
 
 
@@ -45,7 +47,8 @@ def test_round_trip_through_memory_map(tmp_path):
 
 
 def test_large_ids_use_int32(tmp_path):
-    make_split(tmp_path, src=[[70000, 1]], tgt=[[65536]], dtype=ids_dtype(80000))
+    make_split(tmp_path, src=[[70000, 1]], tgt=[[65536]], dtype=ids_dtype(80000),
+               vocab_size=80000)
     src, tgt = load_split(tmp_path, "train").pair(0)
     assert src.tolist() == [70000, 1] and tgt.tolist() == [65536]
 
@@ -90,3 +93,10 @@ def test_misaligned_sides_are_refused(tmp_path):
     make_split(tmp_path, src=[[1], [2]], tgt=[[3]])
     with pytest.raises(UserError, match="2 en and 1 de sentences"):
         ParallelData(tmp_path, "train", "en", "de", np.dtype("<u2"))
+
+
+def test_token_ids_outside_the_vocabulary_are_refused_when_the_split_is_opened(tmp_path):
+    make_split(tmp_path, vocab_size=24)
+    with pytest.raises(UserError, match=r"train\.de\.bin: token id 24 is outside the "
+                                        "vocabulary of 24"):
+        load_split(tmp_path, "train")

@@ -7,6 +7,8 @@ arguments and sets `func` to a small `run_<name>(args)` that calls the library.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
 from transformer_nmt import __version__
@@ -458,11 +460,13 @@ def add_average_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_average(args: argparse.Namespace) -> None:
     from transformer_nmt.model_file import save_model_file
-    from transformer_nmt.train.checkpoint import average_checkpoints, checkpoints_to_average
+    from transformer_nmt.train.checkpoint import (average_checkpoints, check_average_output,
+                                                  checkpoints_to_average)
 
     if args.last is not None and args.last < 1:
         raise UserError(f"--last must be at least 1, not {args.last}")
     paths = checkpoints_to_average(args.inputs, args.last)
+    check_average_output(args.out, paths)
     save_model_file(average_checkpoints(paths), args.out)
     print(f"averaged {len(paths)} checkpoint(s) ({', '.join(path.name for path in paths)}) "
           f"into {args.out}")
@@ -610,6 +614,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"nmt {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`nmt translate ... | head -1`): end quietly, as Unix filters
+        # do, with SIGPIPE's status; stdout points at /dev/null so that the interpreter's
+        # own flush at exit cannot raise the same error again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except OSError as error:
         print(f"nmt {args.command}: error: {describe_os_error(error)}", file=sys.stderr)
         return 1

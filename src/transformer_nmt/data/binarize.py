@@ -172,6 +172,17 @@ class ParallelData:
 
     __getitem__ = pair
 
+    def check_ids(self, vocab_size: int) -> None:
+        """UserError if a token id lies outside the vocabulary (a damaged or foreign
+        .bin file), before an embedding lookup fails on it. One pass over the mapped
+        ids: a fraction of a second even for the paper's corpus."""
+        for lang, ids in ((self.src_lang, self._src), (self.tgt_lang, self._tgt)):
+            if len(ids) and int(ids.max()) >= vocab_size:
+                raise UserError(
+                    f"{bin_path(self.data_dir, self.split, lang)}: token id {int(ids.max())} "
+                    f"is outside the vocabulary of {vocab_size}; the file is damaged or from "
+                    "another data directory: prepare the data again")
+
 
 def load_split(data_dir: str | Path, split: str) -> ParallelData:
     """Open split 'train', 'valid' or 'test' of a finished data directory."""
@@ -181,5 +192,7 @@ def load_split(data_dir: str | Path, split: str) -> ParallelData:
         raise UserError(
             f"{data_dir} has no {split!r} split; it has {', '.join(splits) or 'none'}"
         )
-    return ParallelData(data_dir, split, manifest["src_lang"], manifest["tgt_lang"],
+    data = ParallelData(data_dir, split, manifest["src_lang"], manifest["tgt_lang"],
                         np.dtype(manifest["dtype"]))
+    data.check_ids(manifest["vocab"]["size"])
+    return data

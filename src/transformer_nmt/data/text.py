@@ -13,6 +13,7 @@ import gzip
 import io
 import os
 import unicodedata
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -77,6 +78,18 @@ def decode_line(raw: bytes, path: str | Path, number: int, errors: str = "strict
         ) from None
 
 
+READ_ERRORS = (OSError, EOFError, zlib.error)
+"""What reading a damaged file raises: gzip's own errors are not all OSErrors."""
+
+
+def read_error(name: str | Path, error: Exception) -> UserError:
+    """The one-line error for a file that could not be read to its end."""
+    if isinstance(error, (EOFError, zlib.error, gzip.BadGzipFile)):
+        return UserError(f"{name}: damaged or truncated gzip data ({error}); "
+                         "download or compress the file again")
+    return UserError(f"{name}: cannot read: {error}")
+
+
 def iter_lines(handle: BinaryIO, name: str | Path, errors: str = "strict") -> Iterator[str]:
     """Stream the lines of an open binary stream (a file, a member of a tar archive),
     without their newline; `name` is what error messages call it.
@@ -93,8 +106,8 @@ def iter_lines(handle: BinaryIO, name: str | Path, errors: str = "strict") -> It
             if number == 1 and text.startswith("\ufeff"):
                 text = text[1:]
             yield text
-    except (OSError, EOFError) as error:
-        raise UserError(f"{name}: cannot read: {error}") from None
+    except READ_ERRORS as error:
+        raise read_error(name, error) from None
 
 
 def read_lines(path: str | Path, errors: str = "strict") -> Iterator[str]:
@@ -113,8 +126,8 @@ def count_lines(path: str | Path) -> int:
             while chunk := handle.read(1 << 20):
                 count += chunk.count(b"\n")
                 last = chunk[-1:]
-        except (OSError, EOFError) as error:
-            raise UserError(f"{path}: cannot read: {error}") from None
+        except READ_ERRORS as error:
+            raise read_error(path, error) from None
     return count + (last != b"\n")
 
 

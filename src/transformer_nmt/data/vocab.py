@@ -165,6 +165,9 @@ def train_vocab(inputs: Sequence[str | Path], model_prefix: str | Path, vocab_si
         )
     except RuntimeError as error:
         message = str(error)
+        if "sentences_.empty()" in message:
+            raise UserError("the training text has no non-blank lines to learn a vocabulary "
+                            "from; check that the train files hold sentences") from None
         if match := _TOO_HIGH.search(message):
             most = int(match.group(2))
             raise UserError(

@@ -114,6 +114,20 @@ def checkpoints_to_average(inputs: list[str | Path], last: int | None) -> list[P
     return paths
 
 
+def check_average_output(out: str | Path, inputs: list[Path]) -> None:
+    """UserError if writing the average to `out` would replace one of its inputs or a
+    checkpoint of a run directory (resume would then find a model without training
+    state where its checkpoint was)."""
+    out = Path(out)
+    for path in inputs:
+        if out.exists() and path.exists() and out.resolve() == path.resolve():
+            raise UserError(f"the output {out} is one of the checkpoints being averaged; "
+                            "write the average to a new file (e.g. RUN_DIR/average.pt)")
+    if _NUMBERED.fullmatch(out.name) or out.name in (LAST, BEST):
+        raise UserError(f"the output {out} has a checkpoint's name, which `nmt train` owns; "
+                        "write the average under another name (e.g. average.pt)")
+
+
 def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
     """A model file whose weights are the mean of the checkpoints' weights.
 

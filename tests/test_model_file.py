@@ -1,0 +1,134 @@
+"""The model file: written atomically, read as data only, refused in one line when foreign,
+damaged or malicious, through every command that loads one."""
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from transformer_nmt.cli import main
+from transformer_nmt.config import get_preset
+from transformer_nmt.data.manifest import SPM_MODEL
+from transformer_nmt.errors import UserError
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt import model_file as model_file_module
+from transformer_nmt.model_file import (load_for_inference, model_payload, read_model_file,
+                                        save_model_file)
+from transformer_nmt.train.checkpoint import LAST
+
+from train_fixtures import TINY, tiny_data  # noqa: F401  (tiny_data is a fixture)
+
+
+class _RunsACommand:
+    """Unpickling this runs a shell command: what a malicious model file would carry."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def plant(path, marker, payload=None):
+    """Write a file with the right format tags whose unpickling would create `marker`."""
+    payload = dict(payload or {"format": "transformer-nmt", "version": 1})
+    payload["trap"] = _RunsACommand(marker)
+    torch.save(payload, path)
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory, tiny_data):
+    torch.manual_seed(0)
+    model = Transformer(get_preset("tiny").model, 64)
+    path = tmp_path_factory.mktemp("model") / "model.pt"
+    save_model_file(model_payload(model, (tiny_data / SPM_MODEL).read_bytes()), path)
+    return path
+
+
+def test_a_written_model_loads_back_identical(model_file):
+    loaded = load_for_inference(model_file)
+    payload = read_model_file(model_file)
+    for name, tensor in loaded.model.state_dict().items():
+        assert torch.equal(tensor, payload["model"][name])
+    assert len(loaded.vocab) == 64
+
+
+def test_missing_fields_are_a_damaged_file_not_a_key_error(tmp_path):
+    torch.save({"format": "transformer-nmt", "version": 1, "model": {}}, tmp_path / "forged.pt")
+    with pytest.raises(UserError, match=r"forged.pt: damaged model file \(no model_config, "
+                                        r"vocab_size, vocab\)"):
+        read_model_file(tmp_path / "forged.pt")
+
+
+def test_a_malicious_file_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    plant(tmp_path / "evil.pt", marker)
+    with pytest.raises(UserError, match="evil.pt: not a readable transformer-nmt model file"):
+        read_model_file(tmp_path / "evil.pt")
+    assert not marker.exists()
+
+
+def test_every_command_that_loads_a_model_refuses_a_malicious_one(tmp_path, tiny_data, capsys):
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.pt"
+    plant(evil, marker)
+    text = tmp_path / "in.txt"
+    text.write_text("a house\n", encoding="utf-8")
+    commands = [
+        ["translate", "--model", str(evil), "--input", str(text)],
+        ["evaluate", "--model", str(evil), "--data", str(tiny_data)],
+        ["average", str(evil), str(evil), "--out", str(tmp_path / "avg.pt")],
+        ["attention", "--model", str(evil), "--src", "a house", "--out", str(tmp_path / "att")],
+    ]
+    for command in commands:
+        assert main(command) == 2, command
+        assert "not a readable transformer-nmt model file" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_resume_refuses_a_malicious_checkpoint(tmp_path, tiny_data, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(tiny_data), "--out", str(run), *TINY,
+                 "--max-steps", "1"]) == 0
+    marker = tmp_path / "ran"
+    for checkpoint in run.glob("checkpoint_*.pt"):
+        checkpoint.unlink()
+        plant(checkpoint, marker)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--max-steps", "2"]) == 2
+    assert "not a readable transformer-nmt model file" in capsys.readouterr().err
+    assert not marker.exists()
+    assert (run / LAST).exists()
+
+
+def test_a_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint_1.pt"
+    save_model_file({"format": "old"}, path)
+
+    def broken_save(obj, handle):
+        handle.write(b"half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(model_file_module.torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        save_model_file({"format": "new"}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=False) == {"format": "old"}
+    assert os.listdir(tmp_path) == ["checkpoint_1.pt"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_saved_files_get_the_users_usual_permissions(tmp_path, umask):
+    previous = os.umask(umask)
+    try:
+        save_model_file({"format": "x"}, tmp_path / "model.pt")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "model.pt").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_read_model_file_refuses_foreign_files(tmp_path):
+    torch.save({"state_dict": {}}, tmp_path / "other.pt")
+    with pytest.raises(UserError, match="not a transformer-nmt file"):
+        read_model_file(tmp_path / "other.pt")
