@@ -119,3 +119,11 @@ def test_evaluate_a_model_on_a_data_directory(tmp_path, capsys):
     result = json.loads((tmp_path / "model.eval-test.json").read_text())
     assert result["split"] == "test" and result["decode"]["beam"] == 2
     assert len((tmp_path / "model.test.hyp").read_text(encoding="utf-8").split("\n")) == 5
+
+
+def test_empty_hypotheses_and_references_are_an_error_not_a_traceback(tmp_path, capsys):
+    (tmp_path / "hyp").write_text("", encoding="utf-8")
+    (tmp_path / "ref").write_text("", encoding="utf-8")
+    assert main(["evaluate", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref"),
+                 "--tgt-lang", "de"]) == 2
+    assert "no sentences to score" in capsys.readouterr().err

@@ -132,3 +132,12 @@ def test_read_model_file_refuses_foreign_files(tmp_path):
     torch.save({"state_dict": {}}, tmp_path / "other.pt")
     with pytest.raises(UserError, match="not a transformer-nmt file"):
         read_model_file(tmp_path / "other.pt")
+
+
+def test_weights_that_do_not_fit_the_architecture_are_a_damaged_file(tmp_path, model_file):
+    payload = read_model_file(model_file)
+    payload["model_config"] = {**payload["model_config"], "d_ff": 128}
+    torch.save(payload, tmp_path / "mismatched.pt")
+    with pytest.raises(UserError, match="mismatched.pt: damaged model file: its weights do not "
+                                        "fit its architecture"):
+        load_for_inference(tmp_path / "mismatched.pt")

@@ -72,6 +72,8 @@ def score(hypotheses: list[str], references: list[str], tgt_lang: str | None = N
     if len(hypotheses) != len(references):
         raise UserError(f"{len(hypotheses)} hypotheses but {len(references)} references; "
                         "they must be aligned line by line")
+    if not hypotheses:
+        raise UserError("no sentences to score: the hypotheses and references are empty")
     bleu, chrf = BLEU(), CHRF()
     bleu_result = bleu.corpus_score(hypotheses, [references])
     chrf_result = chrf.corpus_score(hypotheses, [references])

@@ -8,6 +8,7 @@ reading by `check_format`, so that a foreign or outdated file is refused in one 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -50,8 +51,13 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp_name).unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            free = shutil.disk_usage(path.parent).free
+            raise UserError(f"{path}: no space left on its disk ({free / 2**20:.0f} MiB free); "
+                            "the previous file, if any, is kept; free some space and "
+                            "run the command again") from None
         raise
     fsync_dir(path.parent)
 

@@ -76,11 +76,17 @@ def read_model_file(path: str | Path) -> dict[str, Any]:
     return payload
 
 
-def build_model(payload: dict[str, Any]) -> Transformer:
-    """The Transformer a model-file payload describes, with its weights loaded."""
+def build_model(payload: dict[str, Any], source: str | Path = "model file") -> Transformer:
+    """The Transformer a model-file payload describes, with its weights loaded; a
+    UserError naming `source` if the weights do not fit the architecture it states."""
     cfg = config_from_dict(ModelConfig, payload["model_config"])
     model = Transformer(cfg, payload["vocab_size"], payload.get("pad_id", 0))
-    model.load_state_dict(payload["model"])
+    try:
+        model.load_state_dict(payload["model"])
+    except (RuntimeError, TypeError, AttributeError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise UserError(f"{source}: damaged model file: its weights do not fit its "
+                        f"architecture ({first_line[:160]})") from None
     return model
 
 
@@ -98,7 +104,7 @@ class InferenceModel:
 def load_for_inference(path: str | Path, device: str | torch.device = "cpu") -> InferenceModel:
     """Read a model file and return the model (eval mode, on `device`) with its vocabulary."""
     payload = read_model_file(path)
-    model = build_model(payload).to(device).eval()
+    model = build_model(payload, path).to(device).eval()
     vocab = Vocab.from_bytes(payload["vocab"])
     meta = {key: value for key, value in payload.items() if key not in ("model", "vocab")}
     return InferenceModel(model, vocab, Path(path), meta)
