@@ -214,7 +214,8 @@ def local_import_violations(files: list[SourceFile]) -> list[tuple[str, str, str
             else:
                 rule = ("function-local imports are for optional extras only: "
                         + ", ".join(OPTIONAL_EXTRAS))
-            found.append((imp.path, imp.module, f"{imp.path}:{imp.line} imports {imp.module} ({rule})"))
+            found.append((imp.path, imp.module,
+                          f"{imp.path}:{imp.line} imports {imp.module} ({rule})"))
     return found
 
 
@@ -282,7 +283,8 @@ def test_relative_imports_in_a_package_init_start_from_the_package():
      "transformer_nmt/decode/search.py:1 imports transformer_nmt.train.loss "
      "(decode must not import train)"),
     ("transformer_nmt/model_file.py", "from transformer_nmt import cli",
-     "transformer_nmt/model_file.py:1 imports transformer_nmt.cli (model_file must not import cli)"),
+     "transformer_nmt/model_file.py:1 imports transformer_nmt.cli "
+     "(model_file must not import cli)"),
     ("transformer_nmt/config.py", "from transformer_nmt.model import layers",
      "transformer_nmt/config.py:1 imports transformer_nmt.model.layers "
      "(config may import only errors from the package)"),
@@ -369,6 +371,6 @@ def test_no_function_local_imports_outside_the_cli(files):
     for (path, module), why in KNOWN_LOCAL_IMPORTS.items()
 ])
 def test_known_function_local_import_is_gone(files, path, module):
-    remaining = [message for found_path, found_module, message in local_import_violations(files)
-                 if (found_path, found_module) == (path, module)]
+    remaining = [message for found, imported, message in local_import_violations(files)
+                 if (found, imported) == (path, module)]
     assert remaining == []

@@ -70,7 +70,8 @@ def test_quickstart_runs_every_stage_and_reruns_without_starting_over(small_mirr
     # Training beat an untrained model, which does worse than a uniform guess over the
     # vocabulary (nll > ln 8000 ≈ 8.99 on this data; ~6.8 after 15 s on 2 busy cores).
     vocab_size = json.loads((out / "run" / "config.json").read_text())["data"]["vocab_size"]
-    metrics = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line)
+               for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     last_valid = [entry for entry in metrics if entry["event"] == "valid"][-1]
     assert last_valid["nll"] < math.log(vocab_size)
     pictures = sorted(p.name for p in (out / "attention").glob("*.png"))
