@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from pathlib import Path
 
 import pytest
+import sacrebleu
 
 from transformer_nmt.cli import main
 from transformer_nmt.config import get_preset
@@ -34,6 +36,11 @@ def small_mirror(tmp_path_factory) -> Path:
     return mirror
 
 
+def raw_lines(mirror: Path, split: str, lang: str) -> list[str]:
+    with gzip.open(mirror / RAW / f"{split}.{lang}.gz", "rt", encoding="utf-8") as source:
+        return [line.rstrip("\n") for line in source]
+
+
 def run_quickstart(mirror: Path, out: Path) -> int:
     return main(["quickstart", "--corpus", "multi30k", "--src", "de", "--tgt", "en",
                  "--mirror", str(mirror), "--out", str(out), "--preset", "tiny",
@@ -48,9 +55,25 @@ def test_quickstart_runs_every_stage_and_reruns_without_starting_over(small_mirr
     for stage in range(1, 7):
         assert f"[{stage}/6]" in printed
     assert "BLEU" in printed and "chrF2" in printed
+    # The reported scores are sacreBLEU's on the written hypotheses against the corpus's
+    # own test references, line by line, and the printed table shows the same numbers.
     scores = json.loads((out / "model.eval-test.json").read_text())
-    assert 0.0 <= scores["bleu"] <= 100.0
-    assert len((out / "model.test.hyp").read_text(encoding="utf-8").splitlines()) == 20
+    hypotheses = (out / "model.test.hyp").read_text(encoding="utf-8").splitlines()
+    references = raw_lines(small_mirror, "test_2016_flickr", "en")
+    assert len(hypotheses) == len(references) == scores["sentences"] == 20
+    assert scores["bleu"] == sacrebleu.corpus_bleu(hypotheses, [references]).score
+    assert scores["chrf"] == sacrebleu.corpus_chrf(hypotheses, [references]).score
+    assert scores["chrf"] > 0  # an empty output scores 0
+    for metric, key in (("BLEU", "bleu"), ("chrF2", "chrf")):
+        assert any(line.split()[:2] == [metric, f"{scores[key]:.2f}"]
+                   for line in printed.splitlines())
+    # Training beat an untrained model, which does worse than a uniform guess over the
+    # vocabulary (nll > ln 8000 ≈ 8.99 on this data; ~6.8 after 15 s on 2 busy cores).
+    vocab_size = json.loads((out / "run" / "config.json").read_text())["data"]["vocab_size"]
+    metrics = [json.loads(line)
+               for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    last_valid = [entry for entry in metrics if entry["event"] == "valid"][-1]
+    assert last_valid["nll"] < math.log(vocab_size)
     pictures = sorted(p.name for p in (out / "attention").glob("*.png"))
     assert "overview-layer2.png" in pictures and len(pictures) == 3 * 2 + 1
     assert "nmt translate --model" in printed

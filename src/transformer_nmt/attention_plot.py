@@ -124,6 +124,12 @@ def draw_overview(maps: AttentionMaps, layer: int):
     return figure
 
 
+def overview_layers(maps: AttentionMaps) -> int:
+    """How many layers an overview can show: it has a row per kind, so the layers that
+    both the encoder and the decoder have (their depths may differ)."""
+    return min(len(layers) for layers in maps.weights.values())
+
+
 def write_attention_pictures(maps: AttentionMaps, out_dir: str | Path,
                              overview_layer: int = -1) -> list[Path]:
     """Write one PNG per kind and layer plus the overview of one layer; return the paths."""
@@ -142,8 +148,7 @@ def write_attention_pictures(maps: AttentionMaps, out_dir: str | Path,
             figure.savefig(path, dpi=110)
             plt.close(figure)
             written.append(path)
-    layers = len(maps.weights["encoder"])
-    index = overview_layer % layers
+    index = overview_layer % overview_layers(maps)
     figure = draw_overview(maps, index)
     path = out_dir / f"overview-layer{index + 1}.png"
     figure.savefig(path, dpi=110)
@@ -166,7 +171,9 @@ def draw_attention(model_path: str | Path, source: str, out_dir: str | Path,
     if target is None:
         target = next(translator.translate([source]))
     maps = compute_attention(translator.model, translator.vocab, source, target)
-    layers = len(maps.weights["encoder"])
+    layers = overview_layers(maps)
     if not -layers <= overview_layer < layers:
-        raise UserError(f"--layer {overview_layer + 1}: the model has layers 1 to {layers}")
+        raise UserError(f"--layer {overview_layer + 1}: the overview shows a layer of both the "
+                        f"encoder ({len(maps.weights['encoder'])} layers) and the decoder "
+                        f"({len(maps.weights['decoder'])}); choose 1 to {layers}")
     return target, write_attention_pictures(maps, out_dir, overview_layer)
