@@ -14,12 +14,12 @@ from transformer_nmt.data.binarize import load_split
 from transformer_nmt.train.checkpoint import LAST
 from transformer_nmt.model_file import read_model_file
 from transformer_nmt.train.distributed import init_distributed
-from transformer_nmt.train.trainer import train
+from transformer_nmt.train.session import train
 
 from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
 
 # dropout 0: the processes' dropout streams cannot match one process's. adam_eps well
-# above rounding noise: see test_trainer.tiny_trainer.
+# above rounding noise: see test_train_trainer.tiny_trainer.
 SETTINGS = {"dropout": 0.0, "adam_eps": 1e-4, "max_tokens": 160}
 
 

@@ -417,7 +417,7 @@ def run_train(args: argparse.Namespace) -> None:
     import shlex
 
     from transformer_nmt.train.run import parse_assignment
-    from transformer_nmt.train.trainer import train
+    from transformer_nmt.train.session import train
 
     overrides = [parse_assignment(text) for text in args.set]
     overrides += [(name, getattr(args, dest)) for dest, name in _TRAIN_FLAGS

@@ -25,7 +25,7 @@ from transformer_nmt.model_file import save_model_file
 from transformer_nmt.train.checkpoint import (average_checkpoints, checkpoints_to_average,
                                               numbered_checkpoints)
 from transformer_nmt.train.metrics import plot_metrics
-from transformer_nmt.train.trainer import train
+from transformer_nmt.train.session import train
 
 # Sentences of the kind the default corpus teaches (its domain is scripture), per language.
 EXAMPLES = {

@@ -262,6 +262,26 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
     return RunPlan(run_dir, data_dir, preset_name, model, train, digest, resume_from, record)
 
 
+def check_checkpoint(checkpoint: dict[str, Any], plan: RunPlan, vocab_size: int) -> None:
+    """UserError unless `checkpoint` (read from plan.resume_from) is a training checkpoint
+    of this run's model and data, whose vocabulary has `vocab_size` pieces."""
+    where = plan.resume_from
+    if "trainer" not in checkpoint:
+        raise UserError(f"{where} is a model file without training state; it cannot be resumed")
+    if checkpoint.get("data_digest") != plan.data_digest:
+        raise UserError(f"{where} was trained on other data (digest "
+                        f"{str(checkpoint.get('data_digest'))[:12]}, now "
+                        f"{plan.data_digest[:12]}); resume with the same prepared data")
+    model_cfg = plan.record["model"]
+    for key, value in checkpoint["model_config"].items():
+        if model_cfg.get(key) != value:
+            raise UserError(f"{where} holds another architecture ({key} {value!r}, the run "
+                            f"config says {model_cfg.get(key)!r})")
+    if checkpoint["vocab_size"] != vocab_size:
+        raise UserError(f"{where} has a vocabulary of {checkpoint['vocab_size']}, the data "
+                        f"{vocab_size}; resume with the same prepared data")
+
+
 def write_run_config(run_dir: Path, record: dict[str, Any]) -> None:
     """Write RUN_DIR/config.json atomically."""
     run_dir.mkdir(parents=True, exist_ok=True)
