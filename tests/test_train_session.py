@@ -32,9 +32,10 @@ def metrics(run_dir):
 
 
 def test_a_resumed_run_equals_an_uninterrupted_one(tiny_data, tmp_path):
-    # update_freq 4 makes 12 steps cross an epoch end (about 40 batches an epoch) with a
-    # short last step; dropout is on, so the random streams must be restored too.
-    settings = dict(update_freq=4, max_steps=12)
+    # 4 batches a step (the cap of 96 tokens accumulated up to 384) make 12 steps cross
+    # an epoch end (about 40 batches an epoch) with a short last step; dropout is on, so
+    # the random streams must be restored too.
+    settings = dict(batch_tokens=384, max_tokens=96, max_steps=12)
     straight = run(tiny_data, tmp_path / "straight", **settings)
     assert straight.epoch > 1
     stopped = run(tiny_data, tmp_path / "resumed", **settings | {"max_steps": 5})
@@ -71,7 +72,8 @@ def test_checkpoints_best_last_and_rotation(tiny_data, tmp_path):
 
 
 def test_limits_by_epochs_and_time(tiny_data, tmp_path):
-    summary = run(tiny_data, tmp_path / "epochs", max_epochs=1, max_steps=10_000, update_freq=8)
+    summary = run(tiny_data, tmp_path / "epochs", max_epochs=1, max_steps=10_000,
+                  batch_tokens=8 * 96, max_tokens=96)
     assert summary.stopped_by == "max_epochs" and summary.epoch == 1.0
     summary = run(tiny_data, tmp_path / "time", max_time="1e-6")
     assert summary.stopped_by == "max_time" and summary.step == 1

@@ -28,7 +28,7 @@ def tiny_trainer(seed=3, dropout=0.0, precision="fp32"):
     # Adam with the paper's eps 1e-9 moves every weight by about lr * sign(gradient), also
     # where the gradient is rounding noise around an exact zero (the key biases: softmax
     # ignores them), so float-tolerance comparisons use an eps far above that noise.
-    cfg = dataclasses.replace(PRESETS["tiny"].train, max_tokens=96, adam_eps=1e-4)
+    cfg = dataclasses.replace(PRESETS["tiny"].train, adam_eps=1e-4)
     return Trainer(model, cfg, init_distributed("cpu"), precision)
 
 

@@ -11,6 +11,7 @@ non-empty directory without a run's config.json is never written into.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import re
@@ -18,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+import torch
+
+from transformer_nmt import __version__
 from transformer_nmt.config import (ModelConfig, TrainConfig, config_from_dict, differences,
                                     get_preset)
 from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
@@ -280,6 +284,17 @@ def check_checkpoint(checkpoint: dict[str, Any], plan: RunPlan, vocab_size: int)
     if checkpoint["vocab_size"] != vocab_size:
         raise UserError(f"{where} has a vocabulary of {checkpoint['vocab_size']}, the data "
                         f"{vocab_size}; resume with the same prepared data")
+
+
+def session_record(*, from_step: int, command: str, world_size: int, device: str,
+                   precision: str, batch: dict[str, Any]) -> dict[str, Any]:
+    """config.json's entry for a session of training that starts now: from which step, by
+    which command, on what, with which batch plan, and the versions that ran it."""
+    return {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds"),
+            "from_step": from_step, "command": command, "world_size": world_size,
+            "device": device, "precision": precision, "batch": batch,
+            "transformer_nmt": __version__, "torch": torch.__version__}
 
 
 def write_run_config(run_dir: Path, record: dict[str, Any]) -> None:

@@ -9,7 +9,6 @@ train/run.py's.
 
 from __future__ import annotations
 
-import datetime
 import signal
 import sys
 import threading
@@ -22,7 +21,6 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from transformer_nmt import __version__
 from transformer_nmt.data.batching import Batch, TokenBatchSampler, collate
 from transformer_nmt.data.binarize import load_split
 from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
@@ -32,6 +30,7 @@ from transformer_nmt.files import atomic_link
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, read_model_file, save_model_file
 from transformer_nmt.runtime import resolve_precision
+from transformer_nmt.train.batch_size import describe_batch, plan_batch
 from transformer_nmt.train.checkpoint import BEST, rng_states, save_numbered, set_rng_states
 from transformer_nmt.train.distributed import Distributed, init_distributed, shutdown
 from transformer_nmt.train.loss import perplexity
@@ -39,7 +38,8 @@ from transformer_nmt.train.metrics import MetricsLog, PeakFlops, format_duration
 from transformer_nmt.train.precision import DTYPES
 from transformer_nmt.train.progress import (Interval, ProgressState, TrainSummary,
                                             finished_lines, report_lines)
-from transformer_nmt.train.run import RunPlan, check_checkpoint, plan_run, write_run_config
+from transformer_nmt.train.run import (RunPlan, check_checkpoint, plan_run, session_record,
+                                       write_run_config)
 from transformer_nmt.train.trainer import StepResult, Trainer
 from transformer_nmt.train.validation import greedy_bleu, validation_batches
 
@@ -103,9 +103,12 @@ class _Session:
         if checkpoint is not None:
             model.load_state_dict(checkpoint["model"])
         self.trainer = Trainer(model, self.cfg, context, self.precision, self.cfg.compile)
+        self.batch = plan_batch(self.cfg.batch_tokens, self.cfg.max_tokens,
+                                self.cfg.update_freq, context.world_size)
         self.sampler = TokenBatchSampler(
-            self.train_data.src_lengths, self.train_data.tgt_lengths, self.cfg.max_tokens,
-            seed=seed, rank=context.rank, world_size=context.world_size)
+            self.train_data.src_lengths, self.train_data.tgt_lengths,
+            self.batch.per_batch_tokens, seed=seed, rank=context.rank,
+            world_size=context.world_size)
         self.progress_state = ProgressState()
         if checkpoint is not None:
             self._restore(checkpoint)
@@ -113,8 +116,8 @@ class _Session:
         self.valid_bleu = valid_bleu
         if valid_bleu is None and self.cfg.valid_bleu and self.valid_data is not None:
             self.valid_bleu = lambda m: greedy_bleu(m, self.valid_data, self.vocab,
-                                                    self.cfg.max_tokens, context.device,
-                                                    self.precision)
+                                                    self.batch.per_batch_tokens,
+                                                    context.device, self.precision)
         self.command = command
         self.show_progress = progress and self.main
         self.last_saved: Path | None = None
@@ -140,21 +143,25 @@ class _Session:
         self.trainer.load_state_dict(checkpoint["trainer"])
         self.sampler.load_state_dict(checkpoint["sampler"])
         self.progress_state = ProgressState.from_dict(checkpoint["progress"])
-        states = checkpoint["rng"]
-        if len(states) == self.context.world_size:
+        states, world_size = checkpoint["rng"], self.context.world_size
+        if len(states) == world_size:
             set_rng_states(states[self.context.rank])
-        elif self.main:
-            warnings.warn(f"resuming a run of {len(states)} processes with "
-                          f"{self.context.world_size}: the batch order continues, but dropout "
-                          "draws new random numbers, so the result differs from an "
-                          "uninterrupted run", stacklevel=2)
+        changes = []
+        if len(states) != world_size:
+            changes.append(f"{len(states)} processes before, {world_size} now: dropout "
+                           "draws new random numbers")
+        before, now = checkpoint["sampler"]["max_tokens"], self.batch.per_batch_tokens
+        if before != now:
+            changes.append(f"batches of {before} tokens before, {now} now: the epoch goes on "
+                           "from the same fraction of batches cut anew")
+        if changes and self.main:
+            warnings.warn(f"resuming with {'; and '.join(changes)}; the result differs from "
+                          "an uninterrupted run", stacklevel=2)
 
     @property
     def epoch(self) -> float:
         """Passes over the training data, fractional (batches of every process counted)."""
-        batches = max(self.sampler.num_batches, 1)
-        done = min(self.sampler.position * self.context.world_size, batches)
-        return self.sampler.epoch + done / batches
+        return self.sampler.epoch + self.sampler.consumed / max(self.sampler.num_batches, 1)
 
     def _limit(self, wall: float) -> str | None:
         """The limit that ends training now, if any."""
@@ -171,7 +178,8 @@ class _Session:
         """The next update_freq batches of this epoch (fewer at its end); [] are None."""
         batches: list[Batch | None] = []
         limit = self.plan.model.max_positions
-        while len(batches) < self.cfg.update_freq and self.sampler.position < len(self.sampler):
+        while (len(batches) < self.batch.update_freq
+               and self.sampler.position < len(self.sampler)):
             indices = next(iterator)
             batches.append(collate(self.train_data, indices, max_len=limit) if indices else None)
         return batches
@@ -208,7 +216,7 @@ class _Session:
         """Validate, log, and return the validation NLL per token."""
         started = time.perf_counter()
         result = self.trainer.evaluate(validation_batches(
-            self.valid_data, self.cfg.max_tokens, self.plan.model.max_positions,
+            self.valid_data, self.batch.per_batch_tokens, self.plan.model.max_positions,
             seed=self.cfg.seed, rank=self.context.rank, world_size=self.context.world_size))
         bleu = None
         if self.valid_bleu is not None:
@@ -238,14 +246,12 @@ class _Session:
             return self._summary("finished", 0.0, finished_already=finished)
         log = None
         if self.main:
-            self.plan.record["sessions"].append({
-                "started": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                    timespec="seconds"),
-                "from_step": self.trainer.step, "command": self.command,
-                "world_size": self.context.world_size, "device": str(self.context.device),
-                "precision": self.precision, "transformer_nmt": __version__,
-                "torch": torch.__version__})
+            self.plan.record["sessions"].append(session_record(
+                from_step=self.trainer.step, command=self.command,
+                world_size=self.context.world_size, device=str(self.context.device),
+                precision=self.precision, batch=self.batch._asdict()))
             write_run_config(self.run_dir, self.plan.record)
+            tqdm.write(describe_batch(self.batch, self.context.world_size), file=sys.stderr)
             log = MetricsLog(self.run_dir, self.resume_step)
         peak = PeakFlops(self.context.device, DTYPES[self.precision])
         try:
