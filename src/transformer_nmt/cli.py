@@ -362,7 +362,9 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                      help="run directory: created, or continued if it holds this same run")
     run.add_argument("--resume", metavar="RUN_DIR",
                      help="continue the run in RUN_DIR with its recorded settings; --set and "
-                     "the flags below may change when to stop, validate, save and log")
+                     "the flags below may change when to stop, validate, save and log, and "
+                     "--max-tokens/--update-freq how each process makes up its share of "
+                     "--batch-tokens")
     run.add_argument("--preset", metavar="NAME",
                      help="architecture and regime from `nmt presets` (default: base, or the "
                      "run's own when continuing)")
