@@ -39,7 +39,8 @@ from transformer_nmt.train.distributed import init_distributed
 from transformer_nmt.train.loss import label_smoothed_nll
 from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.train.metrics import measure_peak_flops
-from transformer_nmt.train.trainer import DTYPES, Trainer, autocast
+from transformer_nmt.train.precision import DTYPES, autocast
+from transformer_nmt.train.trainer import Trainer
 
 VOCAB = 8000
 SHAPES = [(200, 20), (160, 25), (125, 32)]

@@ -19,6 +19,8 @@ from transformer_nmt.errors import UserError
     (ModelConfig, "positional", "rotary", "positional must be one of 'sinusoidal', 'learned'"),
     (TrainConfig, "label_smoothing", 1.0, r"label_smoothing must be in \[0, 1\)"),
     (TrainConfig, "warmup_steps", 0, "warmup_steps must be at least 1"),
+    (TrainConfig, "batch_tokens", 0, "batch_tokens must be at least 1"),
+    (TrainConfig, "max_tokens", -1, "max_tokens must be a number >= 0"),
     (TrainConfig, "lr_scale", 0.0, "lr_scale must be a positive number"),
     (TrainConfig, "lr_scale", math.inf, "lr_scale must be a positive number"),
     (TrainConfig, "clip_norm", math.nan, "clip_norm must be a number >= 0"),

@@ -118,11 +118,32 @@ def test_resuming_with_another_world_size_covers_the_rest_once():
     assert sorted(seen) == list(range(600))
 
 
-def test_resuming_with_other_data_is_refused():
+def test_resuming_with_other_data_or_seed_is_refused():
     src, tgt = lengths()
     state = TokenBatchSampler(src, tgt, 300, seed=9).state_dict()
-    with pytest.raises(UserError, match="max_tokens was 300, now 400"):
-        TokenBatchSampler(src, tgt, 400, seed=9).load_state_dict(state)
+    with pytest.raises(UserError, match="num_pairs was 1500, now 1499"):
+        TokenBatchSampler(src[1:], tgt[1:], 300, seed=9).load_state_dict(state)
+    with pytest.raises(UserError, match="seed was 9, now 8"):
+        TokenBatchSampler(src, tgt, 300, seed=8).load_state_dict(state)
+
+
+def test_resuming_with_batches_cut_at_another_size_goes_on_from_the_same_fraction():
+    # A process's share of a global batch halves when the world size doubles.
+    src, tgt = lengths(600)
+    before = TokenBatchSampler(src, tgt, 400, seed=2)
+    before.set_epoch(3)
+    iterator = iter(before)
+    for _ in range(before.num_batches // 4):
+        next(iterator)
+    after = [TokenBatchSampler(src, tgt, 200, seed=2, rank=rank, world_size=2)
+             for rank in range(2)]
+    for sampler in after:
+        sampler.load_state_dict(before.state_dict())
+    assert after[0].epoch == 3 and after[0].num_batches > before.num_batches
+    assert after[0].consumed / after[0].num_batches == pytest.approx(
+        before.consumed / before.num_batches, abs=1 / before.num_batches)
+    rest = sum(len(list(sampler)) for sampler in after)
+    assert rest == pytest.approx(after[0].num_batches * 3 / 4, abs=3)
 
 
 def test_padding_efficiency_matches_the_batches():

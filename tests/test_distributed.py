@@ -1,6 +1,8 @@
-"""Data parallelism: 2 CPU processes over gloo train the same model as 1 process that
-accumulates 2 batches per step."""
+"""Data parallelism: the batch of an update is global. 2 CPU processes over gloo, each
+deriving its half of every update, train the same model as 1 process that accumulates
+both halves, and a run goes on with another number of processes on the same batch."""
 
+import json
 import math
 import os
 import subprocess
@@ -11,16 +13,39 @@ import torch
 
 from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.binarize import load_split
-from transformer_nmt.train.checkpoint import LAST
 from transformer_nmt.model_file import read_model_file
+from transformer_nmt.train.checkpoint import LAST
 from transformer_nmt.train.distributed import init_distributed
-from transformer_nmt.train.trainer import train
+from transformer_nmt.train.session import train
 
 from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
 
 # dropout 0: the processes' dropout streams cannot match one process's. adam_eps well
-# above rounding noise: see test_trainer.tiny_trainer.
-SETTINGS = {"dropout": 0.0, "adam_eps": 1e-4, "max_tokens": 160}
+# above rounding noise: see test_train_trainer.tiny_trainer.
+SETTINGS = {"dropout": 0.0, "adam_eps": 1e-4, "batch_tokens": 320}
+HALF = 160
+"""Each of two processes' share of an update."""
+
+
+def two_processes(*args, settings=()):
+    """`nmt train ARGS` under torchrun on 2 CPU processes, (field, value) `settings` as --set."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node=2", "-m", "transformer_nmt.cli", "train", *map(str, args)]
+    for name, value in settings:
+        command += ["--set", f"{name}={value}"]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=180,
+                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    return finished
+
+
+def records(run_dir, event="train"):
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [record for record in map(json.loads, lines) if record["event"] == event]
+
+
+def sessions(run_dir):
+    return json.loads((run_dir / "config.json").read_text())["sessions"]
 
 
 def test_single_process_collectives_are_identities():
@@ -36,32 +61,46 @@ def test_single_process_collectives_are_identities():
 # "none": the pre-softmax projection is a weight of its own, which the training loss uses
 # outside the model's forward (train/loss.py); DDP must still synchronize its gradient.
 @pytest.mark.parametrize("tie_embeddings", ["all", "none"])
-def test_two_processes_train_like_one_with_twice_the_update_freq(tiny_data, tmp_path,
-                                                                 tie_embeddings):
+def test_two_processes_train_like_one_on_the_same_global_batch(tiny_data, tmp_path,
+                                                               tie_embeddings):
     settings = dict(SETTINGS, tie_embeddings=tie_embeddings)
     data = load_split(tiny_data, "train")
-    batches = TokenBatchSampler(data.src_lengths, data.tgt_lengths, SETTINGS["max_tokens"],
-                                seed=1).num_batches
+    batches = TokenBatchSampler(data.src_lengths, data.tgt_lengths, HALF, seed=1).num_batches
     assert batches % 2 == 1  # so that rank 1 runs out first and pads with an empty batch
     # Past the end of the first epoch, into the second.
     steps = math.ceil(batches / 2) + 2
     one = tmp_path / "one"
+    # Capped at half the batch, one process accumulates the two halves that two take.
     train(out=one, data=tiny_data, preset="tiny", progress=False,
-          overrides=tiny_overrides(update_freq=2, max_steps=steps, **settings))
+          overrides=tiny_overrides(max_tokens=HALF, max_steps=steps, **settings))
     two = tmp_path / "two"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node=2", "-m", "transformer_nmt.cli", "train", "--data",
-               str(tiny_data), "--out", str(two), "--preset", "tiny", "--max-steps", str(steps),
-               "--update-freq", "1"]
-    for name, value in tiny_overrides(**settings):
-        command += ["--set", f"{name}={value}"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    finished = subprocess.run(command, capture_output=True, text=True, env=env, timeout=180)
-    assert finished.returncode == 0, finished.stderr[-3000:]
+    # Neither max_tokens nor update_freq given: each process derives its half.
+    finished = two_processes("--data", tiny_data, "--out", two, "--preset", "tiny",
+                             "--max-steps", steps, settings=tiny_overrides(**settings))
     assert "on 2 cpu process(es)" in finished.stdout
+    assert ("batch: 320 tokens per side per update = 2 process(es) x 1 accumulated x 160 "
+            "tokens") in finished.stderr
+    assert sessions(one)[0]["batch"] == {"per_batch_tokens": HALF, "update_freq": 2,
+                                         "global_tokens": 320, "explicit": False}
     a, b = read_model_file(one / LAST), read_model_file(two / LAST)
     assert a["step"] == b["step"] == steps and b["world_size"] == 2 and len(b["rng"]) == 2
     assert a["epoch"] == b["epoch"] > 1
     assert a["progress"]["tgt_tokens"] == b["progress"]["tgt_tokens"]
+    per_step = [[r["step_tgt_tokens"] for r in records(run)] for run in (one, two)]
+    assert per_step[0] == per_step[1] and len(per_step[0]) == steps
     for name, tensor in a["model"].items():
         torch.testing.assert_close(b["model"][name], tensor, rtol=1e-4, atol=1e-5)
+
+
+def test_a_run_goes_on_with_two_processes_on_the_same_global_batch(tiny_data, tmp_path):
+    run_dir = tmp_path / "run"
+    train(out=run_dir, data=tiny_data, preset="tiny", progress=False,
+          overrides=tiny_overrides(max_steps=3, **SETTINGS))
+    epoch_before = read_model_file(run_dir / LAST)["epoch"]
+    finished = two_processes("--resume", run_dir, "--max-steps", 6)
+    assert "batches of 320 tokens before, 160 now" in finished.stderr
+    assert [session["batch"]["per_batch_tokens"] for session in sessions(run_dir)] == [320, HALF]
+    assert {session["batch"]["global_tokens"] for session in sessions(run_dir)} == {320}
+    assert [r["step"] for r in records(run_dir)] == list(range(1, 7))
+    checkpoint = read_model_file(run_dir / LAST)
+    assert checkpoint["step"] == 6 and checkpoint["epoch"] > epoch_before

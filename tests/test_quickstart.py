@@ -78,7 +78,7 @@ def test_quickstart_runs_every_stage_and_reruns_without_starting_over(small_mirr
     assert "overview-layer2.png" in pictures and len(pictures) == 3 * 2 + 1
     assert "nmt translate --model" in printed
     assert (out / "run" / "curves.png").stat().st_size > 0
-    assert json.loads((out / "run" / "config.json").read_text())["train"]["max_tokens"] == 400
+    assert json.loads((out / "run" / "config.json").read_text())["train"]["batch_tokens"] == 400
 
     step_files = sorted((out / "run").glob("checkpoint_[0-9]*.pt"))
     assert run_quickstart(small_mirror, out) == 0

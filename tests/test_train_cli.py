@@ -37,7 +37,7 @@ def test_help_explains_the_settings(capsys):
         main(["train", "--help"])
     text = capsys.readouterr().out
     assert exit_info.value.code == 0
-    for flag in ("--resume", "--set FIELD=VALUE", "--max-time", "--update-freq",
+    for flag in ("--resume", "--set FIELD=VALUE", "--max-time", "--batch-tokens", "--update-freq",
                  "--save-every-minutes", "--keep-last", "--precision", "torchrun"):
         assert flag in text
 
@@ -95,7 +95,8 @@ def test_runs_that_must_not_be_continued_are_refused(tiny_data, tmp_path, capsys
     (["--set", "dropout=high"], "dropout must be a float"),
     (["--max-time", "soon"], "cannot read duration 'soon'"),
     (["--precision", "fp16", "--device", "cpu"], "fp16 needs a CUDA GPU"),
-    (["--update-freq", "0"], "update_freq must be at least 1"),
+    (["--batch-tokens", "0"], "batch_tokens must be at least 1"),
+    (["--update-freq", "-1"], "update_freq must be a number >= 0"),
 ])
 def test_bad_settings_are_one_line_errors(tiny_data, tmp_path, capsys, args, message):
     code, _, err = nmt(capsys, *train_args(tiny_data, tmp_path / "run", *args))

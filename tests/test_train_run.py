@@ -10,11 +10,12 @@ import pytest
 
 from transformer_nmt.config import ModelConfig, TrainConfig, get_preset
 from transformer_nmt.errors import UserError
+from transformer_nmt.train.batch_size import BatchPlan, plan_batch
 from transformer_nmt.train.checkpoint import LAST
 from transformer_nmt.train.run import (CONFIG_FILE, apply_overrides, parse_assignment,
                                        parse_duration, plan_run, write_run_config)
 
-from train_fixtures import tiny_data  # noqa: F401  (a fixture)
+from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
 
 
 @pytest.mark.parametrize("text, seconds", [
@@ -203,3 +204,53 @@ def test_directories_that_hold_no_run_are_never_resumed_or_written_into(tiny_dat
     (broken / CONFIG_FILE).write_text(json.dumps({**record, "version": 99}))
     with pytest.raises(UserError, match="run format version 99 is not supported"):
         plan(tiny_data, broken)
+
+
+# What a resumed run may change about its batch: how each process makes up its share,
+# while the global batch stays; runs from before the global batch keep their batches.
+
+def start_batch_run(tiny_data, run_dir, **changes):
+    """Record a run in `run_dir` as `nmt train` would before its first step."""
+    plan = plan_run(out=run_dir, resume=None, data=tiny_data, preset="tiny", config_file=None,
+                    overrides=tiny_overrides(**changes))
+    plan.record["sessions"].append({"world_size": 1})
+    write_run_config(run_dir, plan.record)
+    return plan
+
+
+def resume_batch_run(run_dir, **changes):
+    return plan_run(out=None, resume=run_dir, data=None, preset=None, config_file=None,
+                    overrides=list(changes.items()))
+
+
+def test_a_memory_cap_may_change_while_the_global_batch_is_batch_tokens(tiny_data, tmp_path):
+    start_batch_run(tiny_data, tmp_path / "run", batch_tokens=384)
+    plan = resume_batch_run(tmp_path / "run", max_tokens=96)
+    assert (plan.train.batch_tokens, plan.train.max_tokens) == (384, 96)
+    assert resume_batch_run(tmp_path / "run", update_freq=2).train.update_freq == 2
+    with pytest.raises(UserError, match="batch_tokens: 384 -> 768"):
+        resume_batch_run(tmp_path / "run", batch_tokens=768)
+
+
+def test_a_batch_fixed_per_process_must_stay(tiny_data, tmp_path):
+    start_batch_run(tiny_data, tmp_path / "run", max_tokens=96, update_freq=2)
+    with pytest.raises(UserError, match="max_tokens: 96 -> 48"):
+        resume_batch_run(tmp_path / "run", max_tokens=48)
+    # Dropping update_freq would make the global batch batch_tokens, another batch.
+    with pytest.raises(UserError, match="update_freq: 2 -> 0"):
+        resume_batch_run(tmp_path / "run", update_freq=0)
+
+
+def test_a_run_from_before_global_batches_keeps_its_batches(tiny_data, tmp_path):
+    run_dir = tmp_path / "run"
+    start_batch_run(tiny_data, run_dir)
+    record = json.loads((run_dir / CONFIG_FILE).read_text())
+    del record["train"]["batch_tokens"]
+    record["train"].update(max_tokens=96, update_freq=2)
+    record["sessions"] = [{"world_size": 2}]
+    write_run_config(run_dir, record)
+    cfg = resume_batch_run(run_dir).train
+    assert (cfg.batch_tokens, cfg.max_tokens, cfg.update_freq) == (384, 96, 0)
+    # On its 2 processes: 2 batches of at most 96 tokens each, as before.
+    assert plan_batch(cfg.batch_tokens, cfg.max_tokens, cfg.update_freq, 2) == BatchPlan(
+        96, 2, 384, False)

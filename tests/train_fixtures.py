@@ -18,14 +18,14 @@ torch.set_num_threads(1)
 WORDS = ("a the house garden small green big red cat dog sees runs child play day and "
          "with under over near old new blue tree car road").split()
 
-TINY = ["--preset", "tiny", "--max-tokens", "96", "--set", "log_every=1",
+TINY = ["--preset", "tiny", "--batch-tokens", "96", "--set", "log_every=1",
         "--save-every-minutes", "0", "--valid-every", "0", "--precision", "fp32"]
 """`nmt train` flags of a fast tiny run: a few ms per step on the CPU."""
 
 
 def tiny_overrides(**changes):
-    """(field, value) pairs for trainer.train matching TINY, with `changes` added."""
-    settings = {"max_tokens": 96, "log_every": 1, "save_every_minutes": 0, "valid_every": 0,
+    """(field, value) pairs for session.train matching TINY, with `changes` added."""
+    settings = {"batch_tokens": 96, "log_every": 1, "save_every_minutes": 0, "valid_every": 0,
                 "precision": "fp32", **changes}
     return list(settings.items())
 

@@ -326,7 +326,8 @@ def run_evaluate(args: argparse.Namespace) -> None:
 
 
 _TRAIN_FLAGS = [
-    ("seed", "seed"), ("max_tokens", "max_tokens"), ("update_freq", "update_freq"),
+    ("seed", "seed"), ("batch_tokens", "batch_tokens"), ("max_tokens", "max_tokens"),
+    ("update_freq", "update_freq"),
     ("max_steps", "max_steps"), ("max_epochs", "max_epochs"), ("max_time", "max_time"),
     ("valid_every", "valid_every"), ("save_every", "save_every"),
     ("save_every_minutes", "save_every_minutes"), ("keep_last", "keep_last"),
@@ -342,8 +343,9 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         help="train a model on a prepared data directory (resumable, one CPU to many GPUs)",
         description="Train a Transformer with the paper's regime: Adam (0.9, 0.98, 1e-9), "
         "lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), label smoothing 0.1, "
-        "batches of ~--max-tokens source and target tokens. RUN_DIR receives config.json "
-        "(every setting used), metrics.jsonl, TensorBoard events and checkpoints: "
+        "updates of --batch-tokens source and target tokens over all processes. RUN_DIR "
+        "receives config.json (every setting used), metrics.jsonl, TensorBoard events and "
+        "checkpoints: "
         "checkpoint_<step>.pt every --save-every-minutes and --save-every steps (the newest "
         "--keep-last kept), checkpoint_last.pt and checkpoint_best.pt (lowest validation "
         "NLL). Ctrl-C or SIGTERM finishes the current step, writes a checkpoint and exits 0. "
@@ -353,8 +355,8 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         "dedicated flags. Any ModelConfig or TrainConfig field can be --set (see "
         "`nmt presets`; e.g. --set dropout=0.2 --set label_smoothing=0). Several GPUs or "
         "CPU processes: torchrun --nproc_per_node=N -m transformer_nmt.cli train ... "
-        "(multi-node: add torchrun's --nnodes and --rdzv-endpoint); every process reads "
-        "its own share of each batch list, rank 0 writes the files.",
+        "(multi-node: add torchrun's --nnodes and --rdzv-endpoint); every process trains "
+        "on its share of each update's --batch-tokens, rank 0 writes the files.",
     )
     run = parser.add_argument_group("run")
     run.add_argument("--data", metavar="DATA_DIR",
@@ -363,7 +365,9 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                      help="run directory: created, or continued if it holds this same run")
     run.add_argument("--resume", metavar="RUN_DIR",
                      help="continue the run in RUN_DIR with its recorded settings; --set and "
-                     "the flags below may change when to stop, validate, save and log")
+                     "the flags below may change when to stop, validate, save and log, and "
+                     "--max-tokens/--update-freq how each process makes up its share of "
+                     "--batch-tokens")
     run.add_argument("--preset", metavar="NAME",
                      help="architecture and regime from `nmt presets` (default: base, or the "
                      "run's own when continuing)")
@@ -377,10 +381,17 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     regime = parser.add_argument_group("regime (defaults: the preset's)")
     regime.add_argument("--seed", type=int, metavar="N",
                         help="seed of initialisation, dropout and batch order")
+    regime.add_argument("--batch-tokens", type=int, metavar="N",
+                        help="tokens per side in one optimizer update, padding included, "
+                        "summed over all processes and accumulated batches (paper: 25000); "
+                        "each process trains on its share")
     regime.add_argument("--max-tokens", type=int, metavar="N",
-                        help="tokens per batch and side, padding included (paper: 25000)")
+                        help="most tokens per side in one batch of one process, a memory "
+                        "cap: the rest of its share is accumulated (default 0: no cap)")
     regime.add_argument("--update-freq", type=int, metavar="K",
-                        help="accumulate K batches per optimizer step (K x max-tokens per step)")
+                        help="batches each process accumulates per update (default 0: as "
+                        "many as --max-tokens needs); with --max-tokens also given, the "
+                        "batch is K x max-tokens per process and --batch-tokens is not used")
     regime.add_argument("--lr-scale", type=float, metavar="F",
                         help="factor on the learning rate of eq. (3) (default 1)")
     regime.add_argument("--warmup", type=int, metavar="STEPS",
@@ -420,7 +431,7 @@ def run_train(args: argparse.Namespace) -> None:
     import shlex
 
     from transformer_nmt.train.run import parse_assignment
-    from transformer_nmt.train.trainer import train
+    from transformer_nmt.train.session import train
 
     overrides = [parse_assignment(text) for text in args.set]
     overrides += [(name, getattr(args, dest)) for dest, name in _TRAIN_FLAGS

@@ -119,10 +119,16 @@ class TrainConfig:
     """Adam beta2."""
     adam_eps: float = 1e-9
     """Adam epsilon."""
-    max_tokens: int = 25000
-    """Token budget per batch and per side, padding counted."""
-    update_freq: int = 1
-    """Batches accumulated into one optimizer step."""
+    batch_tokens: int = 25000
+    """Tokens per side in one optimizer update, padding counted, summed over every process
+    and accumulated batch: the paper's batch of ~25000 source and 25000 target tokens."""
+    max_tokens: int = 0
+    """Most tokens per side, padding counted, in one forward/backward batch of one process:
+    a memory cap (0: the process's whole share of batch_tokens). Given together with
+    update_freq, the two fix the batch per process and batch_tokens is not used."""
+    update_freq: int = 0
+    """Batches each process accumulates into one update (0: as many as its share of
+    batch_tokens needs under max_tokens)."""
     max_steps: int = 100_000
     """Stop after this many optimizer steps (base: 100K, big: 300K)."""
     seed: int = 1
@@ -136,7 +142,7 @@ class TrainConfig:
     max_bad_steps: int = 5
     """Stop with an error after this many updates in a row skipped for a non-finite loss or gradient."""
     precision: str = "auto"
-    """'fp32', 'bf16' (autocast), 'fp16' (autocast + gradient scaler, GPU only) or 'auto' (see trainer)."""
+    """'fp32', 'bf16' (autocast), 'fp16' (autocast + gradient scaler, GPU only) or 'auto' (see runtime.py)."""
     compile: bool = False
     """Run the model through torch.compile."""
     valid_every: int = 1000
@@ -153,10 +159,10 @@ class TrainConfig:
     """Log the training loss, learning rate and throughput every this many steps."""
 
     def __post_init__(self) -> None:
-        _require_at_least(self, 1, "warmup_steps", "max_tokens", "update_freq", "max_steps",
-                          "log_every")
-        _require_at_least(self, 0, "seed", "max_epochs", "max_time", "clip_norm", "valid_every",
-                          "save_every", "save_every_minutes", "keep_last", "max_bad_steps")
+        _require_at_least(self, 1, "warmup_steps", "batch_tokens", "max_steps", "log_every")
+        _require_at_least(self, 0, "max_tokens", "update_freq", "seed", "max_epochs", "max_time",
+                          "clip_norm", "valid_every", "save_every", "save_every_minutes",
+                          "keep_last", "max_bad_steps")
         _require_fraction(self, "label_smoothing", "adam_beta1", "adam_beta2")
         _require_positive(self, "lr_scale", "adam_eps")
         _require_choice(self, "precision", TRAIN_PRECISIONS)
@@ -244,12 +250,12 @@ def _build_presets() -> dict[str, Preset]:
         _row("e-learned", "Table 3 (E): learned positional embeddings", positional="learned"),
         # CPU presets.
         _row("small", "3+3 layers, d_model 256: a corpus of ~30k pairs on a laptop CPU",
-             train=TrainConfig(max_tokens=4096, warmup_steps=1000, lr_scale=0.5,
+             train=TrainConfig(batch_tokens=4096, warmup_steps=1000, lr_scale=0.5,
                                  max_steps=100_000),
              encoder_layers=3, decoder_layers=3, d_model=256, d_ff=1024, heads=4,
              d_k=64, d_v=64, dropout=0.3, max_positions=512),
         _row("tiny", "2+2 layers, d_model 32: tests and smoke runs",
-             train=TrainConfig(max_tokens=512, warmup_steps=50, max_steps=200),
+             train=TrainConfig(batch_tokens=512, warmup_steps=50, max_steps=200),
              encoder_layers=2, decoder_layers=2, d_model=32, d_ff=64, heads=4,
              d_k=8, d_v=8, dropout=0.1, max_positions=256),
     ]

@@ -25,7 +25,7 @@ from transformer_nmt.model_file import save_model_file
 from transformer_nmt.train.checkpoint import (average_checkpoints, checkpoints_to_average,
                                               numbered_checkpoints)
 from transformer_nmt.train.metrics import plot_metrics
-from transformer_nmt.train.trainer import train
+from transformer_nmt.train.session import train
 
 # Sentences of the kind the default corpus teaches (its domain is scripture), per language.
 EXAMPLES = {
@@ -72,9 +72,10 @@ class QuickstartOptions:
     small preset's 1000, so the learning rate would never reach its peak. The peak stays
     the preset's (lr_scale shrinks by sqrt(warmup / preset's warmup))."""
     max_tokens: int = 2048
-    """Tokens per batch and side. Half the small preset's 4096: a time-bound CPU run makes
-    twice the updates at nearly the same token rate, and on Multi30k that took test BLEU
-    after 60 minutes from 34.8 to 37.5 (bench/RESULTS.md)."""
+    """Tokens per update and side, over all processes (the run's batch_tokens). Half the
+    small preset's 4096: a time-bound CPU run makes twice the updates at nearly the same
+    token rate, and on Multi30k that took test BLEU after 60 minutes from 34.8 to 37.5
+    (bench/RESULTS.md)."""
     overrides: list[tuple[str, str]] = field(default_factory=list)
     """Further ModelConfig/TrainConfig fields, as `nmt train --set` takes them."""
     device: str | None = None
@@ -131,7 +132,7 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     # picture at a few percent of the training time.
     overrides = [("max_time", str(options.minutes * 60)), ("save_every_minutes", str(save_minutes)),
                  ("keep_last", str(max(options.average_last, 5))), ("valid_every", "150"),
-                 ("valid_bleu", "true"), ("max_tokens", str(options.max_tokens)),
+                 ("valid_bleu", "true"), ("batch_tokens", str(options.max_tokens)),
                  *_shorter_warmup(options)] + list(options.overrides)
     summary = train(out=run_dir, data=data_dir, preset=options.preset, overrides=overrides,
                     device=options.device, command="nmt quickstart", progress=options.progress)

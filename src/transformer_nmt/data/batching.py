@@ -47,9 +47,10 @@ class TokenBatchSampler:
 
     Iteration starts at the current position and advances it; `set_epoch` with a new
     epoch rewinds it. `state_dict` / `load_state_dict` save and restore (epoch,
-    position), so a resumed run yields exactly the batches that were left. If batches
-    are prefetched (a DataLoader with workers), save the number of batches the trainer
-    consumed as 'position', not this sampler's own count.
+    position), so a resumed run yields exactly the batches that were left, as long as
+    the batches are cut at the same max_tokens. If batches are prefetched (a DataLoader
+    with workers), save the number of batches the trainer consumed as 'position', not
+    this sampler's own count.
     """
 
     def __init__(self, src_lengths: Sequence[int] | np.ndarray,
@@ -134,6 +135,11 @@ class TokenBatchSampler:
         normally), the padding empty batches included."""
         return math.ceil((self.num_batches - self._offset) / self.world_size)
 
+    @property
+    def consumed(self) -> int:
+        """Batches of the current epoch taken so far by all ranks together."""
+        return min(self._offset + self.position * self.world_size, self.num_batches)
+
     def set_epoch(self, epoch: int) -> None:
         """Start epoch `epoch` from its first batch, unless it is already the current one
         (so that calling it after `load_state_dict` keeps the restored position)."""
@@ -169,20 +175,30 @@ class TokenBatchSampler:
                 "num_batches": self.num_batches}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from `state`. With another world size, the batches every rank had
-        consumed are skipped and the rest of the epoch is shared among the new ranks."""
-        for key in ("seed", "max_tokens", "num_pairs"):
+        """Continue from `state`, saved from a sampler over the same pairs and seed.
+
+        With another world size, the batches every rank had consumed are skipped and the
+        rest of the epoch is shared among the new ranks. With another max_tokens (a
+        process's share of a global batch changes with the world size) the batches are
+        cut anew, and the epoch goes on from the same fraction of the new batches: about
+        the data that was left, though not exactly the same pairs.
+        """
+        for key in ("seed", "num_pairs"):
             if key in state and state[key] != getattr(self, key):
                 raise UserError(
                     f"cannot resume the batch order: {key} was {state[key]}, now "
-                    f"{getattr(self, key)}; resume with the same data and batch settings"
-                )
+                    f"{getattr(self, key)}; resume with the same data and seed")
         self.epoch = int(state["epoch"])
-        if state.get("world_size", self.world_size) == self.world_size:
+        world_size = state.get("world_size", self.world_size)
+        consumed = int(state.get("offset", 0)) + int(state["position"]) * world_size
+        if state.get("max_tokens", self.max_tokens) != self.max_tokens:
+            fraction = min(consumed / max(int(state["num_batches"]), 1), 1.0)
+            self._offset = round(fraction * self.num_batches)
+            self.position = 0
+        elif world_size == self.world_size:
             self.position = int(state["position"])
             self._offset = int(state.get("offset", 0))
         else:
-            consumed = int(state.get("offset", 0)) + int(state["position"]) * state["world_size"]
             self._offset = min(consumed, self.num_batches)
             self.position = 0
 

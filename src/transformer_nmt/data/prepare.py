@@ -340,7 +340,8 @@ def _make(options: PrepareOptions, corpus: Corpus, recipe: dict, filters: Cleani
     src_lengths, tgt_lengths = (
         np.diff(read_ids(bin_path(work, "train", lang), idx_path(work, "train", lang), dtype)[1])
         .astype(np.int32) for lang in (src, tgt))
-    budget = TrainConfig().max_tokens
+    # The paper's batch, cut as one process without a memory cap cuts it.
+    budget = TrainConfig().batch_tokens
     efficiency = TokenBatchSampler(src_lengths, tgt_lengths, budget,
                                    seed=options.seed).padding_efficiency()
     return {

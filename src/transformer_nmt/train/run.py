@@ -4,13 +4,15 @@ A configuration is composed, later sources winning: the preset, a --config JSON 
 --set FIELD=VALUE assignments, the dedicated flags (--max-steps ...). RUN_DIR/config.json
 records the result with the data directory's digest and one entry per session. Training
 into a directory that already holds a run resumes it when nothing but the fields of
-`CHANGEABLE_ON_RESUME` differ, and is refused naming the difference otherwise; a
-non-empty directory without a run's config.json is never written into.
+`CHANGEABLE_ON_RESUME` (and of `BATCH_SPLIT`, while the global batch is batch_tokens)
+differ, and is refused naming the difference otherwise; a non-empty directory without a
+run's config.json is never written into.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import re
@@ -18,11 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+import torch
+
+from transformer_nmt import __version__
 from transformer_nmt.config import (ModelConfig, TrainConfig, config_from_dict, differences,
                                     get_preset)
 from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
 from transformer_nmt.files import write_json_atomic
 from transformer_nmt.errors import UserError
+from transformer_nmt.train.batch_size import fixes_batch_per_process
 from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints
 
 RUN_FORMAT = "transformer-nmt-run"
@@ -35,6 +41,12 @@ CHANGEABLE_ON_RESUME = frozenset({
 })
 """TrainConfig fields a resumed run may change: when to stop, validate, save and log, and
 how to compute on the hardware at hand. Everything else shapes the result and must match."""
+
+BATCH_SPLIT = frozenset({"max_tokens", "update_freq"})
+"""How each process makes up its share of the global batch (a memory cap and the
+accumulation): changeable on resume like CHANGEABLE_ON_RESUME, so that a run can go on
+with fewer processes or less memory, unless the old or the new configuration gives both,
+which fixes the batch per process and so the global batch itself."""
 
 _VOLATILE_MANIFEST_KEYS = ("created", "command", "seconds", "transformer_nmt_version")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
@@ -161,6 +173,19 @@ def read_run_config(run_dir: Path) -> dict[str, Any] | None:
     return record
 
 
+def _train_record(stored: dict[str, Any]) -> dict[str, Any]:
+    """The TrainConfig fields of a run's config.json. Runs from before batch_tokens fixed
+    the batch per process, so their global batch was processes x update_freq x
+    max_tokens; that batch with max_tokens as the cap plans the same batches on as many
+    processes, and lets the run go on with others."""
+    train = dict(stored["train"])
+    if "batch_tokens" not in train:
+        processes = (stored.get("sessions") or [{}])[-1].get("world_size", 1)
+        train.update(batch_tokens=processes * train["update_freq"] * train["max_tokens"],
+                     update_freq=0)
+    return train
+
+
 def _read_config_file(path: Path) -> dict[str, Any]:
     """A --config file: JSON with any of 'preset', 'model', 'train' (a run's config.json)."""
     try:
@@ -211,7 +236,7 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
     preset_name = preset or file_values.get("preset") or (stored or {}).get("preset") or "base"
     if stored is not None and not preset and not config_file:
         model = config_from_dict(ModelConfig, stored["model"])
-        train = config_from_dict(TrainConfig, stored["train"])
+        train = config_from_dict(TrainConfig, _train_record(stored))
     else:
         chosen = get_preset(preset_name)
         model, train = chosen.model, chosen.train
@@ -232,10 +257,14 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
     resume_from = None
     if stored is not None:
         old_model = config_from_dict(ModelConfig, stored["model"])
-        old_train = config_from_dict(TrainConfig, stored["train"])
+        old_train = config_from_dict(TrainConfig, _train_record(stored))
+        changeable = CHANGEABLE_ON_RESUME
+        if not any(fixes_batch_per_process(cfg.max_tokens, cfg.update_freq)
+                   for cfg in (old_train, train)):
+            changeable |= BATCH_SPLIT
         changes = differences({**dataclasses.asdict(old_model), **dataclasses.asdict(old_train)},
                               {**dataclasses.asdict(model), **dataclasses.asdict(train)},
-                              skip=CHANGEABLE_ON_RESUME)
+                              skip=changeable)
         if stored.get("preset") != preset_name and (preset or config_file):
             changes.insert(0, f"preset {stored.get('preset')!r} -> {preset_name!r}")
         if changes:
@@ -260,6 +289,37 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
         "sessions": list((stored or {}).get("sessions", [])),
     }
     return RunPlan(run_dir, data_dir, preset_name, model, train, digest, resume_from, record)
+
+
+def check_checkpoint(checkpoint: dict[str, Any], plan: RunPlan, vocab_size: int) -> None:
+    """UserError unless `checkpoint` (read from plan.resume_from) is a training checkpoint
+    of this run's model and data, whose vocabulary has `vocab_size` pieces."""
+    where = plan.resume_from
+    if "trainer" not in checkpoint:
+        raise UserError(f"{where} is a model file without training state; it cannot be resumed")
+    if checkpoint.get("data_digest") != plan.data_digest:
+        raise UserError(f"{where} was trained on other data (digest "
+                        f"{str(checkpoint.get('data_digest'))[:12]}, now "
+                        f"{plan.data_digest[:12]}); resume with the same prepared data")
+    model_cfg = plan.record["model"]
+    for key, value in checkpoint["model_config"].items():
+        if model_cfg.get(key) != value:
+            raise UserError(f"{where} holds another architecture ({key} {value!r}, the run "
+                            f"config says {model_cfg.get(key)!r})")
+    if checkpoint["vocab_size"] != vocab_size:
+        raise UserError(f"{where} has a vocabulary of {checkpoint['vocab_size']}, the data "
+                        f"{vocab_size}; resume with the same prepared data")
+
+
+def session_record(*, from_step: int, command: str, world_size: int, device: str,
+                   precision: str, batch: dict[str, Any]) -> dict[str, Any]:
+    """config.json's entry for a session of training that starts now: from which step, by
+    which command, on what, with which batch plan, and the versions that ran it."""
+    return {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds"),
+            "from_step": from_step, "command": command, "world_size": world_size,
+            "device": device, "precision": precision, "batch": batch,
+            "transformer_nmt": __version__, "torch": torch.__version__}
 
 
 def write_run_config(run_dir: Path, record: dict[str, Any]) -> None:

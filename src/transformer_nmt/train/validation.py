@@ -1,0 +1,57 @@
+"""What training measures on the validation split: its batches, and the greedy-search BLEU
+of a model's translations of it.
+
+The loss and perplexity of those batches come from `Trainer.evaluate`, which shares the
+training step's precision and model; BLEU needs search and text, so it lives here.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.data.batching import Batch, TokenBatchSampler, collate
+from transformer_nmt.data.binarize import ParallelData
+from transformer_nmt.data.vocab import Vocab
+from transformer_nmt.decode.search import SpecialIds, greedy_search
+from transformer_nmt.evaluate import read_text, score
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.train.precision import autocast
+
+
+def validation_batches(data: ParallelData, max_tokens: int, max_len: int, *, seed: int,
+                       rank: int = 0, world_size: int = 1) -> Iterator[Batch | None]:
+    """This process's share of `data` in length-sorted batches of at most `max_tokens`
+    tokens a side, sides cut to `max_len` (the model's positions); None where its share
+    has run out and another process still has a batch."""
+    sampler = TokenBatchSampler(data.src_lengths, data.tgt_lengths, max_tokens, seed=seed,
+                                shuffle=False, rank=rank, world_size=world_size)
+    for indices in sampler:
+        yield collate(data, indices, max_len=max_len) if indices else None
+
+
+def greedy_bleu(model: Transformer, data: ParallelData, vocab: Vocab, max_tokens: int,
+                device: torch.device, precision: str) -> float:
+    """sacreBLEU of greedy translations of a split against its reference text.
+
+    The sentences are translated in batches of at most `max_tokens` tokens a side, in
+    `precision`; the model's training mode is left as it was found.
+    """
+    special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    limit = model.cfg.max_positions
+    hypotheses = [""] * len(data)
+    sampler = TokenBatchSampler(data.src_lengths, data.tgt_lengths, max_tokens, seed=0,
+                                shuffle=False)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), autocast(device, precision):
+        for indices in sampler:
+            batch = collate(data, indices, max_len=limit)
+            found = greedy_search(model, batch.src.to(device), DecodeConfig(beam=1), special,
+                                  max_len_limit=limit - 1)
+            for index, hypothesis in zip(indices, found):
+                hypotheses[index] = vocab.decode(hypothesis.tokens)
+    model.train(was_training)
+    return score(hypotheses, read_text(data.tgt_text_path))["bleu"]

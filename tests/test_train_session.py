@@ -1,0 +1,126 @@
+"""The whole of `nmt train` as a library call (train/session.py): exact resume, checkpoints,
+limits, divergence, validation hooks and the MFU's measured peak."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from transformer_nmt.errors import UserError
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.model_file import read_model_file
+from transformer_nmt.train import metrics as metrics_module
+from transformer_nmt.train import trainer as trainer_module
+from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints
+from transformer_nmt.train.session import train
+
+from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
+
+
+def run(tiny_data, out, **changes):
+    return train(out=out, data=tiny_data, preset="tiny", overrides=tiny_overrides(**changes),
+                 progress=False)
+
+
+def parameters(run_dir, name=LAST):
+    return read_model_file(run_dir / name)["model"]
+
+
+def metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_resumed_run_equals_an_uninterrupted_one(tiny_data, tmp_path):
+    # 4 batches a step (the cap of 96 tokens accumulated up to 384) make 12 steps cross
+    # an epoch end (about 40 batches an epoch) with a short last step; dropout is on, so
+    # the random streams must be restored too.
+    settings = dict(batch_tokens=384, max_tokens=96, max_steps=12)
+    straight = run(tiny_data, tmp_path / "straight", **settings)
+    assert straight.epoch > 1
+    stopped = run(tiny_data, tmp_path / "resumed", **settings | {"max_steps": 5})
+    assert stopped.stopped_by == "max_steps" and stopped.step == 5
+    resumed = train(resume=tmp_path / "resumed", overrides=[("max_steps", 12)], progress=False)
+    assert resumed.step == 12
+    a, b = parameters(tmp_path / "straight"), parameters(tmp_path / "resumed")
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    optimizer_a = read_model_file(tmp_path / "straight" / LAST)["trainer"]["optimizer"]["state"]
+    optimizer_b = read_model_file(tmp_path / "resumed" / LAST)["trainer"]["optimizer"]["state"]
+    assert all(torch.equal(optimizer_a[k]["exp_avg_sq"], optimizer_b[k]["exp_avg_sq"])
+               for k in optimizer_a)
+    steps = [r["step"] for r in metrics(tmp_path / "resumed") if r["event"] == "train"]
+    assert steps == list(range(1, 13))
+    assert json.loads((tmp_path / "resumed" / "config.json").read_text())["sessions"][1][
+        "from_step"] == 5
+
+
+def test_checkpoints_best_last_and_rotation(tiny_data, tmp_path):
+    summary = run(tiny_data, tmp_path / "run", max_steps=6, valid_every=2, save_every=2,
+                  keep_last=2)
+    run_dir = tmp_path / "run"
+    assert [step for step, _ in numbered_checkpoints(run_dir)] == [4, 6]
+    assert summary.checkpoint == run_dir / "checkpoint_6.pt"
+    best = read_model_file(run_dir / "checkpoint_best.pt")
+    valid = [r for r in metrics(run_dir) if r["event"] == "valid"]
+    assert [r["step"] for r in valid] == [2, 4, 6]
+    best_record = min(valid, key=lambda r: r["nll"])
+    assert best["step"] == best_record["step"] and best_record["best"]
+    assert summary.best_valid_nll == pytest.approx(best_record["nll"])
+    checkpoint = read_model_file(run_dir / LAST)
+    assert set(checkpoint) >= {"model", "vocab", "model_config", "train_config", "trainer",
+                               "sampler", "rng", "step", "epoch", "data_digest", "progress"}
+
+
+def test_limits_by_epochs_and_time(tiny_data, tmp_path):
+    summary = run(tiny_data, tmp_path / "epochs", max_epochs=1, max_steps=10_000,
+                  batch_tokens=8 * 96, max_tokens=96)
+    assert summary.stopped_by == "max_epochs" and summary.epoch == 1.0
+    summary = run(tiny_data, tmp_path / "time", max_time="1e-6")
+    assert summary.stopped_by == "max_time" and summary.step == 1
+    lines = "\n".join(summary.lines)
+    assert "training cost" in lines and "FLOPs" in lines
+
+
+def test_non_finite_updates_are_skipped_then_training_stops(tiny_data, tmp_path, monkeypatch):
+    real_loss = trainer_module.projected_label_smoothed_nll
+    calls = {"n": 0}
+
+    def loss_that_explodes(*args, **kwargs):
+        calls["n"] += 1
+        loss, nll = real_loss(*args, **kwargs)
+        return (loss * math.nan, nll) if calls["n"] > 2 else (loss, nll)
+
+    monkeypatch.setattr(trainer_module, "projected_label_smoothed_nll", loss_that_explodes)
+    with pytest.raises(UserError, match="diverged: 3 updates in a row"):
+        run(tiny_data, tmp_path / "run", max_steps=20, save_every=1, max_bad_steps=3)
+    skips = [r for r in metrics(tmp_path / "run") if r["event"] == "skip"]
+    assert [r["reason"] for r in skips] == ["non-finite loss"] * 3
+    weights = parameters(tmp_path / "run")
+    assert read_model_file(tmp_path / "run" / LAST)["step"] == 2
+    assert all(torch.isfinite(tensor).all() for tensor in weights.values())
+
+
+
+def test_validation_bleu_hook_and_greedy_default(tiny_data, tmp_path):
+    seen = []
+    train(out=tmp_path / "hook", data=tiny_data, preset="tiny", progress=False,
+          overrides=tiny_overrides(max_steps=2, valid_every=1, valid_bleu=True),
+          valid_bleu=lambda model: seen.append(model) or 12.5)
+    valid = [r for r in metrics(tmp_path / "hook") if r["event"] == "valid"]
+    assert [r["bleu"] for r in valid] == [12.5, 12.5]
+    assert isinstance(seen[0], Transformer)
+    run(tiny_data, tmp_path / "greedy", max_steps=1, valid_bleu=True)
+    (record,) = [r for r in metrics(tmp_path / "greedy") if r["event"] == "valid"]
+    assert 0 <= record["bleu"] <= 100
+
+
+def test_mfu_recovers_from_a_peak_measured_while_the_cpu_was_busy(tiny_data, tmp_path,
+                                                                  monkeypatch):
+    # The first measurement is far too low (as when another process held the cores); the
+    # one at the first validation pause is right, and the MFU logged after it follows.
+    measured = iter([1e3] + [1e18] * 10)
+    monkeypatch.setattr(metrics_module, "measure_peak_flops", lambda device, dtype: next(measured))
+    run(tiny_data, tmp_path / "run", max_steps=4, valid_every=2, log_every=1)
+    mfu = {r["step"]: r["mfu"] for r in metrics(tmp_path / "run") if r["event"] == "train"}
+    assert mfu[1] > 1 and mfu[2] > 1
+    assert mfu[3] < 1e-6 and mfu[4] < 1e-6

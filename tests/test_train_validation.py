@@ -1,0 +1,93 @@
+"""What training measures on the validation split (train/validation.py): every pair in one
+process's batches exactly once, and greedy BLEU that rewards a trained model and scores
+its own translations 100 however the sentences are batched."""
+
+import shutil
+
+import pytest
+import torch
+
+from transformer_nmt.config import PRESETS
+from transformer_nmt.data.binarize import load_split
+from transformer_nmt.data.manifest import SPM_MODEL, text_path
+from transformer_nmt.data.vocab import Vocab
+from transformer_nmt.decode.search import SpecialIds, greedy_search
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.model_file import load_for_inference
+from transformer_nmt.train.checkpoint import LAST
+from transformer_nmt.train.session import train
+from transformer_nmt.train.validation import greedy_bleu, validation_batches
+
+from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_data, tmp_path_factory):
+    """A tiny model trained for 100 steps on the toy task (a few seconds): far from
+    good, but no longer emitting the same token everywhere."""
+    out = tmp_path_factory.mktemp("validation") / "run"
+    train(out=out, data=tiny_data, preset="tiny", progress=False,
+          overrides=tiny_overrides(max_steps=100, dropout=0.0))
+    return load_for_inference(out / LAST).model
+
+
+def one_by_one(model, data, vocab):
+    """Greedy translations of every source sentence, each decoded alone (no padding)."""
+    special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    translations = []
+    for index in range(len(data)):
+        source, _ = data.pair(index)
+        src = torch.tensor([[int(token) for token in source] + [vocab.eos_id]])  # (1, src_len)
+        (found,) = greedy_search(model, src, special=special,
+                                 max_len_limit=model.cfg.max_positions - 1)
+        translations.append(vocab.decode(found.tokens))
+    return translations
+
+
+def test_validation_batches_share_every_pair_once_among_processes(tiny_data):
+    data = load_split(tiny_data, "valid")
+    shares = [list(validation_batches(data, 48, 256, seed=1, rank=rank, world_size=2))
+              for rank in range(2)]
+    assert len(shares[0]) == len(shares[1])  # every process runs as many batches
+    seen = [index for share in shares for batch in share if batch is not None
+            for index in batch.indices]
+    assert sorted(seen) == list(range(len(data)))
+    assert all(max(batch.src.numel(), batch.tgt_in.numel()) <= 48
+               for share in shares for batch in share if batch is not None)
+
+
+def test_a_trained_model_scores_above_an_untrained_one(tiny_data, trained):
+    data, vocab = load_split(tiny_data, "valid"), Vocab.load(tiny_data / SPM_MODEL)
+    torch.manual_seed(0)
+    untrained = Transformer(PRESETS["tiny"].model, len(vocab), vocab.pad_id)
+    before = greedy_bleu(untrained, data, vocab, 96, CPU, "fp32")
+    after = greedy_bleu(trained, data, vocab, 96, CPU, "fp32")
+    assert 0 < after <= 100 and after > before
+
+
+@pytest.mark.parametrize("max_tokens", [48, 400])
+def test_references_equal_to_the_greedy_translations_score_100(tiny_data, trained, tmp_path,
+                                                               max_tokens):
+    # Batches are sorted by length, so a translation put back at the wrong line, or one
+    # changed by its batch's padding, would lower the score.
+    data, vocab = load_split(tiny_data, "valid"), Vocab.load(tiny_data / SPM_MODEL)
+    references = one_by_one(trained, data, vocab)
+    assert len(set(references)) > 1
+    copy = tmp_path / "data"
+    shutil.copytree(tiny_data, copy)
+    text_path(copy, "valid", data.tgt_lang).write_text(
+        "".join(line + "\n" for line in references), encoding="utf-8")
+    assert greedy_bleu(trained, load_split(copy, "valid"), vocab, max_tokens, CPU,
+                       "fp32") == pytest.approx(100.0)
+
+
+def test_the_models_training_mode_is_left_as_it_was(tiny_data, trained):
+    data, vocab = load_split(tiny_data, "valid"), Vocab.load(tiny_data / SPM_MODEL)
+    trained.train()
+    greedy_bleu(trained, data, vocab, 96, CPU, "fp32")
+    assert trained.training
+    trained.eval()
+    greedy_bleu(trained, data, vocab, 96, CPU, "fp32")
+    assert not trained.training
