@@ -24,7 +24,7 @@ import torch
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.translator import Translator
 from transformer_nmt.train.checkpoint import LAST
-from transformer_nmt.train.trainer import train
+from transformer_nmt.train.session import train
 
 from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
 
