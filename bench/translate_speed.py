@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab, train_vocab
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, beam_search, greedy_search
-from transformer_nmt.decode.translator import prepare_model
+from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.runtime import bf16_supported
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model.transformer import EncoderOut, Transformer

@@ -90,7 +90,7 @@ def measure_ours(args: argparse.Namespace, precision: str) -> None:
     from transformer_nmt.config import DecodeConfig
     from transformer_nmt.data.vocab import Vocab
     from transformer_nmt.decode.search import SpecialIds
-    from transformer_nmt.decode.translator import prepare_model
+    from transformer_nmt.decode.precision import prepare_model
 
     torch.set_num_threads(max(args.threads // args.workers, 1))
     vocab = Vocab.load(args.spm)

@@ -6,7 +6,7 @@ import matplotlib
 import pytest
 import torch
 
-from test_translator import make_model_file
+from decode_fixtures import make_model_file
 from transformer_nmt.attention_plot import KINDS, compute_attention, draw_layer, draw_overview
 from transformer_nmt.cli import main
 from transformer_nmt.model_file import load_for_inference

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sacrebleu.metrics import BLEU
 
-from test_translator import make_model_file, sentences
+from decode_fixtures import make_model_file, sentences
 from transformer_nmt.cli import main
 from transformer_nmt.evaluate import evaluate_files, score, split_compounds, tokenize_for_bleu
 

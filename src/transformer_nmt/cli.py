@@ -249,7 +249,8 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_translate(args: argparse.Namespace) -> None:
-    from transformer_nmt.decode.translator import Translator, translate_stream
+    from transformer_nmt.decode.stream import translate_stream
+    from transformer_nmt.decode.translator import Translator
 
     decode, device = _decode_settings(args)
     translator = Translator.from_file(

@@ -20,8 +20,9 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.manifest import read_manifest, text_path
-from transformer_nmt.decode.translator import Translator, translate_stream
 from transformer_nmt.data.text import read_lines
+from transformer_nmt.decode.stream import translate_stream
+from transformer_nmt.decode.translator import Translator
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import write_json_atomic
 

@@ -6,26 +6,22 @@ little wasted compute), translated, and given back in their original order.
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
-import sys
-import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
-from torch import nn
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.data.text import LineWriter, count_lines, iter_lines, normalize, read_lines
+from transformer_nmt.data.text import normalize
+from transformer_nmt.decode.alignment import word_alignment
+from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, search
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
-from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import InferenceModel, load_for_inference
 from transformer_nmt.runtime import resolve_runtime
 
@@ -65,47 +61,6 @@ class Translation:
     target subword aligned to the source subword it attends to most; when asked for."""
 
 
-def prepare_model(model: nn.Module, device: str | torch.device | None, precision: str
-                  ) -> nn.Module:
-    """`model` made ready to decode on `device` in `precision`, in eval mode, in place
-    (so that two copies never need memory at once; pass a copy to keep the original).
-
-    bf16 converts the weights rather than using autocast: on a 2-core AVX-512 BF16 CPU,
-    autocast's per-operation casts made decoding 1.3-1.5 times slower. int8 replaces
-    every nn.Linear, and the pre-softmax projection tied to the target embedding, by a
-    dynamically quantized one (int8 weights per output channel, activations quantized
-    per batch).
-    """
-    device = resolve_runtime(device, precision).device
-    if precision == "fp32":
-        return model.to(device).eval()
-    if precision == "bf16":
-        return model.to(device=device, dtype=torch.bfloat16).eval()
-    qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
-    with warnings.catch_warnings():
-        # torch.ao.quantization is deprecated in favour of the separate torchao package,
-        # but still works in this torch; users need not hear about it.
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.ao\.")
-        quantized = torch.ao.quantization.quantize_dynamic(
-            model.to("cpu").eval(), {nn.Linear: qconfig}, dtype=torch.qint8, inplace=True)
-        for transformer in [m for m in quantized.modules() if isinstance(m, Transformer)]:
-            if transformer.output_proj is None:
-                # Tied: project() multiplies by the embedding matrix, which quantize_dynamic
-                # cannot see; at 8000+ rows it is the largest product of a decoding step.
-                # An int8 copy of it as the output projection (the embedding stays float).
-                tied = nn.Linear(transformer.cfg.d_model, transformer.vocab_size, bias=False)
-                tied.weight = transformer.tgt_embed.weight
-                tied.qconfig = qconfig
-                transformer.output_proj = torch.ao.nn.quantized.dynamic.Linear.from_float(tied)
-    # The float Linear modules that quantization replaced stay alive in reference cycles
-    # (through their qconfig's closures) until a garbage collection: with the base model
-    # that is 170 MB, a fifth of a beam search's peak memory.
-    gc.collect()
-    release_free_memory()
-    return quantized
-
-
 def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
     """Most source tokens (EOS excluded) a line may have so that the encoder's input and
     the longest output the decode settings allow fit the model's positions.
@@ -117,30 +72,6 @@ def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
     if cfg.max_len_a > 0:
         limit = min(limit, math.floor((max_positions - 1 - cfg.max_len_b) / cfg.max_len_a))
     return max(limit, 1)
-
-
-def word_alignment(src_pieces: list[str], tgt_pieces: list[str],
-                   attention: torch.Tensor) -> list[tuple[int, int]]:
-    """Subword attention (tgt + EOS, src + EOS) to sorted (source word, target word) pairs.
-
-    Each target piece aligns to the source piece with the highest attention (EOS
-    excluded on both sides); a piece starting with '▁' begins a new word.
-    """
-    if not src_pieces or not tgt_pieces:
-        return []
-    src_word, tgt_word = _word_index(src_pieces), _word_index(tgt_pieces)
-    best = attention[: len(tgt_pieces), : len(src_pieces)].argmax(dim=1).tolist()
-    return sorted({(src_word[s], tgt_word[t]) for t, s in enumerate(best)})
-
-
-def _word_index(pieces: list[str]) -> list[int]:
-    """The 0-based word each sentencepiece piece belongs to."""
-    index, word = [], -1
-    for position, piece in enumerate(pieces):
-        if piece.startswith("▁") or position == 0:
-            word += 1
-        index.append(word)
-    return index
 
 
 class Translator:
@@ -282,93 +213,3 @@ class Translator:
                                        [to_piece(i) for i in hyp.tokens], hyp.attention)
         return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.tokens, alignment)
 
-
-
-def format_translations(index: int, translations: list[Translation], nbest: bool) -> list[str]:
-    """Output lines for input line `index` (0-based).
-
-    Plain: the best translation. nbest: one `index ||| translation ||| score` line per
-    hypothesis, best first. With alignments, ` ||| ` and the source-target word pairs
-    (`0-0 1-2`, Pharaoh format) end each line.
-    """
-    lines = []
-    for translation in translations if nbest else translations[:1]:
-        fields = [str(index), translation.text, f"{translation.score:.4f}"] if nbest \
-            else [translation.text]
-        if translation.alignment is not None:
-            fields.append(" ".join(f"{s}-{t}" for s, t in translation.alignment))
-        lines.append(" ||| ".join(fields))
-    return lines
-
-
-def translate_stream(translator: Translator, input_path: str | Path | None = None,
-                     output_path: str | Path | None = None, nbest: bool = False,
-                     interactive: bool = False, errors: str = "strict") -> int:
-    """Translate a file (or stdin) into a file (or stdout); returns the number of lines.
-
-    errors: what invalid UTF-8 in the input does, as `read_lines` takes it.
-
-    A file output is written to a temporary name and renamed when complete, with a
-    progress bar on stderr. interactive: translate each stdin line as soon as it is read
-    and flush its translation at once. Except interactively, a last line on stderr says
-    how many lines and subword tokens were translated, how fast (model loading excluded).
-    """
-    if interactive and input_path is not None:
-        raise UserError("--interactive reads standard input; leave out --input")
-    lines = (read_lines(input_path, errors) if input_path is not None
-             else iter_lines(sys.stdin.buffer, "<stdin>", errors))
-    if interactive:
-        translator.buffer_size = 1
-    speed = SpeedReport()
-    translations = speed.counted(translator.translate_nbest(lines))
-    count = 0
-    if output_path is None:
-        for count, result in enumerate(translations, start=1):
-            for line in format_translations(count - 1, result, nbest):
-                sys.stdout.write(line + "\n")
-            if interactive:
-                sys.stdout.flush()
-        sys.stdout.flush()
-        if not interactive:
-            speed.report()
-        return count
-    from tqdm import tqdm
-    from tqdm.contrib.logging import logging_redirect_tqdm
-
-    total = count_lines(input_path) if input_path is not None else None
-    writer = LineWriter(output_path)
-    try:
-        # Warnings (a truncated line) print above the progress bar, not through it.
-        with logging_redirect_tqdm():
-            for count, result in enumerate(tqdm(translations, total=total, unit=" lines",
-                                                desc="translating"), start=1):
-                for line in format_translations(count - 1, result, nbest):
-                    writer.write(line)
-    except BaseException:
-        writer.abort()
-        raise
-    writer.close()
-    speed.report(f" into {output_path}")
-    return count
-
-
-class SpeedReport:
-    """Counts lines and output subword tokens as translations pass, and reports the rate."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.lines = self.tokens = 0
-
-    def counted(self, translations: Iterator[list[Translation]]) -> Iterator[list[Translation]]:
-        for result in translations:
-            self.lines += 1
-            self.tokens += len(result[0].tokens)
-            yield result
-
-    def report(self, where: str = "") -> None:
-        """One line on stderr: what was translated, in how long, how fast."""
-        seconds = max(time.perf_counter() - self.start, 1e-9)
-        lines = f"{self.lines} line{'' if self.lines == 1 else 's'}"
-        print(f"translated {lines} ({self.tokens} subword tokens){where} in "
-              f"{seconds:.1f} s: {self.lines / seconds:.1f} lines/s, "
-              f"{self.tokens / seconds:.0f} tokens/s", file=sys.stderr)
