@@ -11,7 +11,7 @@ import torch
 from decode_fixtures import SHORT, model_file, sentences  # noqa: F401  (model_file is a fixture)
 from transformer_nmt.config import get_preset
 from transformer_nmt.decode.precision import prepare_model
-from transformer_nmt.decode.translator import Translator
+from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import load_for_inference
@@ -25,7 +25,8 @@ NATIVE_BF16 = bf16_supported(torch.device("cpu"))
     "int8"])
 def test_reduced_precision_translates(model_file, precision):
     lines = sentences(4, seed=4)
-    translator = Translator(load_for_inference(model_file), SHORT, precision=precision)
+    options = TranslatorOptions(SHORT, precision=precision)
+    translator = Translator(load_for_inference(model_file), options)
     assert len(list(translator.translate(lines))) == 4
 
 
@@ -46,4 +47,4 @@ def test_int8_frees_the_float_layers_it_replaces():
 @pytest.mark.skipif(NATIVE_BF16, reason="this CPU has native bf16")
 def test_emulated_bf16_is_refused(model_file):
     with pytest.raises(UserError, match="no native bf16"):
-        Translator(load_for_inference(model_file), SHORT, precision="bf16")
+        prepare_model(load_for_inference(model_file).model, "cpu", "bf16")

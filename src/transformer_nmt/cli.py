@@ -187,20 +187,22 @@ def _add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                        "precision is not int8, else cpu)")
 
 
-def _decode_settings(args: argparse.Namespace):
-    """The DecodeConfig and device the decode arguments describe; also routes the
-    library's warnings (a line cut to fit the model) to stderr as `nmt COMMAND: warning:`."""
+def _translator_options(args: argparse.Namespace, **fields):
+    """The TranslatorOptions the decode arguments describe, with `fields` set as well;
+    also routes the library's warnings (a line cut to fit the model) to stderr as
+    `nmt COMMAND: warning:`."""
     import logging
-
-    import torch
 
     logging.basicConfig(format=f"nmt {args.command}: warning: %(message)s", level=logging.WARNING)
 
     from transformer_nmt.config import DecodeConfig
+    from transformer_nmt.decode.translator import TranslatorOptions
 
     decode = DecodeConfig(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a,
                           max_len_b=args.max_len_b, nbest=getattr(args, "nbest", 1))
-    return decode, args.device
+    return TranslatorOptions(decode=decode, device=args.device, precision=args.precision,
+                             batch_size=args.batch_size, max_tokens=args.max_tokens,
+                             workers=args.workers, **fields)
 
 
 def _add_errors_argument(parser: argparse.ArgumentParser) -> None:
@@ -252,11 +254,9 @@ def run_translate(args: argparse.Namespace) -> None:
     from transformer_nmt.decode.stream import translate_stream
     from transformer_nmt.decode.translator import Translator
 
-    decode, device = _decode_settings(args)
-    translator = Translator.from_file(
-        args.model, decode, device, args.precision, args.batch_size, args.max_tokens,
-        alignments=args.alignments, buffer_size=1 if args.interactive else 1024,
-        workers=args.workers)
+    options = _translator_options(args, alignments=args.alignments,
+                                  buffer_size=1 if args.interactive else 1024)
+    translator = Translator.from_file(args.model, options)
     translate_stream(translator, args.input, args.output, nbest=args.nbest > 1,
                      interactive=args.interactive, errors=args.errors)
 
@@ -311,11 +311,10 @@ def run_evaluate(args: argparse.Namespace) -> None:
         if not (args.model and args.data):
             raise UserError("give --model and --data (translate a split and score it), or "
                             "--hyp and --ref (score a file)")
-        decode, device = _decode_settings(args)
         result = evaluate_model(
-            args.model, args.data, args.split, decode, device, args.precision,
-            args.batch_size, args.max_tokens, args.src_lang, args.tgt_lang, args.json,
-            args.output, workers=args.workers)
+            args.model, args.data, args.split, _translator_options(args),
+            src_lang=args.src_lang, tgt_lang=args.tgt_lang, json_path=args.json,
+            hyp_path=args.output)
         print(f"{result['sentences']} sentences of {args.data} {args.split}, "
               f"{result['src_lang']}-{result['tgt_lang']}; translations in {result['hyp']}")
     print(format_table(result))

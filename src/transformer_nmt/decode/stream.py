@@ -38,16 +38,14 @@ def translate_stream(translator: Translator, input_path: str | Path | None = Non
     errors: what invalid UTF-8 in the input does, as `read_lines` takes it.
 
     A file output is written to a temporary name and renamed when complete, with a
-    progress bar on stderr. interactive: translate each stdin line as soon as it is read
-    and flush its translation at once. Except interactively, a last line on stderr says
+    progress bar on stderr. interactive: flush each stdin line's translation at once (give
+    the translator buffer_size 1, so that it translates each line as soon as it is read). Except interactively, a last line on stderr says
     how many lines and subword tokens were translated, how fast (model loading excluded).
     """
     if interactive and input_path is not None:
         raise UserError("--interactive reads standard input; leave out --input")
     lines = (read_lines(input_path, errors) if input_path is not None
              else iter_lines(sys.stdin.buffer, "<stdin>", errors))
-    if interactive:
-        translator.buffer_size = 1
     speed = SpeedReport()
     translations = speed.counted(translator.translate_nbest(lines))
     count = 0

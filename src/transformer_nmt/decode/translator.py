@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -74,64 +74,80 @@ def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
     return max(limit, 1)
 
 
+@dataclass(frozen=True)
+class TranslatorOptions:
+    """How a Translator decodes: the search, where and in which precision, and how lines
+    are batched. Fields left None are decided by `resolved`."""
+
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    """Search settings: beam, length penalty, longest output, n-best."""
+    device: str | torch.device | None = "cpu"
+    """'cpu', 'cuda', 'cuda:N', or None for CUDA when present (the CPU for int8), as
+    transformer_nmt.runtime decides."""
+    precision: str = "fp32"
+    """fp32, bf16 or int8 (transformer_nmt.runtime.DECODE_PRECISIONS)."""
+    batch_size: int | None = None
+    """Most sentences per batch (None: SENTENCES_IN_FLIGHT shared by the workers, so 16
+    each for two)."""
+    max_tokens: int | None = None
+    """Most source tokens per batch as well, padding included (None: no such limit)."""
+    alignments: bool = False
+    """Also align each translation's words with the source's (Translation.alignment)."""
+    buffer_size: int = 1024
+    """Lines read ahead and sorted by length into batches; 1 translates line by line, as
+    interactive use needs."""
+    workers: int | None = None
+    """Batches translated at once, by that many threads (None: `default_workers`, or 1
+    with buffer_size 1)."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_tokens", "buffer_size", "workers"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise UserError(f"{name} must be at least 1, not {value!r}")
+
+    def resolved(self) -> "TranslatorOptions":
+        """These options with the device decided (UserError for a device or precision
+        that cannot run well there) and workers and batch_size filled in."""
+        device = resolve_runtime(self.device, self.precision).device
+        workers = self.workers
+        if workers is None:
+            # Line by line there is only ever one batch, which should have every core.
+            workers = default_workers(device) if self.buffer_size > 1 else 1
+        batch_size = self.batch_size
+        if batch_size is None:
+            batch_size = max(SENTENCES_IN_FLIGHT // workers, 1)
+        return replace(self, device=device, workers=workers, batch_size=batch_size)
+
+
 class Translator:
     """Translates lines of raw text with a loaded model, batched by length, order kept."""
 
-    def __init__(self, inference_model: InferenceModel, decode: DecodeConfig = DecodeConfig(),
-                 device: str | torch.device | None = "cpu", precision: str = "fp32",
-                 batch_size: int | None = None, max_tokens: int | None = None,
-                 alignments: bool = False, buffer_size: int = 1024,
-                 workers: int | None = None) -> None:
-        """batch_size: most sentences per batch (None: SENTENCES_IN_FLIGHT shared by the
-        workers, so 16 each for two); max_tokens: most padded source tokens per batch as
-        well (None: no such limit); buffer_size: lines read ahead and sorted by length (1
-        translates line by line, as interactive use needs); workers: batches translated
-        at once by that many threads (None: `default_workers`, or 1 with buffer_size 1),
-        each running its tensor operations on its share of the cores: on a CPU, above 1
-        it sets torch.set_num_threads(cores // workers) for the whole process.
-
-        A decoding step is many small operations, which keep cores busier as separate
-        streams than split across cores: on a 2-core CPU, 2 workers with batches of 32
-        translated 1.5-2.1 times faster than 1 worker using both cores, at the price of
-        two batches' memory, and 2 workers with batches of 16 (the default) 1.3-1.4
-        times faster in less memory (bench/RESULTS.md)."""
-        self.device = resolve_runtime(device, precision).device
-        if workers is None:
-            # Line by line there is only ever one batch, which should have every core.
-            workers = default_workers(self.device) if buffer_size > 1 else 1
-        if workers < 1 or any(limit is not None and limit < 1
-                              for limit in (batch_size, max_tokens)):
-            raise UserError("--batch-size, --max-tokens and --workers must be at least 1")
-        if batch_size is None:
-            batch_size = max(SENTENCES_IN_FLIGHT // workers, 1)
+    def __init__(self, inference_model: InferenceModel,
+                 options: TranslatorOptions = TranslatorOptions()) -> None:
+        """A Translator decoding with `inference_model` as `options` say (resolved: see
+        `TranslatorOptions.resolved`). The model is converted in place (see
+        `prepare_model`). On a CPU, more than one worker sets
+        torch.set_num_threads(cores // workers) for the whole process."""
+        self.options = options = options.resolved()
         self.vocab = inference_model.vocab
-        self.model = prepare_model(inference_model.model, device, precision)
-        self.precision = precision
-        self.decode = decode
-        self.batch_size, self.max_tokens = batch_size, max_tokens
-        self.alignments = alignments
-        self.buffer_size = max(buffer_size, 1)
+        self.model = prepare_model(inference_model.model, options.device, options.precision)
         max_positions = inference_model.model.cfg.max_positions
-        self.src_limit = source_limit(max_positions, decode)
+        self.src_limit = source_limit(max_positions, options.decode)
         self.max_len_limit = max_positions - 1
         self.special = SpecialIds(self.vocab.pad_id, self.vocab.bos_id, self.vocab.eos_id)
         self._warned_long = False
         self._lines_seen = 0
-        self.workers = workers
-        if workers > 1 and self.device.type == "cpu":
-            torch.set_num_threads(max(_PROCESS_THREADS // workers, 1))
+        if options.workers > 1 and options.device.type == "cpu":
+            torch.set_num_threads(max(_PROCESS_THREADS // options.workers, 1))
 
     @classmethod
-    def from_file(cls, path: str | Path, decode: DecodeConfig = DecodeConfig(),
-                  device: str | torch.device | None = "cpu", precision: str = "fp32",
-                  batch_size: int | None = None, max_tokens: int | None = None,
-                  alignments: bool = False, buffer_size: int = 1024,
-                  workers: int | None = None) -> "Translator":
+    def from_file(cls, path: str | Path,
+                  options: TranslatorOptions = TranslatorOptions()) -> "Translator":
         """A Translator for the model file at `path` (UserError if it is not one)."""
         # Loaded onto the CPU: prepare_model moves it after converting it, so that the
         # device never holds the float model and the converted one at once.
-        return cls(load_for_inference(path, "cpu"), decode, device, precision,
-                   batch_size, max_tokens, alignments, buffer_size, workers)
+        return cls(load_for_inference(path, "cpu"), options)
 
     def translate(self, lines: Iterable[str]) -> Iterator[str]:
         """The best translation of each line, in order; an empty line gives an empty line."""
@@ -143,7 +159,7 @@ class Translator:
         buffer: list[str] = []
         for line in lines:
             buffer.append(line)
-            if len(buffer) == self.buffer_size:
+            if len(buffer) == self.options.buffer_size:
                 yield from self._translate_buffer(buffer)
                 buffer = []
         if buffer:
@@ -160,7 +176,7 @@ class Translator:
                         "translating its first %d tokens; later long lines are truncated "
                         "without further warning", self._lines_seen + offset + 1,
                         len(sentence), self.src_limit, self.max_len_limit + 1,
-                        self.decode.max_len_a, self.decode.max_len_b, self.src_limit)
+                        self.options.decode.max_len_a, self.options.decode.max_len_b, self.src_limit)
                     self._warned_long = True
                 del sentence[self.src_limit:]
         self._lines_seen += len(lines)
@@ -171,8 +187,9 @@ class Translator:
         batch: list[int] = []
         for index in order:
             width = len(ids[batch[0]]) + 1 if batch else len(ids[index]) + 1
-            too_many_tokens = self.max_tokens is not None and (len(batch) + 1) * width > self.max_tokens
-            if batch and (len(batch) == self.batch_size or too_many_tokens):
+            max_tokens = self.options.max_tokens
+            too_many_tokens = max_tokens is not None and (len(batch) + 1) * width > max_tokens
+            if batch and (len(batch) == self.options.batch_size or too_many_tokens):
                 yield batch
                 batch = []
             batch.append(index)
@@ -181,12 +198,12 @@ class Translator:
 
     def _translate_buffer(self, lines: list[str]) -> list[list[Translation]]:
         ids = self._encode(lines)
-        empty = [] if self.alignments else None
+        empty = [] if self.options.alignments else None
         results = [[Translation("", 0.0, [], empty)] for _ in lines]
         order = sorted((i for i, sentence in enumerate(ids) if sentence),
                        key=lambda i: -len(ids[i]))
         batches = list(self._batches(order, ids))
-        with ThreadPoolExecutor(self.workers) as pool:
+        with ThreadPoolExecutor(self.options.workers) as pool:
             # Tensor operations release the GIL, so the threads decode in parallel.
             found = pool.map(lambda batch: self._search([ids[i] for i in batch]), batches)
             for batch, hyps_of_batch in zip(batches, found):
@@ -200,8 +217,8 @@ class Translator:
         for row, sentence in enumerate(batch):
             src[row, : len(sentence)] = torch.tensor(sentence, dtype=torch.long)
             src[row, len(sentence)] = self.special.eos
-        found = search(self.model, src.to(self.device), self.decode, self.special,
-                       self.max_len_limit, need_attention=self.alignments)
+        found = search(self.model, src.to(self.options.device), self.options.decode,
+                       self.special, self.max_len_limit, need_attention=self.options.alignments)
         release_free_memory()
         return found
 
