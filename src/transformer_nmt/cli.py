@@ -251,14 +251,26 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_translate(args: argparse.Namespace) -> None:
-    from transformer_nmt.decode.stream import translate_stream
+    from transformer_nmt.data.text import count_lines, iter_lines, read_lines
+    from transformer_nmt.decode.stream import translate_file, translate_stream
     from transformer_nmt.decode.translator import Translator
 
+    if args.interactive and args.input is not None:
+        raise UserError("--interactive reads standard input; leave out --input")
     options = _translator_options(args, alignments=args.alignments,
                                   buffer_size=1 if args.interactive else 1024)
     translator = Translator.from_file(args.model, options)
-    translate_stream(translator, args.input, args.output, nbest=args.nbest > 1,
-                     interactive=args.interactive, errors=args.errors)
+    lines = (read_lines(args.input, args.errors) if args.input is not None
+             else iter_lines(sys.stdin.buffer, "<stdin>", args.errors))
+    if args.output is None:
+        speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
+                                 flush_each=args.interactive)
+    else:
+        total = count_lines(args.input) if args.input is not None else None
+        speed = translate_file(translator, lines, args.output, nbest=args.nbest > 1,
+                               total=total)
+    if not args.interactive:
+        print(speed.summary(args.output), file=sys.stderr)
 
 
 def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -315,6 +327,7 @@ def run_evaluate(args: argparse.Namespace) -> None:
             args.model, args.data, args.split, _translator_options(args),
             src_lang=args.src_lang, tgt_lang=args.tgt_lang, json_path=args.json,
             hyp_path=args.output)
+        print(result["speed"], file=sys.stderr)
         print(f"{result['sentences']} sentences of {args.data} {args.split}, "
               f"{result['src_lang']}-{result['tgt_lang']}; translations in {result['hyp']}")
     print(format_table(result))

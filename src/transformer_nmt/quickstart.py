@@ -148,6 +148,7 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
 
     _stage(log, 4, "evaluating on the test split (beam 4, length penalty 0.6)")
     scores = evaluate_model(model_path, data_dir, "test", TranslatorOptions(device="cpu"))
+    log(scores["speed"])
     log(format_table(scores))
 
     _stage(log, 5, "translating example sentences")
