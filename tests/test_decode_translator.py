@@ -11,7 +11,7 @@ import torch
 
 from decode_fixtures import SHORT, make_model_file, model_file, sentences  # noqa: F401  (fixture)
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode import translator as translator_module
+from transformer_nmt.decode import threads as threads_module
 from transformer_nmt.decode.translator import Translator, TranslatorOptions, source_limit
 from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import load_for_inference
@@ -59,14 +59,16 @@ def test_nbest_translations_are_sorted(model_file):
 def test_parallel_workers_keep_order_and_translations(model_file):
     lines = sentences(8, seed=6)
     alone = list(translator_for(model_file, batch_size=2, workers=1).translate(lines))
+    threads = torch.get_num_threads()
     parallel = list(translator_for(model_file, batch_size=2, workers=3).translate(lines))
     assert parallel == alone
+    assert torch.get_num_threads() == threads  # the caller's setting, not the translator's
 
 
 @pytest.mark.parametrize("cores, workers, batch_size", [(1, 1, 32), (2, 2, 16), (8, 2, 16)])
 def test_cpu_defaults_share_32_sentences_among_two_workers(monkeypatch, cores, workers,
                                                            batch_size):
-    monkeypatch.setattr(translator_module, "_PROCESS_THREADS", cores)
+    monkeypatch.setattr(threads_module, "_PROCESS_THREADS", cores)
     default = TranslatorOptions(SHORT).resolved()
     assert (default.device, default.workers, default.batch_size) == (
         torch.device("cpu"), workers, batch_size)

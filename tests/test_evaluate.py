@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from sacrebleu.metrics import BLEU
 
 from decode_fixtures import make_model_file, sentences
@@ -106,8 +107,10 @@ def test_evaluate_a_model_on_a_data_directory(tmp_path, capsys):
         {"format_version": 1, "src_lang": "en", "tgt_lang": "de"}), encoding="utf-8")
     (data / "test.en").write_text("\n".join(sentences(4, seed=8)) + "\n", encoding="utf-8")
     (data / "test.de").write_text("\n".join(sentences(4, seed=9)) + "\n", encoding="utf-8")
+    threads = torch.get_num_threads()
     assert main(["evaluate", "--model", str(model), "--data", str(data), "--beam", "2",
                  "--max-len-b", "5"]) == 0
+    assert torch.get_num_threads() == threads  # its workers' share of the cores is undone
     captured = capsys.readouterr()
     assert "4 sentences" in captured.out and "tokenized BLEU" in captured.out
     # How fast the split was translated, on stderr as `nmt translate` says it.

@@ -253,6 +253,7 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
 def run_translate(args: argparse.Namespace) -> None:
     from transformer_nmt.data.text import count_lines, iter_lines, read_lines
     from transformer_nmt.decode.stream import translate_file, translate_stream
+    from transformer_nmt.decode.threads import decoding_threads, torch_threads
     from transformer_nmt.decode.translator import Translator
 
     if args.interactive and args.input is not None:
@@ -262,13 +263,15 @@ def run_translate(args: argparse.Namespace) -> None:
     translator = Translator.from_file(args.model, options)
     lines = (read_lines(args.input, args.errors) if args.input is not None
              else iter_lines(sys.stdin.buffer, "<stdin>", args.errors))
-    if args.output is None:
-        speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
-                                 flush_each=args.interactive)
-    else:
-        total = count_lines(args.input) if args.input is not None else None
-        speed = translate_file(translator, lines, args.output, nbest=args.nbest > 1,
-                               total=total)
+    options = translator.options
+    with torch_threads(decoding_threads(options.workers, options.device)):
+        if args.output is None:
+            speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
+                                     flush_each=args.interactive)
+        else:
+            total = count_lines(args.input) if args.input is not None else None
+            speed = translate_file(translator, lines, args.output, nbest=args.nbest > 1,
+                                   total=total)
     if not args.interactive:
         print(speed.summary(args.output), file=sys.stderr)
 
@@ -312,6 +315,7 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> None:
+    from transformer_nmt.decode.threads import decoding_threads, torch_threads
     from transformer_nmt.evaluate import evaluate_files, evaluate_model, format_table
 
     if args.hyp or args.ref:
@@ -323,10 +327,11 @@ def run_evaluate(args: argparse.Namespace) -> None:
         if not (args.model and args.data):
             raise UserError("give --model and --data (translate a split and score it), or "
                             "--hyp and --ref (score a file)")
-        result = evaluate_model(
-            args.model, args.data, args.split, _translator_options(args),
-            src_lang=args.src_lang, tgt_lang=args.tgt_lang, json_path=args.json,
-            hyp_path=args.output)
+        options = _translator_options(args).resolved()
+        with torch_threads(decoding_threads(options.workers, options.device)):
+            result = evaluate_model(
+                args.model, args.data, args.split, options, src_lang=args.src_lang,
+                tgt_lang=args.tgt_lang, json_path=args.json, hyp_path=args.output)
         print(result["speed"], file=sys.stderr)
         print(f"{result['sentences']} sentences of {args.data} {args.split}, "
               f"{result['src_lang']}-{result['tgt_lang']}; translations in {result['hyp']}")

@@ -20,6 +20,7 @@ from transformer_nmt.data.text import normalize
 from transformer_nmt.decode.alignment import word_alignment
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, search
+from transformer_nmt.decode.threads import default_workers
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model_file import InferenceModel, load_for_inference
@@ -27,23 +28,8 @@ from transformer_nmt.runtime import resolve_runtime
 
 logger = logging.getLogger(__name__)
 
-_PROCESS_THREADS = torch.get_num_threads()
-"""The threads PyTorch had when this module was imported: the cores decoding may use
-(workers > 1 change the process's setting, so it is read once)."""
-
 SENTENCES_IN_FLIGHT = 32
 """Sentences decoded at once by default, shared by the workers."""
-
-
-def default_workers(device: str | torch.device) -> int:
-    """Batches decoded at once by default: two on a CPU with two or more cores, else one.
-
-    Decoding multiplies a few dozen rows by each weight matrix per step, products that
-    split poorly across cores. On a 2-core CPU, two batches of 16 sentences, one per
-    core, translated 1.3-1.4 times as fast as one batch of 32 on both cores, in less
-    peak memory (bench/RESULTS.md).
-    """
-    return 2 if torch.device(device).type == "cpu" and _PROCESS_THREADS >= 2 else 1
 
 
 @dataclass
@@ -98,7 +84,7 @@ class TranslatorOptions:
     interactive use needs."""
     workers: int | None = None
     """Batches translated at once, by that many threads (None: `default_workers`, or 1
-    with buffer_size 1)."""
+    with buffer_size 1); see `decoding_threads` for their share of the cores."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_tokens", "buffer_size", "workers"):
@@ -127,8 +113,8 @@ class Translator:
                  options: TranslatorOptions = TranslatorOptions()) -> None:
         """A Translator decoding with `inference_model` as `options` say (resolved: see
         `TranslatorOptions.resolved`). The model is converted in place (see
-        `prepare_model`). On a CPU, more than one worker sets
-        torch.set_num_threads(cores // workers) for the whole process."""
+        `prepare_model`). The process's thread count is left alone: to give each worker
+        its share of the cores, apply `decoding_threads` around the translating."""
         self.options = options = options.resolved()
         self.vocab = inference_model.vocab
         self.model = prepare_model(inference_model.model, options.device, options.precision)
@@ -138,8 +124,6 @@ class Translator:
         self.special = SpecialIds(self.vocab.pad_id, self.vocab.bos_id, self.vocab.eos_id)
         self._warned_long = False
         self._lines_seen = 0
-        if options.workers > 1 and options.device.type == "cpu":
-            torch.set_num_threads(max(_PROCESS_THREADS // options.workers, 1))
 
     @classmethod
     def from_file(cls, path: str | Path,
