@@ -178,10 +178,10 @@ def _add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     speed.add_argument("--workers", type=int, metavar="N",
                        help="translate N batches at once, each on its share of the cores "
                        "(default: 2 on a CPU with two or more cores, 1 on a GPU or with "
-                       "--interactive). Thin products split poorly across cores: on 2 cores "
-                       "two batches of 16 ran 1.3-1.4 times as fast as one of 32, in less "
+                       "--interactive). A decoding step's thin products split poorly across "
+                       "cores, so two batches of 16 translate faster than one of 32, in less "
                        "memory; more workers or larger batches are faster still but hold "
-                       "more batches' memory")
+                       "more batches' memory (measurements: bench/RESULTS.md)")
     speed.add_argument("--device", choices=["cpu", "cuda"],
                        help="where to run (default: cuda if a GPU is available and the "
                        "precision is not int8, else cpu)")
