@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from transformer_nmt import __version__
 from transformer_nmt.errors import UserError, describe_os_error
+
+if TYPE_CHECKING:  # imported where used, so that `nmt --help` starts without torch
+    from transformer_nmt.decode.translator import TranslatorOptions
 
 
 def add_presets_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -187,7 +191,7 @@ def _add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                        "precision is not int8, else cpu)")
 
 
-def _translator_options(args: argparse.Namespace, **fields):
+def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions:
     """The TranslatorOptions the decode arguments describe, with `fields` set as well;
     also routes the library's warnings (a line cut to fit the model) to stderr as
     `nmt COMMAND: warning:`."""
@@ -258,13 +262,12 @@ def run_translate(args: argparse.Namespace) -> None:
 
     if args.interactive and args.input is not None:
         raise UserError("--interactive reads standard input; leave out --input")
-    options = _translator_options(args, alignments=args.alignments,
-                                  buffer_size=1 if args.interactive else 1024)
-    translator = Translator.from_file(args.model, options)
+    translator = Translator.from_file(args.model, _translator_options(
+        args, alignments=args.alignments, buffer_size=1 if args.interactive else 1024))
     lines = (read_lines(args.input, args.errors) if args.input is not None
              else iter_lines(sys.stdin.buffer, "<stdin>", args.errors))
-    options = translator.options
-    with torch_threads(decoding_threads(options.workers, options.device)):
+    # Each worker on its share of the cores, for this command only.
+    with torch_threads(decoding_threads(translator.options.workers, translator.options.device)):
         if args.output is None:
             speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
                                      flush_each=args.interactive)
@@ -328,6 +331,7 @@ def run_evaluate(args: argparse.Namespace) -> None:
             raise UserError("give --model and --data (translate a split and score it), or "
                             "--hyp and --ref (score a file)")
         options = _translator_options(args).resolved()
+        # Each worker on its share of the cores, for this command only.
         with torch_threads(decoding_threads(options.workers, options.device)):
             result = evaluate_model(
                 args.model, args.data, args.split, options, src_lang=args.src_lang,

@@ -111,10 +111,13 @@ class Translator:
 
     def __init__(self, inference_model: InferenceModel,
                  options: TranslatorOptions = TranslatorOptions()) -> None:
-        """A Translator decoding with `inference_model` as `options` say (resolved: see
-        `TranslatorOptions.resolved`). The model is converted in place (see
-        `prepare_model`). The process's thread count is left alone: to give each worker
-        its share of the cores, apply `decoding_threads` around the translating."""
+        """A Translator decoding with `inference_model` as `options` say; `self.options`
+        holds them resolved (see `TranslatorOptions.resolved`). The model is converted in
+        place (see `prepare_model`).
+
+        The process's thread count is left alone: to give each worker its share of the
+        cores, translate inside `torch_threads(decoding_threads(workers, device))` (see
+        transformer_nmt.decode.threads), as `nmt translate` does."""
         self.options = options = options.resolved()
         self.vocab = inference_model.vocab
         self.model = prepare_model(inference_model.model, options.device, options.precision)
@@ -151,6 +154,7 @@ class Translator:
 
     def _encode(self, lines: list[str]) -> list[list[int]]:
         ids = self.vocab.encode_batch([normalize(line) for line in lines])
+        decode = self.options.decode
         for offset, sentence in enumerate(ids):
             if len(sentence) > self.src_limit:
                 if not self._warned_long:
@@ -160,7 +164,7 @@ class Translator:
                         "translating its first %d tokens; later long lines are truncated "
                         "without further warning", self._lines_seen + offset + 1,
                         len(sentence), self.src_limit, self.max_len_limit + 1,
-                        self.options.decode.max_len_a, self.options.decode.max_len_b, self.src_limit)
+                        decode.max_len_a, decode.max_len_b, self.src_limit)
                     self._warned_long = True
                 del sentence[self.src_limit:]
         self._lines_seen += len(lines)
