@@ -37,7 +37,8 @@ from torch import Tensor, nn
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab, train_vocab
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, beam_search, greedy_search
-from transformer_nmt.decode.translator import prepare_model
+from transformer_nmt.decode.precision import prepare_model
+from transformer_nmt.decode.threads import decoding_threads, torch_threads
 from transformer_nmt.runtime import bf16_supported
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model.transformer import EncoderOut, Transformer
@@ -188,31 +189,31 @@ def measure(args: argparse.Namespace) -> None:
     cores = torch.get_num_threads()
     # The translator's CPU default first (2 workers sharing --batch-size sentences and the
     # cores), so that its peak memory is its own; then one batch at a time on every core;
-    # then one batch of --batch-size per core.
-    configs = [(1, cores, args.batch_size)]
+    # then one batch of --batch-size per core. Each worker gets the threads `nmt
+    # translate` would give it.
+    configs = [(1, args.batch_size)]
     if cores > 1:
-        configs = ([(2, cores // 2, max(args.batch_size // 2, 1))] + configs
-                   + [(cores, 1, args.batch_size)])
-    for workers, threads, batch_size in configs:
+        configs = [(2, max(args.batch_size // 2, 1))] + configs + [(cores, args.batch_size)]
+    for workers, batch_size in configs:
         sources = batches(ids, batch_size, special.pad, special.eos)
-        torch.set_num_threads(threads)
-        for beam in (1, 4):
-            cfg = DecodeConfig(beam=beam)
-            run(prepared, sources[:workers], cfg, special, workers=workers)  # warm-up
-            seconds, others, sentences, tokens = run(prepared, sources, cfg, special,
-                                                     workers=workers)
-            figure(figure="translate", search="greedy" if beam == 1 else f"beam{beam}",
-                   precision=args.child, workers=workers, threads_per_worker=threads,
-                   batch_size=batch_size,
-                   sentences_per_s=round(sentences / seconds, 2),
-                   tokens_per_s=round(tokens / seconds, 1),
-                   tokens_per_sentence=round(tokens / sentences, 1), seconds=round(seconds, 2),
-                   others_cores=round(others, 2))
+        threads = decoding_threads(workers, "cpu")
+        with torch_threads(threads):
+            for beam in (1, 4):
+                cfg = DecodeConfig(beam=beam)
+                run(prepared, sources[:workers], cfg, special, workers=workers)  # warm-up
+                seconds, others, sentences, tokens = run(prepared, sources, cfg, special,
+                                                         workers=workers)
+                figure(figure="translate", search="greedy" if beam == 1 else f"beam{beam}",
+                       precision=args.child, workers=workers, threads_per_worker=threads,
+                       batch_size=batch_size,
+                       sentences_per_s=round(sentences / seconds, 2),
+                       tokens_per_s=round(tokens / seconds, 1),
+                       tokens_per_sentence=round(tokens / sentences, 1),
+                       seconds=round(seconds, 2), others_cores=round(others, 2))
         # The peak so far: the largest batches of this configuration, the model included.
         figure(figure="peak_rss_mb", precision=args.child, workers=workers,
                batch_size=batch_size,
                value=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
-    torch.set_num_threads(cores)
     if args.child != "fp32" or not args.reference_sentences:
         return
     # The reference: the same weights without cache, on a subset, against the cache.

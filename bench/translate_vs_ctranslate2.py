@@ -90,9 +90,12 @@ def measure_ours(args: argparse.Namespace, precision: str) -> None:
     from transformer_nmt.config import DecodeConfig
     from transformer_nmt.data.vocab import Vocab
     from transformer_nmt.decode.search import SpecialIds
-    from transformer_nmt.decode.translator import prepare_model
+    from transformer_nmt.decode.precision import prepare_model
+    from transformer_nmt.decode.threads import decoding_threads
 
-    torch.set_num_threads(max(args.threads // args.workers, 1))
+    # Each worker on its share of --threads, as `nmt translate` shares the cores out (and
+    # as CTranslate2's intra_threads are set).
+    torch.set_num_threads(decoding_threads(args.workers, "cpu", cores=args.threads))
     vocab = Vocab.load(args.spm)
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     batches = piece_batches(args.spm, args.src, args.sentences, args.batch_size)

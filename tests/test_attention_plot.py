@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from test_translator import sentences
+from decode_fixtures import sentences
 from transformer_nmt.attention_plot import KINDS, compute_attention, draw_layer, draw_overview
 from transformer_nmt.cli import main
 from transformer_nmt.config import get_preset

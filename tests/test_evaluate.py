@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from sacrebleu.metrics import BLEU
 
-from test_translator import make_model_file, sentences
+from decode_fixtures import make_model_file, sentences
 from transformer_nmt.cli import main
 from transformer_nmt.evaluate import evaluate_files, score, split_compounds, tokenize_for_bleu
 
@@ -112,12 +114,18 @@ def test_evaluate_a_model_on_a_data_directory(tmp_path, capsys):
         {"format_version": 1, "src_lang": "en", "tgt_lang": "de"}), encoding="utf-8")
     (data / "test.en").write_text("\n".join(sentences(4, seed=8)) + "\n", encoding="utf-8")
     (data / "test.de").write_text("\n".join(sentences(4, seed=9)) + "\n", encoding="utf-8")
+    threads = torch.get_num_threads()
     assert main(["evaluate", "--model", str(model), "--data", str(data), "--beam", "2",
                  "--max-len-b", "5"]) == 0
-    out = capsys.readouterr().out
-    assert "4 sentences" in out and "tokenized BLEU" in out
+    assert torch.get_num_threads() == threads  # its workers' share of the cores is undone
+    captured = capsys.readouterr()
+    assert "4 sentences" in captured.out and "tokenized BLEU" in captured.out
+    # How fast the split was translated, on stderr as `nmt translate` says it.
+    assert re.search(r"^translated 4 lines \(\d+ subword tokens\) into .*model\.test\.hyp in ",
+                     captured.err, re.MULTILINE)
     result = json.loads((tmp_path / "model.eval-test.json").read_text())
     assert result["split"] == "test" and result["decode"]["beam"] == 2
+    assert "speed" not in result  # the file holds the scores, which a rerun reproduces
     assert len((tmp_path / "model.test.hyp").read_text(encoding="utf-8").split("\n")) == 5
 
 

@@ -11,10 +11,12 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
-from test_translator import make_model_file, sentences
+from decode_fixtures import make_model_file, sentences
 from transformer_nmt.cli import main
-from transformer_nmt.decode.translator import Translation, SpeedReport
+from transformer_nmt.decode import threads as threads_module
+from transformer_nmt.decode.translator import Translator
 
 FAST = ["--beam", "2", "--max-len-b", "5"]
 
@@ -65,14 +67,6 @@ def test_a_last_line_on_stderr_says_how_much_and_how_fast(model_file, tmp_path,
     last = capsys.readouterr().err.splitlines()[-1]
     assert re.fullmatch(rf"translated 3 lines \((\d+) subword tokens\) into {re.escape(str(output))}"
                         r" in [\d.]+ s: [\d.]+ lines/s, \d+ tokens/s", last), last
-    # The count is of the best translations' subword tokens (this tiny model often
-    # stops at once, so the counting is checked on made-up translations).
-    report = SpeedReport()
-    made_up = [[Translation("a b c", -1.0, [5, 6, 7]), Translation("a", -2.0, [5])],
-               [Translation("", 0.0, [])], [Translation("d e", -1.5, [8, 9])]]
-    assert list(report.counted(iter(made_up))) == made_up
-    report.report()
-    assert capsys.readouterr().err.startswith("translated 3 lines (5 subword tokens) in ")
     # To stdout, the translations stay alone there and the summary goes to stderr.
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"the house\n")))
     assert main(["translate", "--model", str(model_file), *FAST]) == 0
@@ -152,3 +146,24 @@ def test_output_paths_get_their_directories_or_a_one_line_error(model_file, tmp_
     assert main(["average", str(tmp_path / "no_such_run"), "--last", "2",
                  "--out", str(tmp_path / "avg.pt")]) == 2
     assert "no_such_run: no such run directory or checkpoint file" in capsys.readouterr().err
+
+
+def test_each_worker_translates_on_its_share_of_the_cores_for_the_command_only(
+        model_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(threads_module, "_PROCESS_THREADS", 4)
+    seen = []
+    translate_nbest = Translator.translate_nbest
+
+    def recording(self, lines):
+        seen.append(torch.get_num_threads())
+        return translate_nbest(self, lines)
+
+    monkeypatch.setattr(Translator, "translate_nbest", recording)
+    source = tmp_path / "in.txt"
+    source.write_text("the house\n", encoding="utf-8")
+    before = torch.get_num_threads()
+    for workers, threads in (("2", 2), ("1", 4)):
+        assert main(["translate", "--model", str(model_file), "--input", str(source),
+                     "--output", str(tmp_path / "out.txt"), "--workers", workers, *FAST]) == 0
+        assert seen.pop() == threads
+        assert torch.get_num_threads() == before

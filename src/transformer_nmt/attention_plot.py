@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.translator import Translator
+from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 
 KINDS = {
@@ -164,10 +164,7 @@ def draw_attention(model_path: str | Path, source: str, out_dir: str | Path,
 
     Returns the target sentence used and the pictures written.
     """
-    from dataclasses import replace
-
-
-    translator = Translator.from_file(model_path, replace(DecodeConfig(), beam=beam))
+    translator = Translator.from_file(model_path, TranslatorOptions(DecodeConfig(beam=beam)))
     if target is None:
         target = next(translator.translate([source]))
     maps = compute_attention(translator.model, translator.vocab, source, target)

@@ -10,9 +10,13 @@ import argparse
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from transformer_nmt import __version__
 from transformer_nmt.errors import UserError, describe_os_error
+
+if TYPE_CHECKING:  # imported where used, so that `nmt --help` starts without torch
+    from transformer_nmt.decode.translator import TranslatorOptions
 
 
 def add_presets_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -180,29 +184,31 @@ def _add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     speed.add_argument("--workers", type=int, metavar="N",
                        help="translate N batches at once, each on its share of the cores "
                        "(default: 2 on a CPU with two or more cores, 1 on a GPU or with "
-                       "--interactive). Thin products split poorly across cores: on 2 cores "
-                       "two batches of 16 ran 1.3-1.4 times as fast as one of 32, in less "
+                       "--interactive). A decoding step's thin products split poorly across "
+                       "cores, so two batches of 16 translate faster than one of 32, in less "
                        "memory; more workers or larger batches are faster still but hold "
-                       "more batches' memory")
+                       "more batches' memory (measurements: bench/RESULTS.md)")
     speed.add_argument("--device", choices=["cpu", "cuda"],
                        help="where to run (default: cuda if a GPU is available and the "
                        "precision is not int8, else cpu)")
 
 
-def _decode_settings(args: argparse.Namespace):
-    """The DecodeConfig and device the decode arguments describe; also routes the
-    library's warnings (a line cut to fit the model) to stderr as `nmt COMMAND: warning:`."""
+def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions:
+    """The TranslatorOptions the decode arguments describe, with `fields` set as well;
+    also routes the library's warnings (a line cut to fit the model) to stderr as
+    `nmt COMMAND: warning:`."""
     import logging
-
-    import torch
 
     logging.basicConfig(format=f"nmt {args.command}: warning: %(message)s", level=logging.WARNING)
 
     from transformer_nmt.config import DecodeConfig
+    from transformer_nmt.decode.translator import TranslatorOptions
 
     decode = DecodeConfig(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a,
                           max_len_b=args.max_len_b, nbest=getattr(args, "nbest", 1))
-    return decode, args.device
+    return TranslatorOptions(decode=decode, device=args.device, precision=args.precision,
+                             batch_size=args.batch_size, max_tokens=args.max_tokens,
+                             workers=args.workers, **fields)
 
 
 def _add_errors_argument(parser: argparse.ArgumentParser) -> None:
@@ -251,15 +257,28 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_translate(args: argparse.Namespace) -> None:
-    from transformer_nmt.decode.translator import Translator, translate_stream
+    from transformer_nmt.data.text import count_lines, iter_lines, read_lines
+    from transformer_nmt.decode.stream import translate_file, translate_stream
+    from transformer_nmt.decode.threads import decoding_threads, torch_threads
+    from transformer_nmt.decode.translator import Translator
 
-    decode, device = _decode_settings(args)
-    translator = Translator.from_file(
-        args.model, decode, device, args.precision, args.batch_size, args.max_tokens,
-        alignments=args.alignments, buffer_size=1 if args.interactive else 1024,
-        workers=args.workers)
-    translate_stream(translator, args.input, args.output, nbest=args.nbest > 1,
-                     interactive=args.interactive, errors=args.errors)
+    if args.interactive and args.input is not None:
+        raise UserError("--interactive reads standard input; leave out --input")
+    translator = Translator.from_file(args.model, _translator_options(
+        args, alignments=args.alignments, buffer_size=1 if args.interactive else 1024))
+    lines = (read_lines(args.input, args.errors) if args.input is not None
+             else iter_lines(sys.stdin.buffer, "<stdin>", args.errors))
+    # Each worker on its share of the cores, for this command only.
+    with torch_threads(decoding_threads(translator.options.workers, translator.options.device)):
+        if args.output is None:
+            speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
+                                     flush_each=args.interactive)
+        else:
+            total = count_lines(args.input) if args.input is not None else None
+            speed = translate_file(translator, lines, args.output, nbest=args.nbest > 1,
+                                   total=total)
+    if not args.interactive:
+        print(speed.summary(args.output), file=sys.stderr)
 
 
 def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -302,6 +321,7 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> None:
+    from transformer_nmt.decode.threads import decoding_threads, torch_threads
     from transformer_nmt.evaluate import evaluate_files, evaluate_model, format_table
 
     if args.hyp or args.ref:
@@ -313,11 +333,13 @@ def run_evaluate(args: argparse.Namespace) -> None:
         if not (args.model and args.data):
             raise UserError("give --model and --data (translate a split and score it), or "
                             "--hyp and --ref (score a file)")
-        decode, device = _decode_settings(args)
-        result = evaluate_model(
-            args.model, args.data, args.split, decode, device, args.precision,
-            args.batch_size, args.max_tokens, args.src_lang, args.tgt_lang, args.json,
-            args.output, workers=args.workers)
+        options = _translator_options(args).resolved()
+        # Each worker on its share of the cores, for this command only.
+        with torch_threads(decoding_threads(options.workers, options.device)):
+            result = evaluate_model(
+                args.model, args.data, args.split, options, src_lang=args.src_lang,
+                tgt_lang=args.tgt_lang, json_path=args.json, hyp_path=args.output)
+        print(result["speed"], file=sys.stderr)
         print(f"{result['sentences']} sentences of {args.data} {args.split}, "
               f"{result['src_lang']}-{result['tgt_lang']}; translations in {result['hyp']}")
     print(format_table(result))

@@ -22,10 +22,10 @@ from typing import Any
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.manifest import read_manifest, text_path
-from transformer_nmt.decode.translator import Translator, translate_stream
-from transformer_nmt.data.text import read_lines
+from transformer_nmt.data.text import count_lines, read_lines
+from transformer_nmt.decode.stream import translate_file
+from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import write_json_atomic
 
@@ -134,19 +134,17 @@ def split_languages(data_dir: str | Path, src_lang: str | None,
 
 
 def evaluate_model(model_path: str | Path, data_dir: str | Path, split: str = "test",
-                   decode: DecodeConfig = DecodeConfig(), device: str | None = "cpu",
-                   precision: str = "fp32", batch_size: int | None = None,
-                   max_tokens: int | None = None,
+                   options: TranslatorOptions = TranslatorOptions(),
                    src_lang: str | None = None, tgt_lang: str | None = None,
                    json_path: str | Path | None = None,
-                   hyp_path: str | Path | None = None,
-                   workers: int | None = None) -> dict[str, Any]:
-    """Translate DATA_DIR/{split}.{src_lang} with a model file and score it.
+                   hyp_path: str | Path | None = None) -> dict[str, Any]:
+    """Translate DATA_DIR/{split}.{src_lang} with a model file, decoding as `options`
+    say, and score it.
 
     The hypotheses go to `hyp_path` (default MODEL.{split}.hyp, MODEL being the model
     path without its suffix) and the scores, with the decode settings, to `json_path`
-    (default MODEL.eval-{split}.json). Returns the scores. The other arguments are
-    Translator's.
+    (default MODEL.eval-{split}.json). Returns the scores, with 'json' (where they were
+    written) and 'speed' (a line saying how fast the split was translated) added.
     """
     src_lang, tgt_lang = split_languages(data_dir, src_lang, tgt_lang)
     src_path, ref_path = text_path(data_dir, split, src_lang), text_path(data_dir, split, tgt_lang)
@@ -156,14 +154,15 @@ def evaluate_model(model_path: str | Path, data_dir: str | Path, split: str = "t
     stem = Path(model_path).with_suffix("")
     hyp_path = Path(hyp_path) if hyp_path is not None else Path(f"{stem}.{split}.hyp")
     json_path = Path(json_path) if json_path is not None else Path(f"{stem}.eval-{split}.json")
-    translator = Translator.from_file(model_path, decode, device, precision, batch_size,
-                                      max_tokens, workers=workers)
-    translate_stream(translator, src_path, hyp_path)
+    translator = Translator.from_file(model_path, options)
+    speed = translate_file(translator, read_lines(src_path), hyp_path,
+                           total=count_lines(src_path))
     result = score(read_text(hyp_path), read_text(ref_path), tgt_lang)
     result.update(model=str(model_path), data=str(data_dir), split=split, src_lang=src_lang,
                   tgt_lang=tgt_lang, hyp=str(hyp_path), ref=str(ref_path),
-                  decode=asdict(decode), precision=precision)
+                  decode=asdict(options.decode), precision=options.precision)
     write_json_atomic(json_path, result)
     result["json"] = str(json_path)
+    result["speed"] = speed.summary(hyp_path)
     return result
 

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Callable
 
 from transformer_nmt.attention_plot import compute_attention, write_attention_pictures
-from transformer_nmt.config import DecodeConfig, get_preset
+from transformer_nmt.config import get_preset
 from transformer_nmt.data.prepare import PrepareOptions, prepare
-from transformer_nmt.decode.translator import Translator
+from transformer_nmt.decode.threads import decoding_threads, torch_threads
+from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.evaluate import evaluate_model, format_table
 from transformer_nmt.model_file import save_model_file
 from transformer_nmt.train.checkpoint import (average_checkpoints, checkpoints_to_average,
@@ -148,11 +149,15 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     log(f"averaged {', '.join(p.name for p in paths)} into {model_path}")
 
     _stage(log, 4, "evaluating on the test split (beam 4, length penalty 0.6)")
-    scores = evaluate_model(model_path, data_dir, "test", DecodeConfig(), device="cpu")
+    decoding = TranslatorOptions(device="cpu").resolved()
+    # Each worker on its share of the cores, as `nmt evaluate` runs them.
+    with torch_threads(decoding_threads(decoding.workers, decoding.device)):
+        scores = evaluate_model(model_path, data_dir, "test", decoding)
+    log(scores["speed"])
     log(format_table(scores))
 
     _stage(log, 5, "translating example sentences")
-    translator = Translator.from_file(model_path, DecodeConfig())
+    translator = Translator.from_file(model_path)
     examples = _example_sentences(data_dir, options.corpus, options.src)
     translations = list(translator.translate(examples))
     for source, target in zip(examples, translations):

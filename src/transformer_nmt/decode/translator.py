@@ -6,48 +6,30 @@ little wasted compute), translated, and given back in their original order.
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
-import sys
-import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
-from torch import nn
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.data.text import LineWriter, count_lines, iter_lines, normalize, read_lines
+from transformer_nmt.data.text import normalize
+from transformer_nmt.decode.alignment import word_alignment
+from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, search
+from transformer_nmt.decode.threads import default_workers
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
-from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import InferenceModel, load_for_inference
 from transformer_nmt.runtime import resolve_runtime
 
 logger = logging.getLogger(__name__)
 
-_PROCESS_THREADS = torch.get_num_threads()
-"""The threads PyTorch had when this module was imported: the cores decoding may use
-(workers > 1 change the process's setting, so it is read once)."""
-
 SENTENCES_IN_FLIGHT = 32
 """Sentences decoded at once by default, shared by the workers."""
-
-
-def default_workers(device: str | torch.device) -> int:
-    """Batches decoded at once by default: two on a CPU with two or more cores, else one.
-
-    Decoding multiplies a few dozen rows by each weight matrix per step, products that
-    split poorly across cores. On a 2-core CPU, two batches of 16 sentences, one per
-    core, translated 1.3-1.4 times as fast as one batch of 32 on both cores, in less
-    peak memory (bench/RESULTS.md).
-    """
-    return 2 if torch.device(device).type == "cpu" and _PROCESS_THREADS >= 2 else 1
 
 
 @dataclass
@@ -65,47 +47,6 @@ class Translation:
     target subword aligned to the source subword it attends to most; when asked for."""
 
 
-def prepare_model(model: nn.Module, device: str | torch.device | None, precision: str
-                  ) -> nn.Module:
-    """`model` made ready to decode on `device` in `precision`, in eval mode, in place
-    (so that two copies never need memory at once; pass a copy to keep the original).
-
-    bf16 converts the weights rather than using autocast: on a 2-core AVX-512 BF16 CPU,
-    autocast's per-operation casts made decoding 1.3-1.5 times slower. int8 replaces
-    every nn.Linear, and the pre-softmax projection tied to the target embedding, by a
-    dynamically quantized one (int8 weights per output channel, activations quantized
-    per batch).
-    """
-    device = resolve_runtime(device, precision).device
-    if precision == "fp32":
-        return model.to(device).eval()
-    if precision == "bf16":
-        return model.to(device=device, dtype=torch.bfloat16).eval()
-    qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
-    with warnings.catch_warnings():
-        # torch.ao.quantization is deprecated in favour of the separate torchao package,
-        # but still works in this torch; users need not hear about it.
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.ao\.")
-        quantized = torch.ao.quantization.quantize_dynamic(
-            model.to("cpu").eval(), {nn.Linear: qconfig}, dtype=torch.qint8, inplace=True)
-        for transformer in [m for m in quantized.modules() if isinstance(m, Transformer)]:
-            if transformer.output_proj is None:
-                # Tied: project() multiplies by the embedding matrix, which quantize_dynamic
-                # cannot see; at 8000+ rows it is the largest product of a decoding step.
-                # An int8 copy of it as the output projection (the embedding stays float).
-                tied = nn.Linear(transformer.cfg.d_model, transformer.vocab_size, bias=False)
-                tied.weight = transformer.tgt_embed.weight
-                tied.qconfig = qconfig
-                transformer.output_proj = torch.ao.nn.quantized.dynamic.Linear.from_float(tied)
-    # The float Linear modules that quantization replaced stay alive in reference cycles
-    # (through their qconfig's closures) until a garbage collection: with the base model
-    # that is 170 MB, a fifth of a beam search's peak memory.
-    gc.collect()
-    release_free_memory()
-    return quantized
-
-
 def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
     """Most source tokens (EOS excluded) a line may have so that the encoder's input and
     the longest output the decode settings allow fit the model's positions.
@@ -119,88 +60,81 @@ def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
     return max(limit, 1)
 
 
-def word_alignment(src_pieces: list[str], tgt_pieces: list[str],
-                   attention: torch.Tensor) -> list[tuple[int, int]]:
-    """Subword attention (tgt + EOS, src + EOS) to sorted (source word, target word) pairs.
+@dataclass(frozen=True)
+class TranslatorOptions:
+    """How a Translator decodes: the search, where and in which precision, and how lines
+    are batched. Fields left None are decided by `resolved`."""
 
-    Each target piece aligns to the source piece with the highest attention (EOS
-    excluded on both sides); a piece starting with '▁' begins a new word.
-    """
-    if not src_pieces or not tgt_pieces:
-        return []
-    src_word, tgt_word = _word_index(src_pieces), _word_index(tgt_pieces)
-    best = attention[: len(tgt_pieces), : len(src_pieces)].argmax(dim=1).tolist()
-    return sorted({(src_word[s], tgt_word[t]) for t, s in enumerate(best)})
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    """Search settings: beam, length penalty, longest output, n-best."""
+    device: str | torch.device | None = "cpu"
+    """'cpu', 'cuda', 'cuda:N', or None for CUDA when present (the CPU for int8), as
+    transformer_nmt.runtime decides."""
+    precision: str = "fp32"
+    """fp32, bf16 or int8 (transformer_nmt.runtime.DECODE_PRECISIONS)."""
+    batch_size: int | None = None
+    """Most sentences per batch (None: SENTENCES_IN_FLIGHT shared by the workers, so 16
+    each for two)."""
+    max_tokens: int | None = None
+    """Most source tokens per batch as well, padding included (None: no such limit)."""
+    alignments: bool = False
+    """Also align each translation's words with the source's (Translation.alignment)."""
+    buffer_size: int = 1024
+    """Lines read ahead and sorted by length into batches; 1 translates line by line, as
+    interactive use needs."""
+    workers: int | None = None
+    """Batches translated at once, by that many threads (None: `default_workers`, or 1
+    with buffer_size 1); see `decoding_threads` for their share of the cores."""
 
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_tokens", "buffer_size", "workers"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise UserError(f"{name} must be at least 1, not {value!r}")
 
-def _word_index(pieces: list[str]) -> list[int]:
-    """The 0-based word each sentencepiece piece belongs to."""
-    index, word = [], -1
-    for position, piece in enumerate(pieces):
-        if piece.startswith("▁") or position == 0:
-            word += 1
-        index.append(word)
-    return index
+    def resolved(self) -> "TranslatorOptions":
+        """These options with the device decided (UserError for a device or precision
+        that cannot run well there) and workers and batch_size filled in."""
+        device = resolve_runtime(self.device, self.precision).device
+        workers = self.workers
+        if workers is None:
+            # Line by line there is only ever one batch, which should have every core.
+            workers = default_workers(device) if self.buffer_size > 1 else 1
+        batch_size = self.batch_size
+        if batch_size is None:
+            batch_size = max(SENTENCES_IN_FLIGHT // workers, 1)
+        return replace(self, device=device, workers=workers, batch_size=batch_size)
 
 
 class Translator:
     """Translates lines of raw text with a loaded model, batched by length, order kept."""
 
-    def __init__(self, inference_model: InferenceModel, decode: DecodeConfig = DecodeConfig(),
-                 device: str | torch.device | None = "cpu", precision: str = "fp32",
-                 batch_size: int | None = None, max_tokens: int | None = None,
-                 alignments: bool = False, buffer_size: int = 1024,
-                 workers: int | None = None) -> None:
-        """batch_size: most sentences per batch (None: SENTENCES_IN_FLIGHT shared by the
-        workers, so 16 each for two); max_tokens: most padded source tokens per batch as
-        well (None: no such limit); buffer_size: lines read ahead and sorted by length (1
-        translates line by line, as interactive use needs); workers: batches translated
-        at once by that many threads (None: `default_workers`, or 1 with buffer_size 1),
-        each running its tensor operations on its share of the cores: on a CPU, above 1
-        it sets torch.set_num_threads(cores // workers) for the whole process.
+    def __init__(self, inference_model: InferenceModel,
+                 options: TranslatorOptions = TranslatorOptions()) -> None:
+        """A Translator decoding with `inference_model` as `options` say; `self.options`
+        holds them resolved (see `TranslatorOptions.resolved`). The model is converted in
+        place (see `prepare_model`).
 
-        A decoding step is many small operations, which keep cores busier as separate
-        streams than split across cores: on a 2-core CPU, 2 workers with batches of 32
-        translated 1.5-2.1 times faster than 1 worker using both cores, at the price of
-        two batches' memory, and 2 workers with batches of 16 (the default) 1.3-1.4
-        times faster in less memory (bench/RESULTS.md)."""
-        self.device = resolve_runtime(device, precision).device
-        if workers is None:
-            # Line by line there is only ever one batch, which should have every core.
-            workers = default_workers(self.device) if buffer_size > 1 else 1
-        if workers < 1 or any(limit is not None and limit < 1
-                              for limit in (batch_size, max_tokens)):
-            raise UserError("--batch-size, --max-tokens and --workers must be at least 1")
-        if batch_size is None:
-            batch_size = max(SENTENCES_IN_FLIGHT // workers, 1)
+        The process's thread count is left alone: to give each worker its share of the
+        cores, translate inside `torch_threads(decoding_threads(workers, device))` (see
+        transformer_nmt.decode.threads), as `nmt translate` does."""
+        self.options = options = options.resolved()
         self.vocab = inference_model.vocab
-        self.model = prepare_model(inference_model.model, device, precision)
-        self.precision = precision
-        self.decode = decode
-        self.batch_size, self.max_tokens = batch_size, max_tokens
-        self.alignments = alignments
-        self.buffer_size = max(buffer_size, 1)
+        self.model = prepare_model(inference_model.model, options.device, options.precision)
         max_positions = inference_model.model.cfg.max_positions
-        self.src_limit = source_limit(max_positions, decode)
+        self.src_limit = source_limit(max_positions, options.decode)
         self.max_len_limit = max_positions - 1
         self.special = SpecialIds(self.vocab.pad_id, self.vocab.bos_id, self.vocab.eos_id)
         self._warned_long = False
         self._lines_seen = 0
-        self.workers = workers
-        if workers > 1 and self.device.type == "cpu":
-            torch.set_num_threads(max(_PROCESS_THREADS // workers, 1))
 
     @classmethod
-    def from_file(cls, path: str | Path, decode: DecodeConfig = DecodeConfig(),
-                  device: str | torch.device | None = "cpu", precision: str = "fp32",
-                  batch_size: int | None = None, max_tokens: int | None = None,
-                  alignments: bool = False, buffer_size: int = 1024,
-                  workers: int | None = None) -> "Translator":
+    def from_file(cls, path: str | Path,
+                  options: TranslatorOptions = TranslatorOptions()) -> "Translator":
         """A Translator for the model file at `path` (UserError if it is not one)."""
         # Loaded onto the CPU: prepare_model moves it after converting it, so that the
         # device never holds the float model and the converted one at once.
-        return cls(load_for_inference(path, "cpu"), decode, device, precision,
-                   batch_size, max_tokens, alignments, buffer_size, workers)
+        return cls(load_for_inference(path, "cpu"), options)
 
     def translate(self, lines: Iterable[str]) -> Iterator[str]:
         """The best translation of each line, in order; an empty line gives an empty line."""
@@ -212,7 +146,7 @@ class Translator:
         buffer: list[str] = []
         for line in lines:
             buffer.append(line)
-            if len(buffer) == self.buffer_size:
+            if len(buffer) == self.options.buffer_size:
                 yield from self._translate_buffer(buffer)
                 buffer = []
         if buffer:
@@ -220,6 +154,7 @@ class Translator:
 
     def _encode(self, lines: list[str]) -> list[list[int]]:
         ids = self.vocab.encode_batch([normalize(line) for line in lines])
+        decode = self.options.decode
         for offset, sentence in enumerate(ids):
             if len(sentence) > self.src_limit:
                 if not self._warned_long:
@@ -229,7 +164,7 @@ class Translator:
                         "translating its first %d tokens; later long lines are truncated "
                         "without further warning", self._lines_seen + offset + 1,
                         len(sentence), self.src_limit, self.max_len_limit + 1,
-                        self.decode.max_len_a, self.decode.max_len_b, self.src_limit)
+                        decode.max_len_a, decode.max_len_b, self.src_limit)
                     self._warned_long = True
                 del sentence[self.src_limit:]
         self._lines_seen += len(lines)
@@ -240,8 +175,9 @@ class Translator:
         batch: list[int] = []
         for index in order:
             width = len(ids[batch[0]]) + 1 if batch else len(ids[index]) + 1
-            too_many_tokens = self.max_tokens is not None and (len(batch) + 1) * width > self.max_tokens
-            if batch and (len(batch) == self.batch_size or too_many_tokens):
+            max_tokens = self.options.max_tokens
+            too_many_tokens = max_tokens is not None and (len(batch) + 1) * width > max_tokens
+            if batch and (len(batch) == self.options.batch_size or too_many_tokens):
                 yield batch
                 batch = []
             batch.append(index)
@@ -250,12 +186,12 @@ class Translator:
 
     def _translate_buffer(self, lines: list[str]) -> list[list[Translation]]:
         ids = self._encode(lines)
-        empty = [] if self.alignments else None
+        empty = [] if self.options.alignments else None
         results = [[Translation("", 0.0, [], empty)] for _ in lines]
         order = sorted((i for i, sentence in enumerate(ids) if sentence),
                        key=lambda i: -len(ids[i]))
         batches = list(self._batches(order, ids))
-        with ThreadPoolExecutor(self.workers) as pool:
+        with ThreadPoolExecutor(self.options.workers) as pool:
             # Tensor operations release the GIL, so the threads decode in parallel.
             found = pool.map(lambda batch: self._search([ids[i] for i in batch]), batches)
             for batch, hyps_of_batch in zip(batches, found):
@@ -269,8 +205,8 @@ class Translator:
         for row, sentence in enumerate(batch):
             src[row, : len(sentence)] = torch.tensor(sentence, dtype=torch.long)
             src[row, len(sentence)] = self.special.eos
-        found = search(self.model, src.to(self.device), self.decode, self.special,
-                       self.max_len_limit, need_attention=self.alignments)
+        found = search(self.model, src.to(self.options.device), self.options.decode,
+                       self.special, self.max_len_limit, need_attention=self.options.alignments)
         release_free_memory()
         return found
 
@@ -282,93 +218,3 @@ class Translator:
                                        [to_piece(i) for i in hyp.tokens], hyp.attention)
         return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.tokens, alignment)
 
-
-
-def format_translations(index: int, translations: list[Translation], nbest: bool) -> list[str]:
-    """Output lines for input line `index` (0-based).
-
-    Plain: the best translation. nbest: one `index ||| translation ||| score` line per
-    hypothesis, best first. With alignments, ` ||| ` and the source-target word pairs
-    (`0-0 1-2`, Pharaoh format) end each line.
-    """
-    lines = []
-    for translation in translations if nbest else translations[:1]:
-        fields = [str(index), translation.text, f"{translation.score:.4f}"] if nbest \
-            else [translation.text]
-        if translation.alignment is not None:
-            fields.append(" ".join(f"{s}-{t}" for s, t in translation.alignment))
-        lines.append(" ||| ".join(fields))
-    return lines
-
-
-def translate_stream(translator: Translator, input_path: str | Path | None = None,
-                     output_path: str | Path | None = None, nbest: bool = False,
-                     interactive: bool = False, errors: str = "strict") -> int:
-    """Translate a file (or stdin) into a file (or stdout); returns the number of lines.
-
-    errors: what invalid UTF-8 in the input does, as `read_lines` takes it.
-
-    A file output is written to a temporary name and renamed when complete, with a
-    progress bar on stderr. interactive: translate each stdin line as soon as it is read
-    and flush its translation at once. Except interactively, a last line on stderr says
-    how many lines and subword tokens were translated, how fast (model loading excluded).
-    """
-    if interactive and input_path is not None:
-        raise UserError("--interactive reads standard input; leave out --input")
-    lines = (read_lines(input_path, errors) if input_path is not None
-             else iter_lines(sys.stdin.buffer, "<stdin>", errors))
-    if interactive:
-        translator.buffer_size = 1
-    speed = SpeedReport()
-    translations = speed.counted(translator.translate_nbest(lines))
-    count = 0
-    if output_path is None:
-        for count, result in enumerate(translations, start=1):
-            for line in format_translations(count - 1, result, nbest):
-                sys.stdout.write(line + "\n")
-            if interactive:
-                sys.stdout.flush()
-        sys.stdout.flush()
-        if not interactive:
-            speed.report()
-        return count
-    from tqdm import tqdm
-    from tqdm.contrib.logging import logging_redirect_tqdm
-
-    total = count_lines(input_path) if input_path is not None else None
-    writer = LineWriter(output_path)
-    try:
-        # Warnings (a truncated line) print above the progress bar, not through it.
-        with logging_redirect_tqdm():
-            for count, result in enumerate(tqdm(translations, total=total, unit=" lines",
-                                                desc="translating"), start=1):
-                for line in format_translations(count - 1, result, nbest):
-                    writer.write(line)
-    except BaseException:
-        writer.abort()
-        raise
-    writer.close()
-    speed.report(f" into {output_path}")
-    return count
-
-
-class SpeedReport:
-    """Counts lines and output subword tokens as translations pass, and reports the rate."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.lines = self.tokens = 0
-
-    def counted(self, translations: Iterator[list[Translation]]) -> Iterator[list[Translation]]:
-        for result in translations:
-            self.lines += 1
-            self.tokens += len(result[0].tokens)
-            yield result
-
-    def report(self, where: str = "") -> None:
-        """One line on stderr: what was translated, in how long, how fast."""
-        seconds = max(time.perf_counter() - self.start, 1e-9)
-        lines = f"{self.lines} line{'' if self.lines == 1 else 's'}"
-        print(f"translated {lines} ({self.tokens} subword tokens){where} in "
-              f"{seconds:.1f} s: {self.lines / seconds:.1f} lines/s, "
-              f"{self.tokens / seconds:.0f} tokens/s", file=sys.stderr)

@@ -1,0 +1,108 @@
+"""Translating a stream of lines: the output formats, writing to a text stream or to an
+all-or-nothing file with a progress bar, and the count of what was translated, how fast.
+
+These functions take lines and streams, never sys.stdin or sys.stdout: which to use is
+the caller's choice (the `nmt` command passes standard input and output).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterable, Iterator, TextIO
+
+from transformer_nmt.data.text import LineWriter
+from transformer_nmt.decode.translator import Translation, Translator
+
+
+def format_translations(index: int, translations: list[Translation], nbest: bool) -> list[str]:
+    """Output lines for input line `index` (0-based).
+
+    Plain: the best translation. nbest: one `index ||| translation ||| score` line per
+    hypothesis, best first. With alignments, ` ||| ` and the source-target word pairs
+    (`0-0 1-2`, Pharaoh format) end each line.
+    """
+    lines = []
+    for translation in translations if nbest else translations[:1]:
+        fields = [str(index), translation.text, f"{translation.score:.4f}"] if nbest \
+            else [translation.text]
+        if translation.alignment is not None:
+            fields.append(" ".join(f"{s}-{t}" for s, t in translation.alignment))
+        lines.append(" ||| ".join(fields))
+    return lines
+
+
+def translate_stream(translator: Translator, lines: Iterable[str], output: TextIO, *,
+                     nbest: bool = False, flush_each: bool = False) -> "SpeedReport":
+    """Translate `lines` into the text stream `output`, in input order, as
+    `format_translations` lays them out; returns what was translated and how fast.
+
+    flush_each: flush `output` after each input line's translations, so that a reader
+    gets every answer at once (interactive use; give the translator buffer_size 1 too,
+    or it waits for a full buffer of lines before translating any).
+    """
+    speed = SpeedReport()
+    for index, result in enumerate(speed.counted(translator.translate_nbest(lines))):
+        for line in format_translations(index, result, nbest):
+            output.write(line + "\n")
+        if flush_each:
+            output.flush()
+    output.flush()
+    return speed
+
+
+def translate_file(translator: Translator, lines: Iterable[str], output_path: str | Path, *,
+                   nbest: bool = False, total: int | None = None) -> "SpeedReport":
+    """Translate `lines` into the file at `output_path`, as `translate_stream` does, with
+    a progress bar on stderr (out of `total` lines, when known); returns what was
+    translated and how fast.
+
+    The file is written under a temporary name and renamed when complete, so that it
+    appears whole or not at all; missing parent directories are created.
+    """
+    from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    speed = SpeedReport()
+    translations = speed.counted(translator.translate_nbest(lines))
+    writer = LineWriter(output_path)
+    try:
+        # Warnings (a truncated line) print above the progress bar, not through it.
+        with logging_redirect_tqdm():
+            for index, result in enumerate(tqdm(translations, total=total, unit=" lines",
+                                                desc="translating")):
+                for line in format_translations(index, result, nbest):
+                    writer.write(line)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    return speed
+
+
+class SpeedReport:
+    """Counts lines and output subword tokens as translations pass, and times them."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.end: float | None = None
+        self.lines = self.tokens = 0
+
+    def counted(self, translations: Iterator[list[Translation]]) -> Iterator[list[Translation]]:
+        """`translations` passed through, counting each line and its best translation's
+        tokens, and noting the time when the last has passed."""
+        for result in translations:
+            self.lines += 1
+            self.tokens += len(result[0].tokens)
+            yield result
+        self.end = time.perf_counter()
+
+    def summary(self, output_path: str | Path | None = None) -> str:
+        """One line saying what was translated (into `output_path`, when given), in how
+        long, how fast: until the last translation or, before it, until now."""
+        seconds = max((self.end or time.perf_counter()) - self.start, 1e-9)
+        lines = f"{self.lines} line{'' if self.lines == 1 else 's'}"
+        into = f" into {output_path}" if output_path is not None else ""
+        return (f"translated {lines} ({self.tokens} subword tokens){into} in "
+                f"{seconds:.1f} s: {self.lines / seconds:.1f} lines/s, "
+                f"{self.tokens / seconds:.0f} tokens/s")

@@ -1,0 +1,52 @@
+"""How decoding shares the CPU: how many batches are decoded at once (workers), and how
+many threads each one's tensor operations get.
+
+A decoding step multiplies a few dozen rows by each weight matrix, products that split
+poorly across cores: separate batches, one per share of the cores, keep the cores busier
+than one batch split across all of them (bench/RESULTS.md has the measurements). The
+thread count is a setting of the whole process, so the library only computes it; the
+program that translates applies it (`torch_threads`), as `nmt translate` does.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+_PROCESS_THREADS = torch.get_num_threads()
+"""The threads PyTorch had when this module was imported: the cores decoding shares out
+(read once, as applying `decoding_threads` changes the process's setting)."""
+
+
+def default_workers(device: str | torch.device) -> int:
+    """Batches decoded at once by default: two on a CPU with two or more cores, else one.
+
+    Two half batches rather than one whole one translate faster and in less peak memory
+    on a 2-core CPU; more workers or larger batches hold more batches' memory.
+    """
+    return 2 if torch.device(device).type == "cpu" and _PROCESS_THREADS >= 2 else 1
+
+
+def decoding_threads(workers: int, device: str | torch.device, cores: int | None = None) -> int:
+    """The thread count (torch.set_num_threads) for decoding `workers` batches at once on
+    `device`: on a CPU, each worker's share of the `cores` (default: the process's
+    threads when this module was imported), at least 1; elsewhere every one of them.
+    """
+    cores = _PROCESS_THREADS if cores is None else cores
+    if workers > 1 and torch.device(device).type == "cpu":
+        return max(cores // workers, 1)
+    return cores
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """Run the body with torch.set_num_threads(count), then give the process its
+    previous thread count back (also after an error)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

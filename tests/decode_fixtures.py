@@ -1,0 +1,53 @@
+"""Shared helpers and fixtures of the decoding tests: tiny model files with a tiny BPE
+vocabulary, and sentences for them.
+
+Import what a test module needs (`from decode_fixtures import model_file, sentences`);
+pytest then finds the fixtures. They are not in conftest.py, which other test modules own.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_nmt.config import DecodeConfig, get_preset
+from transformer_nmt.data.vocab import train_vocab
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.model_file import model_payload, save_model_file
+
+WORDS = ("the house is small . a dog runs in the green garden , and the cat sleeps on "
+         "a warm roof ; children play near old trees while their parents talk").split()
+
+SHORT = DecodeConfig(beam=2, max_len_b=6)
+"""Beam 2 and short outputs: fast searches that still exercise the beam."""
+
+
+def sentences(count: int, seed: int = 0) -> list[str]:
+    """Random sentences of 3-12 words from WORDS."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) for _ in range(count)]
+
+
+def make_model_file(directory: Path, max_positions: int = 256) -> Path:
+    """A tiny random Transformer with a 60-piece BPE vocabulary, saved as model.pt."""
+    corpus = directory / "corpus.txt"
+    corpus.write_text("\n".join(sentences(300)) + "\n", encoding="utf-8")
+    vocab = train_vocab([corpus], directory / "spm", 60, threads=1)
+    torch.manual_seed(0)
+    cfg = replace(get_preset("tiny").model, dropout=0.0, max_positions=max_positions)
+    model = Transformer(cfg, len(vocab))
+    with torch.no_grad():  # sharper distributions, so hypotheses differ
+        model.tgt_embed.weight.mul_(4)
+    path = directory / "model.pt"
+    save_model_file(model_payload(model, vocab.to_bytes()), path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def model_file(tmp_path_factory) -> Path:
+    """A tiny random model file with 256 positions, made once per test session."""
+    return make_model_file(tmp_path_factory.mktemp("model"))

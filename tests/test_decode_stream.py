@@ -1,0 +1,83 @@
+"""Translating a stream of lines: output formats, text streams, all-or-nothing files and
+the speed report (decode/stream.py)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+from decode_fixtures import SHORT, model_file, sentences  # noqa: F401  (model_file is a fixture)
+from transformer_nmt.decode.stream import (SpeedReport, format_translations, translate_file,
+                                           translate_stream)
+from transformer_nmt.decode.translator import Translation, Translator, TranslatorOptions
+from transformer_nmt.model_file import load_for_inference
+
+
+@pytest.fixture(scope="module")
+def translator(model_file) -> Translator:
+    return Translator(load_for_inference(model_file), TranslatorOptions(SHORT))
+
+
+class FlushCounter(io.StringIO):
+    """A text stream that remembers how many lines it held at each flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed_at: list[int] = []
+
+    def flush(self) -> None:
+        self.flushed_at.append(self.getvalue().count("\n"))
+        super().flush()
+
+
+def test_output_formats():
+    translations = [Translation("ein Haus", -0.51234, [5, 6], [(0, 0), (1, 1)]),
+                    Translation("Haus", -0.9, [6], [(1, 0)])]
+    assert format_translations(7, translations, nbest=False) == ["ein Haus ||| 0-0 1-1"]
+    assert format_translations(7, translations, nbest=True) == [
+        "7 ||| ein Haus ||| -0.5123 ||| 0-0 1-1", "7 ||| Haus ||| -0.9000 ||| 1-0"]
+    plain = [Translation("ein Haus", -0.5, [5, 6])]
+    assert format_translations(0, plain, nbest=False) == ["ein Haus"]
+
+
+def test_a_stream_gets_one_line_per_input_line_and_flushes_on_request(translator):
+    lines = sentences(4, seed=7)
+    lines[1] = ""
+    output = FlushCounter()
+    speed = translate_stream(translator, iter(lines), output)
+    assert output.getvalue().split("\n") == list(translator.translate(lines)) + [""]
+    assert output.flushed_at == [4] and speed.lines == 4
+    each = FlushCounter()
+    translate_stream(translator, iter(lines), each, flush_each=True)
+    assert each.flushed_at == [1, 2, 3, 4, 4]
+
+
+def test_a_file_appears_whole_or_not_at_all(translator, tmp_path):
+    lines = sentences(3, seed=8)
+    output = tmp_path / "new" / "out.txt"
+    speed = translate_file(translator, lines, output, total=3)
+    assert output.read_text(encoding="utf-8").splitlines() == list(translator.translate(lines))
+    assert speed.lines == 3
+
+    def broken():
+        yield from lines
+        raise RuntimeError("the input broke off")
+
+    failed = tmp_path / "failed.txt"
+    with pytest.raises(RuntimeError):
+        translate_file(translator, broken(), failed)
+    assert list(tmp_path.iterdir()) == [tmp_path / "new"]  # no file, no temporary left
+
+
+def test_the_speed_report_counts_lines_and_the_best_translations_tokens():
+    # Made-up translations: the tiny test models often stop at once, counting nothing.
+    report = SpeedReport()
+    made_up = [[Translation("a b c", -1.0, [5, 6, 7]), Translation("a", -2.0, [5])],
+               [Translation("", 0.0, [])], [Translation("d e", -1.5, [8, 9])]]
+    assert list(report.counted(iter(made_up))) == made_up
+    assert report.summary().startswith("translated 3 lines (5 subword tokens) in ")
+    assert re.fullmatch(r"translated 3 lines \(5 subword tokens\) into out\.txt in [\d.]+ s: "
+                        r"[\d.]+ lines/s, \d+ tokens/s", report.summary("out.txt"))
+    assert report.summary() == report.summary()  # timed until the last translation

@@ -1,0 +1,123 @@
+"""The Translator: text in, text out, order kept, batching invisible (decode/translator.py)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from decode_fixtures import SHORT, make_model_file, model_file, sentences  # noqa: F401  (fixture)
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode import threads as threads_module
+from transformer_nmt.decode.translator import Translator, TranslatorOptions, source_limit
+from transformer_nmt.errors import UserError
+from transformer_nmt.model_file import load_for_inference
+
+
+@pytest.fixture(scope="module")
+def short_model_file(tmp_path_factory) -> Path:
+    """A model with only 32 positions, so ordinary lines are too long for it."""
+    return make_model_file(tmp_path_factory.mktemp("short"), max_positions=32)
+
+
+def translator_for(model_file: Path, decode: DecodeConfig = SHORT, **fields) -> Translator:
+    """A Translator of `model_file` with the `decode` settings and option `fields`."""
+    return Translator(load_for_inference(model_file), TranslatorOptions(decode, **fields))
+
+
+def test_order_kept_and_empty_lines_stay_empty(model_file):
+    lines = sentences(9, seed=1)
+    lines[2] = lines[6] = ""
+    lines[4] = "   \t "
+    translator = translator_for(model_file, batch_size=3, buffer_size=5)
+    batched = list(translator.translate(lines))
+    alone = [next(translator.translate([line])) for line in lines]
+    assert batched == alone
+    assert len(batched) == len(lines)
+    assert batched[2] == batched[4] == batched[6] == ""
+    assert all(batched[i] for i in (0, 1, 3, 5, 7, 8))
+
+
+def test_max_tokens_batches_give_the_same_translations(model_file):
+    lines = sentences(7, seed=2)
+    by_sentences = list(translator_for(model_file, batch_size=4).translate(lines))
+    by_tokens = list(translator_for(model_file, max_tokens=20).translate(lines))
+    assert by_sentences == by_tokens
+
+
+def test_nbest_translations_are_sorted(model_file):
+    translator = translator_for(model_file, replace(SHORT, beam=3, nbest=3))
+    for translations in translator.translate_nbest(sentences(3, seed=3)):
+        assert len(translations) == 3
+        scores = [translation.score for translation in translations]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_parallel_workers_keep_order_and_translations(model_file):
+    lines = sentences(8, seed=6)
+    alone = list(translator_for(model_file, batch_size=2, workers=1).translate(lines))
+    threads = torch.get_num_threads()
+    parallel = list(translator_for(model_file, batch_size=2, workers=3).translate(lines))
+    assert parallel == alone
+    assert torch.get_num_threads() == threads  # the caller's setting, not the translator's
+
+
+@pytest.mark.parametrize("cores, workers, batch_size", [(1, 1, 32), (2, 2, 16), (8, 2, 16)])
+def test_cpu_defaults_share_32_sentences_among_two_workers(monkeypatch, cores, workers,
+                                                           batch_size):
+    monkeypatch.setattr(threads_module, "_PROCESS_THREADS", cores)
+    default = TranslatorOptions(SHORT).resolved()
+    assert (default.device, default.workers, default.batch_size) == (
+        torch.device("cpu"), workers, batch_size)
+    line_by_line = TranslatorOptions(SHORT, buffer_size=1).resolved()
+    assert (line_by_line.workers, line_by_line.batch_size) == (1, 32)
+    explicit = TranslatorOptions(SHORT, batch_size=5, workers=4).resolved()
+    assert (explicit.workers, explicit.batch_size) == (4, 5)
+    assert explicit.resolved() == explicit
+
+
+def test_a_translator_decodes_with_resolved_options(model_file):
+    translator = translator_for(model_file, workers=3)
+    assert translator.options == TranslatorOptions(SHORT, workers=3).resolved()
+
+
+def test_too_long_line_is_truncated_with_one_warning(short_model_file, caplog):
+    lines = ["the house", " ".join(["children play near old trees"] * 20), "a dog",
+             " ".join(["green garden"] * 40)]
+    translator = translator_for(short_model_file)
+    with caplog.at_level(logging.WARNING):
+        translations = list(translator.translate(lines))
+    assert len(translations) == 4
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("input line 2 has ")
+
+
+def test_source_limit_leaves_room_for_the_output():
+    assert source_limit(256, DecodeConfig()) == 205  # 205 + 50 + BOS = 256 positions
+    assert source_limit(256, DecodeConfig(max_len_a=2.0, max_len_b=10)) == 122
+    assert source_limit(256, DecodeConfig(max_len_a=0.0, max_len_b=10)) == 255
+    assert source_limit(32, DecodeConfig(max_len_b=50)) == 1
+
+
+def test_alignments_are_word_pairs_within_both_sentences(model_file):
+    translator = translator_for(model_file, alignments=True)
+    line = "the green garden"
+    [best] = next(translator.translate_nbest([line]))
+    assert best.alignment
+    target_words = len(best.text.split())
+    for source_word, target_word in best.alignment:
+        assert 0 <= source_word < 3 and 0 <= target_word < target_words
+
+
+def test_bad_settings_are_user_errors_naming_the_setting(model_file):
+    with pytest.raises(UserError, match="precision"):
+        translator_for(model_file, precision="fp8")
+    for name in ("batch_size", "max_tokens", "buffer_size", "workers"):
+        with pytest.raises(UserError, match=f"^{name} must be at least 1, not 0$"):
+            TranslatorOptions(**{name: 0})
+    with pytest.raises(UserError, match="workers must be at least 1, not 1.5"):
+        TranslatorOptions(workers=1.5)
