@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_nmt.config import get_preset
-from transformer_nmt.data.batching import Batch
+from transformer_nmt.data.collate import Batch
 from transformer_nmt.model.transformer import Transformer, sinusoidal_encodings
 from transformer_nmt.train.distributed import init_distributed
 from transformer_nmt.train.loss import label_smoothed_nll

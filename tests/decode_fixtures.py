@@ -1,8 +1,7 @@
-"""Shared helpers and fixtures of the decoding tests: tiny model files with a tiny BPE
+"""Shared helpers of the decoding tests: tiny model files with a tiny BPE
 vocabulary, and sentences for them.
 
-Import what a test module needs (`from decode_fixtures import model_file, sentences`);
-pytest then finds the fixtures. They are not in conftest.py, which other test modules own.
+The `model_file` fixture in conftest.py calls `make_model_file`.
 """
 
 from __future__ import annotations
@@ -45,9 +44,3 @@ def make_model_file(directory: Path, max_positions: int = 256) -> Path:
     path = directory / "model.pt"
     save_model_file(model_payload(model, vocab.to_bytes()), path)
     return path
-
-
-@pytest.fixture(scope="session")
-def model_file(tmp_path_factory) -> Path:
-    """A tiny random model file with 256 positions, made once per test session."""
-    return make_model_file(tmp_path_factory.mktemp("model"))

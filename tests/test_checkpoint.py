@@ -16,7 +16,6 @@ from transformer_nmt.cli import main
 from transformer_nmt.train.checkpoint import LAST, average_checkpoints, check_average_output, checkpoints_to_average, numbered_checkpoints, rng_states, save_numbered, set_rng_states
 from transformer_nmt.model_file import save_model_file, load_for_inference, model_payload, read_model_file
 
-from train_fixtures import tiny_data  # noqa: F401  (a fixture)
 
 TINY = PRESETS["tiny"].model
 

@@ -11,7 +11,7 @@ from transformer_nmt.data.manifest import SPM_MODEL
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, save_model_file
 
-from train_fixtures import WORDS, tiny_data  # noqa: F401  (tiny_data is a fixture)
+from train_fixtures import WORDS
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from transformer_nmt.data.text import count_lines
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, save_model_file
 
-from train_fixtures import WORDS, tiny_data  # noqa: F401  (tiny_data is a fixture)
+from train_fixtures import WORDS
 
 FUZZ = settings(max_examples=8, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,

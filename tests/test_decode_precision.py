@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from decode_fixtures import model_file  # noqa: F401  (a fixture)
-from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
+
+from train_fixtures import tiny_overrides
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.manifest import text_path
 from transformer_nmt.data.text import read_lines
@@ -21,7 +21,7 @@ from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.runtime import bf16_supported
 from transformer_nmt.train.checkpoint import LAST
-from transformer_nmt.train.trainer import train
+from transformer_nmt.train.session import train
 
 NATIVE_BF16 = bf16_supported(torch.device("cpu"))
 
@@ -33,7 +33,7 @@ def trained_model_file(tiny_data, tmp_path_factory) -> Path:
     reduced precision, unlike a random model's."""
     run_dir = tmp_path_factory.mktemp("trained") / "run"
     train(out=run_dir, data=tiny_data, preset="tiny", progress=False,
-          overrides=tiny_overrides(max_steps=300, max_tokens=256, dropout=0.0))
+          overrides=tiny_overrides(max_steps=300, batch_tokens=256, dropout=0.0))
     return run_dir / LAST
 
 

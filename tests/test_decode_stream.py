@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from decode_fixtures import SHORT, model_file, sentences  # noqa: F401  (model_file is a fixture)
+from decode_fixtures import SHORT, sentences
 from transformer_nmt.decode.stream import (SpeedReport, format_translations, translate_file,
                                            translate_stream)
 from transformer_nmt.decode.translator import Translation, Translator, TranslatorOptions

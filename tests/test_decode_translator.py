@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from decode_fixtures import SHORT, make_model_file, model_file, sentences  # noqa: F401  (fixture)
+from decode_fixtures import SHORT, make_model_file, sentences
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode import threads as threads_module
 from transformer_nmt.decode.translator import Translator, TranslatorOptions, source_limit

@@ -18,7 +18,7 @@ from transformer_nmt.train.checkpoint import LAST
 from transformer_nmt.train.distributed import init_distributed
 from transformer_nmt.train.session import train
 
-from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
+from train_fixtures import tiny_overrides
 
 # dropout 0: the processes' dropout streams cannot match one process's. adam_eps well
 # above rounding noise: see test_train_trainer.tiny_trainer.

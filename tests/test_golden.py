@@ -22,11 +22,11 @@ import pytest
 import torch
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.translator import Translator
+from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.train.checkpoint import LAST
 from transformer_nmt.train.session import train
 
-from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
+from train_fixtures import tiny_overrides
 
 STEPS = 200
 SOURCES = [
@@ -53,7 +53,8 @@ def translate(model_path: Path, lines: list[str], beam: int) -> list[str]:
     """The one call into the translation API, so that a change of its signature is made
     here only."""
     with one_thread():
-        translator = Translator.from_file(model_path, DecodeConfig(beam=beam), workers=1)
+        translator = Translator.from_file(
+            model_path, TranslatorOptions(DecodeConfig(beam=beam), workers=1))
         return list(translator.translate(lines))
 
 
@@ -62,7 +63,7 @@ def model_path(tiny_data, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("golden") / "run"
     with one_thread():
         train(out=run_dir, data=tiny_data, preset="tiny", device="cpu", progress=False,
-              overrides=tiny_overrides(max_steps=STEPS, max_tokens=512, seed=1))
+              overrides=tiny_overrides(max_steps=STEPS, batch_tokens=512, seed=1))
     return run_dir / LAST
 
 

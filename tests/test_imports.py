@@ -35,23 +35,6 @@ OPTIONAL_EXTRAS = ("matplotlib", "tensorboard", "torch.utils.tensorboard", "sono
 CLI = "cli"
 """The one layer that parses arguments, and whose imports are lazy so `nmt --help` is fast."""
 
-KNOWN_LOCAL_IMPORTS = {
-    ("transformer_nmt/attention_plot.py", "dataclasses"):
-        "stdlib, cheap: belongs at the top of the module",
-    ("transformer_nmt/data/batching.py", "torch"):
-        "kept out of `nmt prepare` on purpose (torch's 1.5 s import): move collate elsewhere "
-        "or add torch to the allowlist",
-    ("transformer_nmt/decode/translator.py", "tqdm"):
-        "a required dependency: belongs at the top of the module",
-    ("transformer_nmt/decode/translator.py", "tqdm.contrib.logging"):
-        "a required dependency: belongs at the top of the module",
-    ("transformer_nmt/evaluate.py", "sacremoses"):
-        "a required dependency: belongs at the top of the module, or in the allowlist",
-}
-"""Function-local imports the rule rejects that the tree still has today: each is an
-expected failure until it is moved (then delete its entry)."""
-
-
 @dataclass(frozen=True)
 class Import:
     """One imported module, resolved to its absolute dotted name."""
@@ -359,18 +342,4 @@ def test_only_the_cli_parses_arguments(files):
 
 
 def test_no_function_local_imports_outside_the_cli(files):
-    unexpected = [message for path, module, message in local_import_violations(files)
-                  if (path, module) not in KNOWN_LOCAL_IMPORTS]
-    assert unexpected == []
-
-
-@pytest.mark.parametrize("path, module", [
-    pytest.param(path, module, id=f"{path}:{module}",
-                 marks=pytest.mark.xfail(strict=False, reason=f"{path} imports {module} "
-                                         f"inside a function: {why}"))
-    for (path, module), why in KNOWN_LOCAL_IMPORTS.items()
-])
-def test_known_function_local_import_is_gone(files, path, module):
-    remaining = [message for found, imported, message in local_import_violations(files)
-                 if (found, imported) == (path, module)]
-    assert remaining == []
+    assert [message for _, _, message in local_import_violations(files)] == []

@@ -17,7 +17,7 @@ from transformer_nmt.model_file import (load_for_inference, model_payload, read_
                                         save_model_file)
 from transformer_nmt.train.checkpoint import LAST
 
-from train_fixtures import TINY, tiny_data  # noqa: F401  (tiny_data is a fixture)
+from train_fixtures import TINY
 
 
 class _RunsACommand:

@@ -15,7 +15,7 @@ from transformer_nmt.cli import main
 from transformer_nmt.train.checkpoint import LAST
 from transformer_nmt.model_file import load_for_inference, read_model_file
 
-from train_fixtures import TINY, tiny_data  # noqa: F401  (tiny_data is a fixture)
+from train_fixtures import TINY
 
 
 def nmt(capsys, *args):

@@ -15,7 +15,7 @@ from transformer_nmt.train.checkpoint import LAST
 from transformer_nmt.train.run import (CONFIG_FILE, apply_overrides, parse_assignment,
                                        parse_duration, plan_run, write_run_config)
 
-from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
+from train_fixtures import tiny_overrides
 
 
 @pytest.mark.parametrize("text, seconds", [

@@ -15,7 +15,7 @@ from transformer_nmt.train import trainer as trainer_module
 from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints
 from transformer_nmt.train.session import train
 
-from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
+from train_fixtures import tiny_overrides
 
 
 def run(tiny_data, out, **changes):
@@ -98,7 +98,6 @@ def test_non_finite_updates_are_skipped_then_training_stops(tiny_data, tmp_path,
     weights = parameters(tmp_path / "run")
     assert read_model_file(tmp_path / "run" / LAST)["step"] == 2
     assert all(torch.isfinite(tensor).all() for tensor in weights.values())
-
 
 
 def test_validation_bleu_hook_and_greedy_default(tiny_data, tmp_path):

@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from transformer_nmt.config import PRESETS
-from transformer_nmt.data.batching import TokenBatchSampler, collate
+from transformer_nmt.data.batching import TokenBatchSampler
+from transformer_nmt.data.collate import collate
 from transformer_nmt.data.binarize import load_split
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runtime import bf16_supported
 from transformer_nmt.train.distributed import init_distributed
 from transformer_nmt.train.trainer import Trainer
 
-from train_fixtures import tiny_data  # noqa: F401  (a fixture)
 
 CPU = torch.device("cpu")
 

@@ -18,7 +18,7 @@ from transformer_nmt.train.checkpoint import LAST
 from transformer_nmt.train.session import train
 from transformer_nmt.train.validation import greedy_bleu, validation_batches
 
-from train_fixtures import tiny_data, tiny_overrides  # noqa: F401  (tiny_data is a fixture)
+from train_fixtures import tiny_overrides
 
 CPU = torch.device("cpu")
 

@@ -1,19 +1,10 @@
-"""Shared fixtures of the training tests: a tiny prepared data directory and tiny settings.
-
-Import the fixtures into a test module (`from train_fixtures import tiny_data`) so that
-pytest finds them; they are not in conftest.py, which other test modules own.
-"""
+"""Helpers of the training tests: the toy task's words, a fast tiny run's settings, and
+how its data directory is made (the `tiny_data` fixture in conftest.py calls it)."""
 
 import random
-
-import pytest
-import torch
+from pathlib import Path
 
 from transformer_nmt.data.prepare import PrepareOptions, prepare
-
-# Tiny models run 5-20x slower on 2 threads than on 1 when the 2 cores are shared with
-# other processes (OpenMP threads wait on each other); the training tests use one.
-torch.set_num_threads(1)
 
 WORDS = ("a the house garden small green big red cat dog sees runs child play day and "
          "with under over near old new blue tree car road").split()
@@ -35,11 +26,9 @@ def _write(path, lines):
     return str(path)
 
 
-@pytest.fixture(scope="session")
-def tiny_data(tmp_path_factory):
+def make_tiny_data(root: Path) -> Path:
     """A data directory of 240 train and 24 valid pairs of a toy copy-and-reverse task,
-    vocabulary 64; prepared once per test session (about a second)."""
-    root = tmp_path_factory.mktemp("train-data")
+    vocabulary 64; in ROOT/data (about a second)."""
     rng = random.Random(7)
     pairs = []
     for _ in range(264):

@@ -11,6 +11,9 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator, TextIO
 
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
 from transformer_nmt.data.text import LineWriter
 from transformer_nmt.decode.translator import Translation, Translator
 
@@ -60,23 +63,14 @@ def translate_file(translator: Translator, lines: Iterable[str], output_path: st
     The file is written under a temporary name and renamed when complete, so that it
     appears whole or not at all; missing parent directories are created.
     """
-    from tqdm import tqdm
-    from tqdm.contrib.logging import logging_redirect_tqdm
-
     speed = SpeedReport()
     translations = speed.counted(translator.translate_nbest(lines))
-    writer = LineWriter(output_path)
-    try:
-        # Warnings (a truncated line) print above the progress bar, not through it.
-        with logging_redirect_tqdm():
-            for index, result in enumerate(tqdm(translations, total=total, unit=" lines",
-                                                desc="translating")):
-                for line in format_translations(index, result, nbest):
-                    writer.write(line)
-    except BaseException:
-        writer.abort()
-        raise
-    writer.close()
+    # Warnings (a truncated line) print above the progress bar, not through it.
+    with LineWriter(output_path) as writer, logging_redirect_tqdm():
+        for index, result in enumerate(tqdm(translations, total=total, unit=" lines",
+                                            desc="translating")):
+            for line in format_translations(index, result, nbest):
+                writer.write(line)
     return speed
 
 

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from transformer_nmt.data.batching import Batch, TokenBatchSampler, collate
+from transformer_nmt.data.batching import TokenBatchSampler
+from transformer_nmt.data.collate import Batch, collate
 from transformer_nmt.data.binarize import load_split
 from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
 from transformer_nmt.data.vocab import Vocab

@@ -25,7 +25,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from transformer_nmt.config import TrainConfig
-from transformer_nmt.data.batching import Batch
+from transformer_nmt.data.collate import Batch
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID
 from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.model.transformer import Transformer

@@ -12,7 +12,8 @@ from typing import Iterator
 import torch
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.data.batching import Batch, TokenBatchSampler, collate
+from transformer_nmt.data.batching import TokenBatchSampler
+from transformer_nmt.data.collate import Batch, collate
 from transformer_nmt.data.binarize import ParallelData
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.search import SpecialIds, greedy_search
