@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from transformer_nmt.cli import main
 from transformer_nmt.train.checkpoint import LAST
@@ -155,3 +156,65 @@ def test_average_and_plot(tiny_data, tmp_path, capsys):
 
     code, out, _ = nmt(capsys, "plot", run)
     assert code == 0 and (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def start_training(tiny_data, run, *extra):
+    """`nmt train` in its own process, returned once its first checkpoint exists."""
+    command = [sys.executable, "-m", "transformer_nmt.cli", *map(str, train_args(
+        tiny_data, run, *extra))]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    deadline = time.monotonic() + 60
+    while not (run / LAST).exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(process.communicate())
+        time.sleep(0.02)
+    return process
+
+
+def weights(path):
+    return read_model_file(path)["model"]
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGKILL],
+                         ids=["SIGTERM", "SIGKILL"])
+def test_a_run_stopped_by_a_signal_resumes_exactly(tiny_data, tmp_path, capsys, signal_number):
+    steps = 300
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert nmt(capsys, *train_args(tiny_data, straight, "--max-steps", steps))[0] == 0
+    process = start_training(tiny_data, stopped, "--max-steps", 100_000, "--save-every", 1)
+    process.send_signal(signal_number)
+    process.communicate(timeout=60)
+    assert read_model_file(stopped / LAST)["step"] < steps
+    assert nmt(capsys, "train", "--resume", stopped, "--max-steps", steps)[0] == 0
+    a, b = weights(straight / LAST), weights(stopped / LAST)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_a_second_training_into_the_same_directory_is_refused(tiny_data, tmp_path, capsys):
+    run = tmp_path / "run"
+    first = start_training(tiny_data, run, "--max-steps", 100_000, "--save-every", 1)
+    try:
+        code, _, err = nmt(capsys, *train_args(tiny_data, run, "--max-steps", 100_000))
+        assert code == 2
+        assert f"{run} is being trained by another process (PID {first.pid})" in err
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=60)
+    step = read_model_file(run / LAST)["step"]
+    assert nmt(capsys, "train", "--resume", run, "--max-steps", step + 1)[0] == 0
+
+
+def test_a_damaged_last_checkpoint_falls_back_to_the_newest_readable_one(tiny_data, tmp_path,
+                                                                        capsys):
+    run = tmp_path / "run"
+    assert nmt(capsys, *train_args(tiny_data, run, "--max-steps", 3, "--save-every", 1))[0] == 0
+    # checkpoint_last.pt is a hard link to checkpoint_3.pt: damaging one damages both.
+    with open(run / "checkpoint_3.pt", "r+b") as handle:
+        handle.write(b"\0" * 64)
+    code, out, err = nmt(capsys, "train", "--resume", run, "--max-steps", 4)
+    assert code == 0, err
+    assert f"skipping {run / LAST}: {run / LAST}: not a readable transformer-nmt" in err
+    assert f"resuming from {run / 'checkpoint_2.pt'}" in err
+    assert read_model_file(run / LAST)["step"] == 4

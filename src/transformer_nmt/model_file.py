@@ -15,6 +15,7 @@ so that translating needs nothing of the trainer.
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,11 @@ def read_model_file(path: str | Path) -> dict[str, Any]:
         # weights_only: unpickling may only rebuild tensors and plain containers, so a
         # file whose pickle would run code is refused before anything runs.
         payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        # torch's message would advise weights_only=False, i.e. running the file's code.
+        raise UserError(f"{path}: not a readable transformer-nmt model file (damaged, or it "
+                        "holds objects other than tensors and plain data, which are never "
+                        "loaded)") from None
     except Exception as error:  # torch raises many types for a damaged or foreign file
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else "unreadable"
         raise UserError(f"{path}: not a readable transformer-nmt model file "

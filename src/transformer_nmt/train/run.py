@@ -15,6 +15,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from transformer_nmt.files import write_json_atomic
 from transformer_nmt.errors import UserError
 from transformer_nmt.train.batch_size import fixes_batch_per_process
 from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints
+from transformer_nmt.train.run_lock import LOCK_FILE
 
 RUN_FORMAT = "transformer-nmt-run"
 RUN_VERSION = 1
@@ -156,7 +158,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any] | None:
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is a file, not a run directory; choose another --out")
     if not path.exists():
-        if any(run_dir.iterdir()):
+        if any(path.name != LOCK_FILE for path in run_dir.iterdir()):
             raise UserError(f"{run_dir} is not empty and holds no transformer-nmt run (no "
                             f"{CONFIG_FILE}); choose a new or empty --out")
         return None
@@ -203,13 +205,33 @@ def _read_config_file(path: Path) -> dict[str, Any]:
     return values
 
 
+def may_hold_run(run_dir: Path) -> bool:
+    """Whether `run_dir` is a place a run may be written: missing, empty, or holding a
+    run. Anything else (a file, a directory of other things) is refused by `plan_run`
+    and must not even get a lock file."""
+    if not run_dir.exists():
+        return True
+    return run_dir.is_dir() and ((run_dir / CONFIG_FILE).exists() or all(
+        path.name == LOCK_FILE for path in run_dir.iterdir()))
+
+
+def resume_candidates(run_dir: Path) -> list[Path]:
+    """The checkpoints a run directory could continue from, newest first:
+    checkpoint_last.pt, then the numbered ones that are not the same file (last, best and
+    the newest numbered checkpoint are hard links to one file: a damaged one is damaged
+    in all three, and older numbered checkpoints are the fallback)."""
+    candidates = [run_dir / LAST] if (run_dir / LAST).is_file() else []
+    for _, path in reversed(numbered_checkpoints(run_dir)):
+        if not any(os.path.samefile(path, other) for other in candidates):
+            candidates.append(path)
+    return candidates
+
+
 def resume_checkpoint(run_dir: Path) -> Path | None:
     """The checkpoint a run directory continues from: checkpoint_last.pt, else the newest
-    numbered one, else None."""
-    if (run_dir / LAST).is_file():
-        return run_dir / LAST
-    numbered = numbered_checkpoints(run_dir)
-    return numbered[-1][1] if numbered else None
+    numbered one, else None (the session falls back to older ones that can be read)."""
+    candidates = resume_candidates(run_dir)
+    return candidates[0] if candidates else None
 
 
 def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | Path | None,

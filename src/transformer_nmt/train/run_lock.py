@@ -24,6 +24,7 @@ class RunLock:
 
     def __init__(self, run_dir: str | Path) -> None:
         self.path = Path(run_dir) / LOCK_FILE
+        self._made_dir = not self.path.parent.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -38,10 +39,16 @@ class RunLock:
         os.pwrite(self._fd, f"{os.getpid()}\n".encode("ascii"), 0)
 
     def release(self) -> None:
-        """Give the directory up (closing the descriptor drops the lock)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Give the directory up (closing the descriptor drops the lock). A directory the
+        lock itself created and nothing else was written into goes again, so that a
+        refused run leaves nothing behind."""
+        if self._fd < 0:
+            return
+        if self._made_dir and [p.name for p in self.path.parent.iterdir()] == [LOCK_FILE]:
+            self.path.unlink()
+            self.path.parent.rmdir()
+        os.close(self._fd)
+        self._fd = -1
 
     def __enter__(self) -> "RunLock":
         return self

@@ -9,9 +9,7 @@ train/run.py's.
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -39,39 +37,12 @@ from transformer_nmt.train.metrics import MetricsLog, PeakFlops, format_duration
 from transformer_nmt.train.precision import DTYPES
 from transformer_nmt.train.progress import (Interval, ProgressState, TrainSummary,
                                             finished_lines, report_lines)
-from transformer_nmt.train.run import (RunPlan, check_checkpoint, plan_run, session_record,
-                                       write_run_config)
+from transformer_nmt.train.run import (RunPlan, check_checkpoint, may_hold_run, plan_run,
+                                       resume_candidates, session_record, write_run_config)
+from transformer_nmt.train.run_lock import RunLock
+from transformer_nmt.train.signals import StopSignals
 from transformer_nmt.train.trainer import StepResult, Trainer
 from transformer_nmt.train.validation import greedy_bleu, validation_batches
-
-
-class _SignalFlag:
-    """Turns the first SIGINT/SIGTERM into a request to stop after the current step; a
-    second one stops at once, the default way."""
-
-    def __init__(self) -> None:
-        self.received: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> "_SignalFlag":
-        # Python lets only the main thread install handlers; elsewhere signals keep theirs.
-        if threading.current_thread() is threading.main_thread():
-            for number in (signal.SIGINT, signal.SIGTERM):
-                self._previous[number] = signal.signal(number, self._handle)
-        return self
-
-    def _handle(self, number: int, frame: Any) -> None:
-        if self.received is not None:
-            signal.signal(number, self._previous[number])
-            signal.raise_signal(number)
-            return
-        self.received = signal.Signals(number).name
-        tqdm.write(f"{self.received} received: finishing this step and writing a checkpoint "
-                   "(send it again to stop at once)", file=sys.stderr)
-
-    def __exit__(self, *exc: Any) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
 
 
 class _Session:
@@ -130,7 +101,7 @@ class _Session:
         checkpoint, error = None, None
         if self.main and self.plan.resume_from is not None:
             try:
-                checkpoint = read_model_file(self.plan.resume_from)
+                checkpoint = self._newest_readable_checkpoint()
                 check_checkpoint(checkpoint, self.plan, len(self.vocab))
             except UserError as caught:
                 error = caught
@@ -138,6 +109,24 @@ class _Session:
         if error is not None:
             raise error
         return checkpoint
+
+    def _newest_readable_checkpoint(self) -> dict[str, Any]:
+        """The newest checkpoint of the run that can be read, saying which damaged ones
+        were skipped and why; the error of the newest if none can be read."""
+        candidates = resume_candidates(self.plan.run_dir)
+        first_error = None
+        for path in candidates:
+            try:
+                checkpoint = read_model_file(path)
+            except UserError as error:
+                first_error = first_error or error
+                tqdm.write(f"skipping {path}: {error}", file=sys.stderr)
+                continue
+            if path != candidates[0]:
+                tqdm.write(f"resuming from {path}, the newest checkpoint that could be read",
+                           file=sys.stderr)
+            return checkpoint
+        raise first_error
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
         """Continue the optimizer, batch order, random streams and counters."""
@@ -256,14 +245,14 @@ class _Session:
             log = MetricsLog(self.run_dir, self.resume_step)
         peak = PeakFlops(self.context.device, DTYPES[self.precision])
         try:
-            with _SignalFlag() as signals:
+            with StopSignals() as signals:
                 stopped_by = self._loop(log, signals, wall_before, peak)
         finally:
             if log is not None:
                 log.close()
         return self._summary(stopped_by, peak.value)
 
-    def _loop(self, log: MetricsLog | None, signals: _SignalFlag, wall_before: float,
+    def _loop(self, log: MetricsLog | None, signals: StopSignals, wall_before: float,
               peak: PeakFlops) -> str:
         cfg, trainer, state = self.cfg, self.trainer, self.progress_state
         session_start = time.perf_counter()
@@ -388,10 +377,16 @@ def train(*, out: str | Path | None = None, resume: str | Path | None = None,
     Returns the summary, whose `lines` the main process should print.
     """
     context = init_distributed(device)
+    lock = None
     try:
         plan, error = None, None
         if context.is_main:
             try:
+                run_dir = resume if resume is not None else out
+                # Held before the run directory is read, until training ends: a second
+                # training into the same directory would interleave its checkpoints.
+                if run_dir is not None and may_hold_run(Path(run_dir)):
+                    lock = RunLock(run_dir)
                 plan = plan_run(out=out, resume=resume, data=data, preset=preset,
                                 config_file=config_file, overrides=list(overrides))
             except UserError as caught:
@@ -402,4 +397,6 @@ def train(*, out: str | Path | None = None, resume: str | Path | None = None,
         session = _Session(plan, context, progress, valid_bleu, command)
         return session.run()
     finally:
+        if lock is not None:
+            lock.release()
         shutdown(context)
