@@ -185,8 +185,8 @@ def test_unknown_corpus(tmp_path, capsys):
 def test_vocabulary_too_large(corpus, tmp_path, capsys):
     args = files_args(corpus, tmp_path / "data")
     args[args.index("--vocab-size") + 1] = "8000"
-    one_line_error(args, capsys, "--vocab-size 8000 is larger than this corpus can support",
-                   "use --vocab-size")
+    one_line_error(args, capsys, "vocab_size=8000 is larger than this corpus can support",
+                   "use vocab_size=")
     assert not (tmp_path / "data").exists()
 
 
