@@ -166,7 +166,7 @@ def test_invalid_utf8(corpus, tmp_path, capsys):
     corpus["train_tgt"].write_bytes(corpus["train_tgt"].read_bytes().replace(b"\n", b"\xff\n", 7)
                                     .replace(b"\xff\n", b"\n", 6))
     one_line_error(files_args(corpus, tmp_path / "data"), capsys,
-                   f"{corpus['train_tgt']}:7: invalid UTF-8", "--errors replace")
+                   f"{corpus['train_tgt']}:7: invalid UTF-8", "errors='replace'")
     assert run(files_args(corpus, tmp_path / "data", "--errors", "replace"), capsys)[0] == 0
 
 
