@@ -117,5 +117,7 @@ def test_an_overview_of_a_layer_one_stack_lacks_is_a_one_line_error(model_file, 
         assert main(["attention", "--model", str(model_file), "--src", SOURCE, "--beam", "2",
                      "--out", str(tmp_path), "--layer", str(layer)]) == 2
         err = capsys.readouterr().err
-        assert f"--layer {layer}" in err and len(err.strip().splitlines()) == 1
+        assert f"overview_layer {layer - 1} is out of range" in err
+        assert f"(layers 1 to {min(cfg.encoder_layers, cfg.decoder_layers)})" in err
+        assert len(err.strip().splitlines()) == 1
     assert not list(tmp_path.glob("*.png"))

@@ -79,9 +79,11 @@ def test_what_to_average(tmp_path):
         checkpoints_to_average([tmp_path], last=5)
     for step in (1, 2):
         save_numbered(tmp_path, {"step": step}, step, keep_last=0)
-    with pytest.raises(UserError, match="--last N"):
+    with pytest.raises(UserError, match="is a run directory: set last to how many of its "
+                                        "newest checkpoints to average"):
         checkpoints_to_average([tmp_path], last=None)
-    with pytest.raises(UserError, match="fewer than --last 5"):
+    with pytest.raises(UserError, match=r"holds 2 numbered checkpoint\(s\), fewer than last=5; "
+                                        r"lower last, or train with a higher keep_last"):
         checkpoints_to_average([tmp_path], last=5)
     files = [tmp_path / "checkpoint_1.pt", tmp_path / "checkpoint_2.pt"]
     assert checkpoints_to_average(files, last=None) == files

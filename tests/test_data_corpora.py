@@ -14,9 +14,10 @@ def test_unknown_corpus_lists_the_known_ones():
 
 
 def test_options_of_other_recipes_are_refused():
-    with pytest.raises(UserError, match="--train-src, --train-tgt: only for --corpus files, "
-                                        "not multi30k"):
+    with pytest.raises(UserError, match=r"files\['train_src'\], files\['train_tgt'\]: only for "
+                                        r"the files corpus, not multi30k"):
         get_corpus("multi30k", "en", "de", SourceOptions(files={"train_src": "a",
                                                                 "train_tgt": "b"}))
-    with pytest.raises(UserError, match="--mirror: only for --corpus multi30k or wmt14-en-de"):
+    with pytest.raises(UserError, match="mirror '/somewhere': only for the multi30k and "
+                                        "wmt14-en-de corpora, not bible"):
         get_corpus("bible", "en", "de", SourceOptions(mirror="/somewhere"))

@@ -28,8 +28,8 @@ def test_multi30k_downloads_into_the_cache(tmp_path, monkeypatch):
 def test_multi30k_download_failure_is_one_line(tmp_path):
     corpus = get_corpus("multi30k", "en", "de", SourceOptions(
         mirror=(tmp_path / "nowhere").as_uri(), cache_dir=tmp_path / "cache"))
-    with pytest.raises(UserError, match=r"cannot download .*val\.en\.gz.*--mirror") as error:
+    with pytest.raises(UserError, match=r"cannot download .*val\.en\.gz.*; set mirror") as error:
         next(corpus.pairs("valid"))
     assert "\n" not in str(error.value)
-    with pytest.raises(UserError, match="no such file; --mirror must be a copy"):
+    with pytest.raises(UserError, match="no such file; the mirror must be a copy"):
         next(get_corpus("multi30k", "en", "de", SourceOptions(mirror=str(tmp_path))).pairs("test"))

@@ -60,8 +60,8 @@ def test_bytes_round_trip(vocab, tmp_path):
 
 def test_vocabulary_too_large_suggests_a_size(tmp_path):
     corpus = write_corpus(tmp_path / "c.txt")
-    with pytest.raises(UserError, match=r"--vocab-size 5000 is larger than this corpus can "
-                                        r"support \(at most \d+ pieces\); use --vocab-size \d+"):
+    with pytest.raises(UserError, match=r"vocab_size=5000 is larger than this corpus can "
+                                        r"support \(at most \d+ pieces\); use vocab_size=\d+"):
         train_vocab([corpus], tmp_path / "spm", 5000)
 
 

@@ -166,7 +166,7 @@ def test_invalid_utf8(corpus, tmp_path, capsys):
     corpus["train_tgt"].write_bytes(corpus["train_tgt"].read_bytes().replace(b"\n", b"\xff\n", 7)
                                     .replace(b"\xff\n", b"\n", 6))
     one_line_error(files_args(corpus, tmp_path / "data"), capsys,
-                   f"{corpus['train_tgt']}:7: invalid UTF-8", "--errors replace")
+                   f"{corpus['train_tgt']}:7: invalid UTF-8", "errors='replace'")
     assert run(files_args(corpus, tmp_path / "data", "--errors", "replace"), capsys)[0] == 0
 
 
@@ -185,8 +185,8 @@ def test_unknown_corpus(tmp_path, capsys):
 def test_vocabulary_too_large(corpus, tmp_path, capsys):
     args = files_args(corpus, tmp_path / "data")
     args[args.index("--vocab-size") + 1] = "8000"
-    one_line_error(args, capsys, "--vocab-size 8000 is larger than this corpus can support",
-                   "use --vocab-size")
+    one_line_error(args, capsys, "vocab_size=8000 is larger than this corpus can support",
+                   "use vocab_size=")
     assert not (tmp_path / "data").exists()
 
 

@@ -152,7 +152,7 @@ def test_average_and_plot(tiny_data, tmp_path, capsys):
     loaded = load_for_inference(model)
     assert loaded.payload_meta["averaged_from"][0]["step"] == 2
     code, _, err = nmt(capsys, "average", run, "--last", "9", "--out", model)
-    assert code == 2 and "fewer than --last 9" in err
+    assert code == 2 and "fewer than last=9" in err
 
     code, out, _ = nmt(capsys, "plot", run)
     assert code == 0 and (run / "curves.png").read_bytes()[:4] == b"\x89PNG"

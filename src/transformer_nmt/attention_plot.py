@@ -44,7 +44,7 @@ def compute_attention(model, vocab, source: str, target: str) -> AttentionMaps:
     src_ids = vocab.encode(source)[: model.cfg.max_positions - 1] + [vocab.eos_id]
     tgt_ids = vocab.encode(target)[: model.cfg.max_positions - 1]
     if not src_ids[:-1]:
-        raise UserError("the source sentence is empty: give some text with --src")
+        raise UserError(f"the source sentence {source!r} is empty: give some text to translate")
     device = next(model.parameters()).device
     src = torch.tensor([src_ids], device=device)
     tgt_in = torch.tensor([[vocab.bos_id] + tgt_ids], device=device)
@@ -170,7 +170,8 @@ def draw_attention(model_path: str | Path, source: str, out_dir: str | Path,
     maps = compute_attention(translator.model, translator.vocab, source, target)
     layers = overview_layers(maps)
     if not -layers <= overview_layer < layers:
-        raise UserError(f"--layer {overview_layer + 1}: the overview shows a layer of both the "
-                        f"encoder ({len(maps.weights['encoder'])} layers) and the decoder "
-                        f"({len(maps.weights['decoder'])}); choose 1 to {layers}")
+        raise UserError(f"overview_layer {overview_layer} is out of range: the overview shows "
+                        f"a layer of both the encoder ({len(maps.weights['encoder'])} layers) "
+                        f"and the decoder ({len(maps.weights['decoder'])}); choose 0 to "
+                        f"{layers - 1} (layers 1 to {layers}), or -1 for the last")
     return target, write_attention_pictures(maps, out_dir, overview_layer)

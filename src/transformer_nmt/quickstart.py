@@ -78,7 +78,7 @@ class QuickstartOptions:
     token rate, and on Multi30k that took test BLEU after 60 minutes from 34.8 to 37.5
     (bench/RESULTS.md)."""
     overrides: list[tuple[str, str]] = field(default_factory=list)
-    """Further ModelConfig/TrainConfig fields, as `nmt train --set` takes them."""
+    """Further (field, value) pairs of ModelConfig/TrainConfig, as `train`'s overrides."""
     device: str | None = None
     """'cpu', 'cuda', or None for CUDA when present."""
     progress: bool = True

@@ -142,18 +142,19 @@ def _check_out(out: Path, recipe: dict, log: Callable[[str], None]) -> dict | No
         changes = differences(manifest.get("recipe", {}), recipe)
         raise UserError(
             f"{out} already holds data prepared with a different recipe "
-            f"({'; '.join(changes)}); choose another --out, or delete {out} to prepare it again"
+            f"({'; '.join(changes)}); choose another out directory, or delete {out} to prepare "
+            "it again"
         )
     if (out / IN_PROGRESS).exists():
         log(f"{out}: found an unfinished preparation (interrupted run); starting it again")
         _remove_partial(out)
         return None
     if out.exists() and not out.is_dir():
-        raise UserError(f"{out} is a file; --out must be a directory")
+        raise UserError(f"{out} is a file; out must be a directory, new or empty")
     if out.exists() and any(p.name != DOWNLOADS for p in out.iterdir()):
         raise UserError(
             f"{out} exists, is not empty and holds no prepared data (no {MANIFEST}); "
-            "choose an empty or new --out"
+            "choose an empty or new out directory"
         )
     return None
 
@@ -267,9 +268,9 @@ def prepare(options: PrepareOptions, *, command: str | None = None, progress: bo
     if src == tgt:
         raise UserError(f"source and target language are both {src!r}; they must differ")
     if options.errors not in ERRORS:
-        raise UserError(f"--errors must be one of {', '.join(ERRORS)}, not {options.errors!r}")
+        raise UserError(f"errors must be one of {', '.join(ERRORS)}, not {options.errors!r}")
     if options.sample_sentences < 1:
-        raise UserError(f"--spm-sample must be positive, not {options.sample_sentences}")
+        raise UserError(f"sample_sentences must be positive, not {options.sample_sentences}")
     filters = CleaningFilters(options.max_len, options.max_ratio)
     filters.validate()
     corpus = get_corpus(options.corpus, src, tgt, SourceOptions(
@@ -334,7 +335,7 @@ def _make(options: PrepareOptions, corpus: Corpus, recipe: dict, filters: Cleani
         (work / f"train.unfiltered.{lang}").unlink()
     if splits["train"]["pairs"] == 0:
         raise UserError(f"every training pair was removed by the filters {removed['train']}; "
-                        "raise --max-len or --max-ratio")
+                        "raise max_len or max_ratio")
     # (n,) token counts of the kept training pairs: the only memory here that grows with
     # the corpus, a few tens of bytes a pair while the batches are estimated.
     src_lengths, tgt_lengths = (

@@ -74,7 +74,7 @@ def decode_line(raw: bytes, path: str | Path, number: int, errors: str = "strict
             return raw.decode("utf-8", "replace")
         raise UserError(
             f"{path}:{number}: invalid UTF-8 (byte {error.start + 1} of the line); fix the "
-            "file or pass --errors replace to replace bad bytes with U+FFFD"
+            "file or read it with errors='replace' to replace bad bytes with U+FFFD"
         ) from None
 
 
@@ -232,9 +232,9 @@ class CleaningFilters:
     def validate(self) -> None:
         """Raise UserError for negative limits."""
         if self.max_len < 0:
-            raise UserError(f"--max-len must be 0 (no limit) or positive, not {self.max_len}")
+            raise UserError(f"max_len must be 0 (no limit) or positive, not {self.max_len}")
         if self.max_ratio != 0 and self.max_ratio < 1:
-            raise UserError(f"--max-ratio must be 0 (no limit) or at least 1, not {self.max_ratio}")
+            raise UserError(f"max_ratio must be 0 (no limit) or at least 1, not {self.max_ratio}")
 
     def apply(self, src_lengths: np.ndarray,
               tgt_lengths: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:

@@ -144,11 +144,11 @@ def train_vocab(inputs: Sequence[str | Path], model_prefix: str | Path, vocab_si
     UserError that suggests one it can.
     """
     if vocab_size < 8:
-        raise UserError(f"--vocab-size must be at least 8, not {vocab_size}")
+        raise UserError(f"vocab_size must be at least 8, not {vocab_size}")
     coverage = default_character_coverage(vocab_size) if character_coverage is None \
         else character_coverage
     if not 0.9 <= coverage <= 1.0:
-        raise UserError(f"--character-coverage must be between 0.9 and 1.0, not {coverage}")
+        raise UserError(f"character_coverage must be between 0.9 and 1.0, not {coverage}")
     spm.set_random_generator_seed(seed)
     try:
         spm.SentencePieceTrainer.train(
@@ -171,15 +171,15 @@ def train_vocab(inputs: Sequence[str | Path], model_prefix: str | Path, vocab_si
         if match := _TOO_HIGH.search(message):
             most = int(match.group(2))
             raise UserError(
-                f"--vocab-size {vocab_size} is larger than this corpus can support (at most "
-                f"{most} pieces); use --vocab-size {_round_down(most)} or smaller"
+                f"vocab_size={vocab_size} is larger than this corpus can support (at most "
+                f"{most} pieces); use vocab_size={_round_down(most)} or smaller"
             ) from None
         if match := _TOO_LOW.search(message):
             needed = int(match.group(2))
             raise UserError(
-                f"--vocab-size {vocab_size} is smaller than the {needed} pieces this corpus "
-                f"needs for its characters and the special tokens; use --vocab-size "
-                f"{max(2 * needed, 100)} or more, or a lower --character-coverage"
+                f"vocab_size={vocab_size} is smaller than the {needed} pieces this corpus "
+                f"needs for its characters and the special tokens; use vocab_size="
+                f"{max(2 * needed, 100)} or more, or a lower character_coverage"
             ) from None
         raise UserError(f"sentencepiece could not learn the vocabulary: {message}") from None
     return Vocab.load(f"{model_prefix}.model")

@@ -96,11 +96,12 @@ def checkpoints_to_average(inputs: list[str | Path], last: int | None) -> list[P
         if not numbered:
             raise UserError(f"{paths[0]}: no checkpoint_<step>.pt files to average")
         if last is None:
-            raise UserError(f"{paths[0]} is a run directory: say how many of its newest "
-                            "checkpoints to average with --last N (paper: 5 base, 20 big)")
+            raise UserError(f"{paths[0]} is a run directory: set last to how many of its "
+                            "newest checkpoints to average (paper: 5 base, 20 big)")
         if last > len(numbered):
             raise UserError(f"{paths[0]} holds {len(numbered)} numbered checkpoint(s), fewer "
-                            f"than --last {last}; lower --last or keep more with --keep-last")
+                            f"than last={last}; lower last, or train with a higher keep_last "
+                            "to keep more")
         return numbered[-last:]
     for path in paths:
         if path.is_dir():
@@ -109,7 +110,8 @@ def checkpoints_to_average(inputs: list[str | Path], last: int | None) -> list[P
             raise UserError(f"{path}: no such run directory or checkpoint file")
     if last is not None:
         if last > len(paths):
-            raise UserError(f"--last {last} but only {len(paths)} checkpoint files given")
+            raise UserError(f"last={last} but only {len(paths)} checkpoint files are given; "
+                            "lower last or give more files")
         paths = paths[-last:]
     return paths
 

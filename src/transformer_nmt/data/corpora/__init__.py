@@ -44,11 +44,12 @@ def get_corpus(name: str, src: str, tgt: str, options: SourceOptions | None = No
     if name not in CORPORA:
         raise UserError(f"unknown corpus {name!r}; known corpora: {', '.join(CORPORA)}")
     options = options or SourceOptions()
-    # Options a recipe would silently ignore are refused, so that a mistyped --corpus is
-    # not taken for the user's intent.
+    # Options a recipe would silently ignore are refused, so that a mistyped corpus name
+    # is not taken for the user's intent.
     if options.files and name != "files":
-        flags = ", ".join("--" + key.replace("_", "-") for key in options.files)
-        raise UserError(f"{flags}: only for --corpus files, not {name}")
+        keys = ", ".join(f"files[{key!r}]" for key in options.files)
+        raise UserError(f"{keys}: only for the files corpus, not {name}")
     if options.mirror and name not in (Multi30k.name, Wmt14EnDe.name):
-        raise UserError(f"--mirror: only for --corpus {Multi30k.name} or {Wmt14EnDe.name}")
+        raise UserError(f"mirror {options.mirror!r}: only for the {Multi30k.name} and "
+                        f"{Wmt14EnDe.name} corpora, not {name}")
     return CORPORA[name](src, tgt, options)

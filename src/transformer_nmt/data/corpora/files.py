@@ -25,8 +25,9 @@ class Files(Corpus):
     test only when given."""
 
     name = "files"
-    description = ("your own text: --train-src/--train-tgt (and valid, test) plain files, or "
-                   "--train-tsv (and valid, test) with source<TAB>target lines")
+    description = ("your own text: files['train_src'] and files['train_tgt'] (and valid, "
+                   "test) plain files, or files['train_tsv'] (and valid, test) with "
+                   "source<TAB>target lines")
 
     def __init__(self, src: str, tgt: str, options: SourceOptions) -> None:
         super().__init__(src, tgt, options)
@@ -36,10 +37,12 @@ class Files(Corpus):
             plain = [files.get(f"{split}_src"), files.get(f"{split}_tgt")]
             tsv = files.get(f"{split}_tsv")
             if tsv and any(plain):
-                raise UserError(f"give either --{split}-tsv or --{split}-src/--{split}-tgt, not both")
+                raise UserError(f"give either files['{split}_tsv'] or files['{split}_src'] and "
+                                f"files['{split}_tgt'], not both")
             if any(plain) and not all(plain):
-                missing = "--{}-{}".format(split, "tgt" if plain[0] else "src")
-                raise UserError(f"--{split}-src and --{split}-tgt go together; {missing} is missing")
+                missing = "files['{}_{}']".format(split, "tgt" if plain[0] else "src")
+                raise UserError(f"files['{split}_src'] and files['{split}_tgt'] go together; "
+                                f"{missing} is missing")
             paths = (Path(tsv),) if tsv else tuple(Path(p) for p in plain) if all(plain) else ()
             for path in paths:
                 if not path.is_file():
@@ -47,7 +50,8 @@ class Files(Corpus):
             if paths:
                 self.inputs[split] = paths
         if "train" not in self.inputs:
-            raise UserError("the files corpus needs --train-src and --train-tgt, or --train-tsv")
+            raise UserError("the files corpus needs files['train_src'] and files['train_tgt'], "
+                            "or files['train_tsv']")
         self._held_out: np.ndarray | None = None
         self.splits = tuple(split for split in ("train", "valid", "test")
                             if split in self.inputs or split == "valid")
@@ -69,7 +73,9 @@ class Files(Corpus):
             count = count_lines(self.inputs["train"][0])
             if count < 2:
                 raise UserError(f"{self.inputs['train'][0]} has {count} line(s): too few to "
-                                "hold some out for validation; give --valid-src/--valid-tgt")
+                                "hold some out for validation; give valid files too "
+                                "(files['valid_src'] and files['valid_tgt'], or "
+                                "files['valid_tsv'])")
             size = min(self.options.valid_size or default_valid_size(count), count - 1)
             rng = np.random.default_rng(self.options.seed)
             self._held_out = np.sort(rng.choice(count, size, replace=False))

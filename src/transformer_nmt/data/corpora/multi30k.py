@@ -1,7 +1,7 @@
 """The `multi30k` recipe: Multi30k task 1 image captions (29000 / 1014 / 1000; en, de, fr).
 
 The raw gzipped captions are read from the multi30k/dataset repository on GitHub, or
-from a copy of it given as --mirror or NMT_MULTI30K_MIRROR (see `fetch`).
+from a copy of it given as the mirror option or NMT_MULTI30K_MIRROR (see `fetch`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ MULTI30K_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 MULTI30K_LANGUAGES = ["en", "de", "fr"]
 MULTI30K = Remote(
     url=MULTI30K_URL, env="NMT_MULTI30K_MIRROR", cache_name="multi30k",
-    hint="pass --mirror DIR_OR_URL (or set NMT_MULTI30K_MIRROR) to a copy of the "
+    hint="set mirror (or NMT_MULTI30K_MIRROR) to a directory or URL holding a copy of the "
          "multi30k/dataset repository")
 
 
@@ -27,7 +27,7 @@ class Multi30k(Corpus):
 
     name = "multi30k"
     description = ("Multi30k task 1 image captions, 29000 / 1014 / 1000 pairs, en, de, fr; "
-                   "--mirror or NMT_MULTI30K_MIRROR for a local copy")
+                   "mirror or NMT_MULTI30K_MIRROR for a local copy")
 
     def __init__(self, src: str, tgt: str, options: SourceOptions) -> None:
         super().__init__(src, tgt, options)
@@ -42,7 +42,7 @@ class Multi30k(Corpus):
         """The local file of `split` in `lang`, downloaded first if need be."""
         relative = f"data/task1/raw/{MULTI30K_FILES[split]}.{lang}.gz"
         return fetch(self.options, MULTI30K, relative, missing=lambda mirror: (
-            f"{mirror / relative}: no such file; --mirror must be a copy of the "
+            f"{mirror / relative}: no such file; the mirror must be a copy of the "
             "multi30k/dataset repository (holding data/task1/raw/)"))
 
     def pairs(self, split: str) -> Pairs:

@@ -2,7 +2,7 @@
 
 Train is Europarl v7, Common Crawl and News Commentary v9 (4.5M pairs), valid is
 newstest2013 and test newstest2014, all from statmt.org's archives. A mirror directory
-(--mirror or NMT_WMT14_MIRROR) may hold the archives or the files extracted from them.
+(the mirror option or NMT_WMT14_MIRROR) may hold the archives or the files extracted from them.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ WMT14_VALID = ("newstest2013", "wmt14/dev.tgz")
 WMT14_TEST = ("newstest2014-deen", "wmt14/test-full.tgz")
 WMT14 = Remote(
     url=WMT14_URL, env="NMT_WMT14_MIRROR", cache_name="wmt14",
-    hint="pass --mirror DIR_OR_URL (or set NMT_WMT14_MIRROR) to a directory holding the "
-         "WMT14 files or archives")
+    hint="set mirror (or NMT_WMT14_MIRROR) to a directory or URL holding the WMT14 files "
+         "or archives")
 
 _SEG = re.compile(r'<seg[^>]*?\bid="?([^">\s]+)"?[^>]*>(.*)</seg>', re.IGNORECASE)
 _DOC = re.compile(r'<doc[^>]*?\bdocid="([^"]*)"', re.IGNORECASE)
@@ -77,7 +77,7 @@ class Wmt14EnDe(Corpus):
     name = "wmt14-en-de"
     description = ("the paper's WMT14 English-German: Europarl v7 + Common Crawl + News "
                    "Commentary v9 (4.5M pairs), newstest2013 valid, newstest2014 test; "
-                   "either direction; --mirror or NMT_WMT14_MIRROR for a local copy")
+                   "either direction; mirror or NMT_WMT14_MIRROR for a local copy")
 
     def __init__(self, src: str, tgt: str, options: SourceOptions) -> None:
         super().__init__(src, tgt, options)
