@@ -660,7 +660,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nmt {args.command}: interrupted", file=sys.stderr)
         return 130
     return int(result or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
