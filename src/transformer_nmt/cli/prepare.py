@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from transformer_nmt.cli.common import add_errors_argument
+from transformer_nmt.cli.common import add_errors_argument, rerunnable_command
 
 
 _PREPARE_FILES = [(f"{split}_{kind}", f"--{split}-{kind}") for split in ("train", "valid", "test")
@@ -70,7 +70,6 @@ def add_prepare_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_prepare(args: argparse.Namespace) -> None:
-    import shlex
     from pathlib import Path
 
     from transformer_nmt.data.prepare import PrepareOptions, prepare
@@ -82,13 +81,7 @@ def run_prepare(args: argparse.Namespace) -> None:
         character_coverage=args.character_coverage, sample_sentences=args.spm_sample,
         seed=args.seed, errors=args.errors, mirror=args.mirror, files=files,
         valid_size=args.valid_size, threads=args.threads)
-    # The command as it can be rerun, every setting spelled out (each option's flag is
-    # its dest with dashes).
-    words = ["nmt", "prepare"]
-    for dest, value in vars(args).items():
-        if dest not in ("command", "func") and value is not None:
-            words += ["--" + dest.replace("_", "-"), str(value)]
-    result = prepare(options, command=shlex.join(words))
+    result = prepare(options, command=rerunnable_command(args, "prepare"))
     if not result.already_prepared:
         manifest = result.manifest
         sizes = ", ".join(f"{split} {info['pairs']}" for split, info in manifest["splits"].items())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from transformer_nmt.cli.common import rerunnable_command
 from transformer_nmt.errors import UserError
 
 
@@ -111,24 +112,15 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> None:
-    import shlex
-
     from transformer_nmt.train.run import parse_assignment
     from transformer_nmt.train.session import train
 
     overrides = [parse_assignment(text) for text in args.set]
     overrides += [(name, getattr(args, dest)) for dest, name in _TRAIN_FLAGS
                   if getattr(args, dest) is not None]
-    words = ["nmt", "train"]
-    for dest, value in vars(args).items():
-        if dest in ("command", "func") or value is None or value == []:
-            continue
-        for item in value if isinstance(value, list) else [value]:
-            flag = "--" + dest.replace("_", "-")
-            words += [flag] if value is True else [flag, str(item)]
     summary = train(out=args.out, resume=args.resume, data=args.data, preset=args.preset,
                     config_file=args.config, overrides=overrides, device=args.device,
-                    command=shlex.join(words))
+                    command=rerunnable_command(args, "train"))
     for line in summary.lines:
         print(line)
 
