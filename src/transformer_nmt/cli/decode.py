@@ -218,7 +218,8 @@ def add_attention_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="the target sentence to look at (default: the model's translation)")
     parser.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files")
     parser.add_argument("--layer", type=int, default=0, metavar="N",
-                        help="layer of the overview figure, 1-based (default: the last)")
+                        help="layer of the overview figure, 1-based (default: the last "
+                        "layer that both the encoder and the decoder have)")
     parser.add_argument("--beam", type=int, default=4, help="beam size of the translation (default 4)")
     parser.set_defaults(func=run_attention)
 
