@@ -70,3 +70,15 @@ def test_the_recorded_command_spells_out_the_defaults():
     assert rerunnable_command(args, "prepare") == (
         "nmt prepare --corpus bible --src en --tgt de --out data --vocab-size 8000 "
         "--max-len 250 --max-ratio 2.5 --spm-sample 2000000 --seed 1 --errors strict")
+
+
+def test_help_starts_without_torch():
+    """The subcommand modules import the library inside their run_* functions, so that
+    `nmt --help` and every subcommand's help answer at once."""
+    script = ("import sys\nfrom transformer_nmt.cli import build_parser\n"
+              "parser = build_parser()\nparser.format_help()\n"
+              "print(sorted(name for name in ('torch', 'numpy', 'sentencepiece') "
+              "if name in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
