@@ -1,0 +1,234 @@
+"""`nmt translate`, `nmt evaluate` and `nmt attention`: what a model file does with text,
+and the search, batching and precision arguments the first two share."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from transformer_nmt.cli.common import add_errors_argument
+from transformer_nmt.errors import UserError
+
+if TYPE_CHECKING:
+    from transformer_nmt.decode.translator import TranslatorOptions
+
+
+def _add_decode_arguments(parser: argparse.ArgumentParser) -> None:
+    """Search, batching and precision options shared by translate and evaluate."""
+    search = parser.add_argument_group(
+        "search", "the paper's settings are the defaults (section 6.1): beam 4, alpha 0.6, "
+        "output length up to source length + 50, stopping early when no open hypothesis can "
+        "still win")
+    search.add_argument("--beam", type=int, default=4,
+                        help="beam size; 1 is greedy search (default 4)")
+    search.add_argument("--alpha", type=float, default=0.6,
+                        help="length penalty exponent: hypotheses are ranked by log P(Y|X) / "
+                        "((5 + |Y|) / 6)^alpha, |Y| counting the end-of-sentence token; 0 ranks "
+                        "by log P alone, larger values favour longer outputs (default 0.6)")
+    search.add_argument("--max-len-a", type=float, default=1.0, metavar="A",
+                        help="an output has at most A * (source subword tokens) + B subword "
+                        "tokens (default A = 1)")
+    search.add_argument("--max-len-b", type=int, default=50, metavar="B",
+                        help="see --max-len-a (default B = 50)")
+    speed = parser.add_argument_group("speed")
+    speed.add_argument("--batch-size", type=int, metavar="N",
+                       help="sentences translated together, sorted by length (default: 32 "
+                       "shared by the workers, 16 each for two)")
+    speed.add_argument("--max-tokens", type=int, metavar="N",
+                       help="also limit a batch to N source tokens, padding included "
+                       "(default: no limit)")
+    speed.add_argument("--precision", choices=["fp32", "bf16", "int8"], default="fp32",
+                       help="fp32 (default); bf16: bfloat16 weights and activations, for "
+                       "GPUs and CPUs with AVX-512 BF16 or AMX; int8: dynamic int8 "
+                       "quantization of the linear layers, CPU only, the fastest on CPUs with "
+                       "AVX-512 VNNI. Reduced precision may change a few words.")
+    speed.add_argument("--workers", type=int, metavar="N",
+                       help="translate N batches at once, each on its share of the cores "
+                       "(default: 2 on a CPU with two or more cores, 1 on a GPU or with "
+                       "--interactive). A decoding step's thin products split poorly across "
+                       "cores, so two batches of 16 translate faster than one of 32, in less "
+                       "memory; more workers or larger batches are faster still but hold "
+                       "more batches' memory (measurements: bench/RESULTS.md)")
+    speed.add_argument("--device", choices=["cpu", "cuda"],
+                       help="where to run (default: cuda if a GPU is available and the "
+                       "precision is not int8, else cpu)")
+
+
+def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions:
+    """The TranslatorOptions the decode arguments describe, with `fields` set as well;
+    also routes the library's warnings (a line cut to fit the model) to stderr as
+    `nmt COMMAND: warning:`."""
+    import logging
+
+    logging.basicConfig(format=f"nmt {args.command}: warning: %(message)s", level=logging.WARNING)
+
+    from transformer_nmt.config import DecodeConfig
+    from transformer_nmt.decode.translator import TranslatorOptions
+
+    decode = DecodeConfig(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a,
+                          max_len_b=args.max_len_b, nbest=getattr(args, "nbest", 1))
+    return TranslatorOptions(decode=decode, device=args.device, precision=args.precision,
+                             batch_size=args.batch_size, max_tokens=args.max_tokens,
+                             workers=args.workers, **fields)
+
+def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "translate",
+        help="translate raw text with a model file (beam search)",
+        description="Translate raw text, one sentence per line, from --input or standard "
+        "input, and write the detokenized translations one per line, in the input's order, "
+        "to --output or standard output. Lines are normalized and split into subwords with "
+        "the model's own vocabulary; an empty line gives an empty line; a line too long for "
+        "the model is cut to fit, with a warning.",
+        epilog="output formats: plain, one translation per line; with --nbest K, K lines per "
+        "input line, 'LINE ||| TRANSLATION ||| SCORE', LINE counting input lines from 0, "
+        "best first, SCORE = log P / length penalty; --alignments appends ' ||| ' and "
+        "source-target word pairs ('0-0 1-2 2-1', Pharaoh format, words split at "
+        "whitespace, counted from 0) to each line. When done (except with --interactive), "
+        "a last line on stderr says how many lines and subword tokens were translated and "
+        "how fast, model loading excluded. examples: nmt translate --model "
+        "run/average.pt < test.en > test.de; nmt translate --model model.pt --interactive",
+    )
+    parser.add_argument("--model", required=True, metavar="MODEL.pt",
+                        help="model file: a checkpoint of `nmt train` or the output of "
+                        "`nmt average`")
+    parser.add_argument("--input", metavar="FILE",
+                        help="text to translate, UTF-8, optionally gzipped (default: stdin)")
+    parser.add_argument("--output", metavar="FILE",
+                        help="write translations here, with a progress bar; the file appears "
+                        "complete or not at all (default: stdout)")
+    parser.add_argument("--nbest", type=int, default=1, metavar="K",
+                        help="write the K best translations of each line, K <= --beam, in the "
+                        "n-best format below (default 1: plain output)")
+    parser.add_argument("--alignments", action="store_true",
+                        help="append word alignments taken from the encoder-decoder attention "
+                        "of the penultimate decoder layer")
+    parser.add_argument("--interactive", action="store_true",
+                        help="translate each line of standard input as soon as it is typed")
+    add_errors_argument(parser)
+    _add_decode_arguments(parser)
+    parser.set_defaults(func=run_translate)
+
+
+def run_translate(args: argparse.Namespace) -> None:
+    from transformer_nmt.data.text import count_lines, iter_lines, read_lines
+    from transformer_nmt.decode.stream import translate_file, translate_stream
+    from transformer_nmt.decode.threads import decoding_threads, torch_threads
+    from transformer_nmt.decode.translator import Translator
+
+    if args.interactive and args.input is not None:
+        raise UserError("--interactive reads standard input; leave out --input")
+    translator = Translator.from_file(args.model, _translator_options(
+        args, alignments=args.alignments, buffer_size=1 if args.interactive else 1024))
+    lines = (read_lines(args.input, args.errors) if args.input is not None
+             else iter_lines(sys.stdin.buffer, "<stdin>", args.errors))
+    # Each worker on its share of the cores, for this command only.
+    with torch_threads(decoding_threads(translator.options.workers, translator.options.device)):
+        if args.output is None:
+            speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
+                                     flush_each=args.interactive)
+        else:
+            total = count_lines(args.input) if args.input is not None else None
+            speed = translate_file(translator, lines, args.output, nbest=args.nbest > 1,
+                                   total=total)
+    if not args.interactive:
+        print(speed.summary(args.output), file=sys.stderr)
+
+
+def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "evaluate",
+        help="BLEU and chrF of a model on a data directory's split, or of a file",
+        description="Translate the source side of a prepared split with a model and score "
+        "the translations against the split's raw reference text; or score an existing "
+        "--hyp file against a --ref file. Reports sacreBLEU with its signature (the number "
+        "the `sacrebleu` command prints), chrF2, and the paper's tokenized BLEU: both sides "
+        "with Moses' unicode punctuation replaced by ASCII, Moses-tokenized (escaped), for "
+        "German with compounds split at hyphens (Arbeits ##AT##-##AT## Platz), then "
+        "case-sensitive, unsmoothed BLEU on the tokens, as tensor2tensor's get_ende_bleu "
+        "computed the paper's numbers. Tokenized BLEU is not comparable across tokenizations; quote "
+        "sacreBLEU.",
+        epilog="examples: nmt evaluate --model run/average.pt --data data/wmt14 --split test; "
+        "nmt evaluate --hyp out.de --ref newstest2014.de --tgt-lang de",
+    )
+    parser.add_argument("--model", metavar="MODEL.pt", help="model file to translate with")
+    parser.add_argument("--data", metavar="DATA_DIR",
+                        help="data directory of `nmt prepare` (languages from its manifest)")
+    parser.add_argument("--split", default="test",
+                        help="split to translate: DATA_DIR/SPLIT.SRC_LANG (default test)")
+    parser.add_argument("--output", metavar="FILE",
+                        help="where to write the translations (default MODEL.SPLIT.hyp next "
+                        "to the model, MODEL without .pt)")
+    parser.add_argument("--hyp", metavar="FILE",
+                        help="score this file of translations instead of translating")
+    parser.add_argument("--ref", metavar="FILE", help="reference translations for --hyp")
+    parser.add_argument("--src-lang", help="source language (default: from the manifest)")
+    parser.add_argument("--tgt-lang",
+                        help="target language (default: from the manifest); with --hyp, "
+                        "tokenized BLEU needs it")
+    parser.add_argument("--json", metavar="FILE",
+                        help="write the scores as JSON here (default with --model: "
+                        "MODEL.eval-SPLIT.json; with --hyp: none)")
+    add_errors_argument(parser)
+    _add_decode_arguments(parser)
+    parser.set_defaults(func=run_evaluate)
+
+
+def run_evaluate(args: argparse.Namespace) -> None:
+    from transformer_nmt.decode.threads import decoding_threads, torch_threads
+    from transformer_nmt.evaluate import evaluate_files, evaluate_model, format_table
+
+    if args.hyp or args.ref:
+        if not (args.hyp and args.ref) or args.model or args.data:
+            raise UserError("give either --hyp and --ref (score a file) or --model and "
+                            "--data (translate a split and score it)")
+        result = evaluate_files(args.hyp, args.ref, args.tgt_lang, args.json, args.errors)
+    else:
+        if not (args.model and args.data):
+            raise UserError("give --model and --data (translate a split and score it), or "
+                            "--hyp and --ref (score a file)")
+        options = _translator_options(args).resolved()
+        # Each worker on its share of the cores, for this command only.
+        with torch_threads(decoding_threads(options.workers, options.device)):
+            result = evaluate_model(
+                args.model, args.data, args.split, options, src_lang=args.src_lang,
+                tgt_lang=args.tgt_lang, json_path=args.json, hyp_path=args.output)
+        print(result["speed"], file=sys.stderr)
+        print(f"{result['sentences']} sentences of {args.data} {args.split}, "
+              f"{result['src_lang']}-{result['tgt_lang']}; translations in {result['hyp']}")
+    print(format_table(result))
+    if result.get("json"):
+        print(f"scores written to {result['json']}")
+
+
+def add_attention_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "attention",
+        help="draw a sentence pair's attention heads as heatmaps (PNG)",
+        description="Translate --src (or use the given --tgt) and draw, for every layer and "
+        "head, the encoder self-attention, decoder self-attention and encoder-decoder "
+        "attention with the subword tokens on the axes: one PNG per kind and layer "
+        "(encoder-layer1.png, ...), plus overview-layerN.png with every head of one layer.",
+    )
+    parser.add_argument("--model", required=True, metavar="MODEL.pt",
+                        help="a checkpoint or a model written by `nmt average`")
+    parser.add_argument("--src", required=True, metavar="TEXT", help="the source sentence")
+    parser.add_argument("--tgt", metavar="TEXT",
+                        help="the target sentence to look at (default: the model's translation)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files")
+    parser.add_argument("--layer", type=int, default=0, metavar="N",
+                        help="layer of the overview figure, 1-based (default: the last "
+                        "layer that both the encoder and the decoder have)")
+    parser.add_argument("--beam", type=int, default=4, help="beam size of the translation (default 4)")
+    parser.set_defaults(func=run_attention)
+
+
+def run_attention(args: argparse.Namespace) -> None:
+    from transformer_nmt.attention_plot import draw_attention
+
+    target, written = draw_attention(args.model, args.src, args.out, args.tgt, args.beam,
+                                     args.layer - 1 if args.layer > 0 else -1)
+    print(f"target: {target}")
+    print(f"wrote {len(written)} pictures to {args.out}: "
+          f"{', '.join(path.name for path in written)}")

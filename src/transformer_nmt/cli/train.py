@@ -1,0 +1,183 @@
+"""`nmt train`, `nmt average` and `nmt plot`: a run directory, its checkpoints averaged
+into a model file, and its training curves."""
+
+from __future__ import annotations
+
+import argparse
+
+from transformer_nmt.cli.common import rerunnable_command
+from transformer_nmt.errors import UserError
+
+
+_TRAIN_FLAGS = [
+    ("seed", "seed"), ("batch_tokens", "batch_tokens"), ("max_tokens", "max_tokens"),
+    ("update_freq", "update_freq"),
+    ("max_steps", "max_steps"), ("max_epochs", "max_epochs"), ("max_time", "max_time"),
+    ("valid_every", "valid_every"), ("save_every", "save_every"),
+    ("save_every_minutes", "save_every_minutes"), ("keep_last", "keep_last"),
+    ("precision", "precision"), ("lr_scale", "lr_scale"), ("warmup", "warmup_steps"),
+    ("compile", "compile"), ("valid_bleu", "valid_bleu"), ("max_bad_steps", "max_bad_steps"),
+]
+"""(argparse dest, config field) of the dedicated `nmt train` flags."""
+
+
+def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="train a model on a prepared data directory (resumable, one CPU to many GPUs)",
+        description="Train a Transformer with the paper's regime: Adam (0.9, 0.98, 1e-9), "
+        "lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), label smoothing 0.1, "
+        "updates of --batch-tokens source and target tokens over all processes. RUN_DIR "
+        "receives config.json (every setting used), metrics.jsonl, TensorBoard events and "
+        "checkpoints: "
+        "checkpoint_<step>.pt every --save-every-minutes and --save-every steps (the newest "
+        "--keep-last kept), checkpoint_last.pt and checkpoint_best.pt (lowest validation "
+        "NLL). Ctrl-C or SIGTERM finishes the current step, writes a checkpoint and exits 0. "
+        "Running the same command again, or --resume RUN_DIR, continues exactly where the "
+        "run stopped; a run directory holding another run or other files is refused.",
+        epilog="settings are applied in order: preset, --config file, --set, then the "
+        "dedicated flags. Any ModelConfig or TrainConfig field can be --set (see "
+        "`nmt presets`; e.g. --set dropout=0.2 --set label_smoothing=0). Several GPUs or "
+        "CPU processes: torchrun --nproc_per_node=N -m transformer_nmt.cli train ... "
+        "(multi-node: add torchrun's --nnodes and --rdzv-endpoint); every process trains "
+        "on its share of each update's --batch-tokens, rank 0 writes the files.",
+    )
+    run = parser.add_argument_group("run")
+    run.add_argument("--data", metavar="DATA_DIR",
+                     help="data directory of `nmt prepare` (default when resuming: the run's)")
+    run.add_argument("--out", metavar="RUN_DIR",
+                     help="run directory: created, or continued if it holds this same run")
+    run.add_argument("--resume", metavar="RUN_DIR",
+                     help="continue the run in RUN_DIR with its recorded settings; --set and "
+                     "the flags below may change when to stop, validate, save and log, and "
+                     "--max-tokens/--update-freq how each process makes up its share of "
+                     "--batch-tokens")
+    run.add_argument("--preset", metavar="NAME",
+                     help="architecture and regime from `nmt presets` (default: base, or the "
+                     "run's own when continuing)")
+    run.add_argument("--config", metavar="FILE.json",
+                     help="JSON with 'preset', 'model' and/or 'train' objects, e.g. another "
+                     "run's config.json")
+    run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                     help="set any model or training field; repeatable")
+    run.add_argument("--device", metavar="DEVICE",
+                     help="cpu, cuda or cuda:N (default: cuda when present, else cpu)")
+    regime = parser.add_argument_group("regime (defaults: the preset's)")
+    regime.add_argument("--seed", type=int, metavar="N",
+                        help="seed of initialisation, dropout and batch order")
+    regime.add_argument("--batch-tokens", type=int, metavar="N",
+                        help="tokens per side in one optimizer update, padding included, "
+                        "summed over all processes and accumulated batches (paper: 25000); "
+                        "each process trains on its share")
+    regime.add_argument("--max-tokens", type=int, metavar="N",
+                        help="most tokens per side in one batch of one process, a memory "
+                        "cap: the rest of its share is accumulated (default 0: no cap)")
+    regime.add_argument("--update-freq", type=int, metavar="K",
+                        help="batches each process accumulates per update (default 0: as "
+                        "many as --max-tokens needs); with --max-tokens also given, the "
+                        "batch is K x max-tokens per process and --batch-tokens is not used")
+    regime.add_argument("--lr-scale", type=float, metavar="F",
+                        help="factor on the learning rate of eq. (3) (default 1)")
+    regime.add_argument("--warmup", type=int, metavar="STEPS",
+                        help="warm-up steps of eq. (3) (paper: 4000)")
+    regime.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
+                        help="auto (default): bf16 autocast where the device has native "
+                        "bf16, else fp32; fp16 with a gradient scaler needs a GPU")
+    regime.add_argument("--compile", action="store_true", default=None,
+                        help="run the model through torch.compile")
+    stop = parser.add_argument_group("when to stop, validate and save")
+    stop.add_argument("--max-steps", type=int, metavar="N",
+                      help="stop after N optimizer steps (base 100000, big 300000)")
+    stop.add_argument("--max-epochs", type=int, metavar="N",
+                      help="stop after N passes over the training data (0: no limit)")
+    stop.add_argument("--max-time", metavar="DURATION",
+                      help="stop after this much training time over all sessions: seconds, "
+                      "or 90s, 10m, 2h, 1h30m (0: no limit)")
+    stop.add_argument("--max-bad-steps", type=int, metavar="N",
+                      help="stop with an error after N updates in a row skipped for a "
+                      "non-finite loss or gradient, before any NaN reaches the weights "
+                      "(default 5)")
+    stop.add_argument("--valid-every", type=int, metavar="STEPS",
+                      help="validate every STEPS steps and at the end (0: at the end only)")
+    stop.add_argument("--valid-bleu", action="store_true", default=None,
+                      help="also report greedy BLEU on the validation set when validating")
+    stop.add_argument("--save-every", type=int, metavar="STEPS",
+                      help="also write a numbered checkpoint every STEPS steps (0: off)")
+    stop.add_argument("--save-every-minutes", type=float, metavar="MIN",
+                      help="write a numbered checkpoint every MIN minutes (default 10, the "
+                      "paper's; 0: off)")
+    stop.add_argument("--keep-last", type=int, metavar="N",
+                      help="keep the newest N numbered checkpoints (default 20; 0: all)")
+    parser.set_defaults(func=run_train)
+
+
+def run_train(args: argparse.Namespace) -> None:
+    from transformer_nmt.train.run import parse_assignment
+    from transformer_nmt.train.session import train
+
+    overrides = [parse_assignment(text) for text in args.set]
+    overrides += [(name, getattr(args, dest)) for dest, name in _TRAIN_FLAGS
+                  if getattr(args, dest) is not None]
+    summary = train(out=args.out, resume=args.resume, data=args.data, preset=args.preset,
+                    config_file=args.config, overrides=overrides, device=args.device,
+                    command=rerunnable_command(args, "train"))
+    for line in summary.lines:
+        print(line)
+
+def add_average_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "average",
+        help="average the weights of a run's last checkpoints into one model file",
+        description="Average the parameters of the newest N numbered checkpoints of a run "
+        "directory (the paper: the last 5 for base models, the last 20 for big ones, "
+        "written at 10-minute intervals), or of the checkpoint files given. All must share "
+        "one architecture and vocabulary. The output is a model file without optimizer "
+        "state, for `nmt translate` and `nmt evaluate`.",
+    )
+    parser.add_argument("inputs", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT",
+                        help="one run directory, or checkpoint files")
+    parser.add_argument("--last", type=int, metavar="N",
+                        help="average the newest N numbered checkpoints (required for a run "
+                        "directory; with files, their last N)")
+    parser.add_argument("--out", required=True, metavar="MODEL.pt", help="model file to write")
+    parser.set_defaults(func=run_average)
+
+
+def run_average(args: argparse.Namespace) -> None:
+    from transformer_nmt.model_file import save_model_file
+    from transformer_nmt.train.checkpoint import (average_checkpoints, check_average_output,
+                                                  checkpoints_to_average)
+
+    if args.last is not None and args.last < 1:
+        raise UserError(f"--last must be at least 1, not {args.last}")
+    paths = checkpoints_to_average(args.inputs, args.last)
+    check_average_output(args.out, paths)
+    save_model_file(average_checkpoints(paths), args.out)
+    print(f"averaged {len(paths)} checkpoint(s) ({', '.join(path.name for path in paths)}) "
+          f"into {args.out}")
+
+
+def add_plot_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plot",
+        help="draw a run's training curves (loss, validation perplexity, rate) as a PNG",
+        description="Read RUN_DIR/metrics.jsonl and draw training loss and NLL, validation "
+        "NLL, perplexity and greedy BLEU, learning rate and target tokens/s.",
+    )
+    parser.add_argument("run", metavar="RUN_DIR", help="run directory (or its metrics.jsonl)")
+    parser.add_argument("--out", metavar="FILE.png",
+                        help="image to write (default: RUN_DIR/curves.png)")
+    parser.add_argument("--x", choices=["step", "wall", "tokens"], default="step",
+                        help="horizontal axis: optimizer steps (default), training hours, "
+                        "or target tokens seen")
+    parser.set_defaults(func=run_plot)
+
+
+def run_plot(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from transformer_nmt.train.metrics import plot_metrics
+
+    run = Path(args.run)
+    out = args.out or (run if run.is_dir() else run.parent) / "curves.png"
+    print(f"wrote {plot_metrics(run, out, args.x)}")
