@@ -111,3 +111,11 @@ def test_nmt_average_leaves_its_inputs_alone(tmp_path, tiny_data, capsys):
                  "--out", str(tmp_path / "checkpoint_2.pt")]) == 2
     assert "is one of the checkpoints being averaged" in capsys.readouterr().err
     assert (tmp_path / "checkpoint_2.pt").read_bytes() == before
+
+
+def test_an_average_keeps_the_languages_its_checkpoints_record(tmp_path, tiny_data):
+    for step in (1, 2):
+        payload = model_payload(tiny_model(step), vocab_bytes(tiny_data), ("en", "de"))
+        save_model_file(payload | {"step": step}, tmp_path / f"checkpoint_{step}.pt")
+    averaged = average_checkpoints([tmp_path / "checkpoint_1.pt", tmp_path / "checkpoint_2.pt"])
+    assert (averaged["src_lang"], averaged["tgt_lang"]) == ("en", "de")

@@ -13,7 +13,9 @@ import torch
 from sacrebleu.metrics import BLEU
 
 from decode_fixtures import make_model_file, sentences
+from train_fixtures import TINY
 from transformer_nmt.cli import main
+from transformer_nmt.model_file import model_languages, read_model_file
 from transformer_nmt.evaluate import evaluate_files, score, split_compounds, tokenize_for_bleu
 
 REFERENCES = [
@@ -135,3 +137,19 @@ def test_empty_hypotheses_and_references_are_an_error_not_a_traceback(tmp_path, 
     assert main(["evaluate", "--hyp", str(tmp_path / "hyp"), "--ref", str(tmp_path / "ref"),
                  "--tgt-lang", "de"]) == 2
     assert "no sentences to score" in capsys.readouterr().err
+
+
+def test_a_model_is_not_evaluated_on_data_of_the_other_direction(tiny_data, tmp_path, capsys):
+    """A model file records the languages of the data it was trained on; scoring it on
+    the reverse direction would give a meaningless BLEU without a word."""
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(tiny_data), "--out", str(run), *TINY,
+                 "--max-steps", "1"]) == 0
+    model = run / "checkpoint_last.pt"
+    assert model_languages(read_model_file(model)) == ("en", "xx")
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(model), "--data", str(tiny_data),
+                 "--src-lang", "xx", "--tgt-lang", "en"]) == 2
+    assert "translates en-xx, but" in capsys.readouterr().err
+    assert main(["evaluate", "--model", str(model), "--data", str(tiny_data), "--beam", "1",
+                 "--max-len-b", "2"]) == 0

@@ -52,7 +52,7 @@ def test_assignments(text, assignment):
 
 @pytest.mark.parametrize("text", ["dropout", "=3", " =3", ""])
 def test_an_assignment_needs_a_field_and_an_equals_sign(text):
-    with pytest.raises(UserError, match="--set expects FIELD=VALUE"):
+    with pytest.raises(UserError, match="a setting is FIELD=VALUE"):
         parse_assignment(text)
 
 
@@ -159,7 +159,7 @@ def test_a_changed_configuration_is_refused_naming_each_difference(tiny_data, ex
     assert str(error.value) == (
         f"{existing_run} holds a run with another configuration (d_ff: 64 -> 48; "
         "label_smoothing: 0.1 -> 0.0); continue it without these changes, or train into a "
-        "new --out")
+        "new run directory")
     with pytest.raises(UserError, match=r"another configuration \(preset 'tiny' -> 'small'; "):
         plan(tiny_data, existing_run, preset="small")
     with pytest.raises(UserError, match=r"another configuration \(seed: 1 -> 2\)"):
@@ -175,7 +175,7 @@ def test_a_run_is_refused_on_other_data(tiny_data, existing_run, tmp_path):
     manifest["filters"]["max_len"] += 1
     (other / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(UserError, match="was trained on other data .* resume with the same "
-                                        "prepared data, or train into a new --out"):
+                                        "prepared data, or train into a new run directory"):
         plan(other, existing_run)
 
 

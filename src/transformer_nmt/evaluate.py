@@ -155,6 +155,10 @@ def evaluate_model(model_path: str | Path, data_dir: str | Path, split: str = "t
     hyp_path = Path(hyp_path) if hyp_path is not None else Path(f"{stem}.{split}.hyp")
     json_path = Path(json_path) if json_path is not None else Path(f"{stem}.eval-{split}.json")
     translator = Translator.from_file(model_path, options)
+    if translator.languages is not None and translator.languages != (src_lang, tgt_lang):
+        raise UserError(f"{model_path} translates {'-'.join(translator.languages)}, but "
+                        f"{data_dir} {split} is {src_lang}-{tgt_lang}; evaluate the model on "
+                        "data of its own direction")
     speed = translate_file(translator, read_lines(src_path), hyp_path,
                            total=count_lines(src_path))
     result = score(read_text(hyp_path), read_text(ref_path), tgt_lang)

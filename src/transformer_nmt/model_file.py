@@ -40,9 +40,12 @@ def save_model_file(payload: dict[str, Any], path: str | Path) -> None:
     atomic_write(path, lambda handle: torch.save(payload, handle))
 
 
-def model_payload(model: Transformer, vocab_bytes: bytes) -> dict[str, Any]:
-    """The keys every model file holds: weights, architecture and vocabulary."""
-    return {
+def model_payload(model: Transformer, vocab_bytes: bytes,
+                  languages: tuple[str, str] | None = None) -> dict[str, Any]:
+    """The keys every model file holds: weights, architecture and vocabulary, and the
+    (source, target) languages it translates when known (files from before they were
+    recorded, and models not trained on a data directory, have none)."""
+    payload = {
         "format": FORMAT,
         "version": VERSION,
         "model": {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
@@ -51,6 +54,16 @@ def model_payload(model: Transformer, vocab_bytes: bytes) -> dict[str, Any]:
         "pad_id": model.pad_id,
         "vocab": vocab_bytes,
     }
+    if languages is not None:
+        payload["src_lang"], payload["tgt_lang"] = languages
+    return payload
+
+
+def model_languages(payload: dict[str, Any]) -> tuple[str, str] | None:
+    """The (source, target) languages a model file records, or None."""
+    if payload.get("src_lang") and payload.get("tgt_lang"):
+        return payload["src_lang"], payload["tgt_lang"]
+    return None
 
 
 def read_model_file(path: str | Path) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from transformer_nmt.decode.search import Hypothesis, SpecialIds, search
 from transformer_nmt.decode.threads import default_workers
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
-from transformer_nmt.model_file import InferenceModel, load_for_inference
+from transformer_nmt.model_file import InferenceModel, load_for_inference, model_languages
 from transformer_nmt.runtime import resolve_runtime
 
 logger = logging.getLogger(__name__)
@@ -120,6 +120,8 @@ class Translator:
         transformer_nmt.decode.threads), as `nmt translate` does."""
         self.options = options = options.resolved()
         self.vocab = inference_model.vocab
+        self.languages = model_languages(inference_model.payload_meta)
+        """(source, target) languages the model was trained on, where its file says."""
         self.model = prepare_model(inference_model.model, options.device, options.precision)
         max_positions = inference_model.model.cfg.max_positions
         self.src_limit = source_limit(max_positions, options.decode)

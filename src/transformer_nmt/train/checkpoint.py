@@ -23,8 +23,8 @@ import torch
 from transformer_nmt.config import differences
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import atomic_link
-from transformer_nmt.model_file import (build_model, model_payload, read_model_file,
-                                        save_model_file)
+from transformer_nmt.model_file import (build_model, model_languages, model_payload,
+                                        read_model_file, save_model_file)
 
 LAST = "checkpoint_last.pt"
 BEST = "checkpoint_best.pt"
@@ -156,7 +156,7 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
     for name, tensor in total.items():
         state[name] = (tensor / len(paths)).to(first["model"][name].dtype)
     model = build_model({**first, "model": state})
-    result = model_payload(model, first["vocab"])
+    result = model_payload(model, first["vocab"], model_languages(first))
     result["averaged_from"] = [{"file": str(path), "step": step}
                                for path, step in zip(paths, steps)]
     return result

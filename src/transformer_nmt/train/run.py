@@ -75,7 +75,7 @@ def parse_assignment(text: str) -> tuple[str, str]:
     """'FIELD=VALUE' -> (field, value), dashes in the field name read as underscores."""
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
-        raise UserError(f"--set expects FIELD=VALUE (e.g. dropout=0.2), not {text!r}")
+        raise UserError(f"a setting is FIELD=VALUE (e.g. dropout=0.2), not {text!r}")
     return name.strip().replace("-", "_"), value.strip()
 
 
@@ -156,11 +156,11 @@ def read_run_config(run_dir: Path) -> dict[str, Any] | None:
     if not run_dir.exists():
         return None
     if not run_dir.is_dir():
-        raise UserError(f"{run_dir} is a file, not a run directory; choose another --out")
+        raise UserError(f"{run_dir} is a file, not a run directory; choose another run directory")
     if not path.exists():
         if any(path.name != LOCK_FILE for path in run_dir.iterdir()):
             raise UserError(f"{run_dir} is not empty and holds no transformer-nmt run (no "
-                            f"{CONFIG_FILE}); choose a new or empty --out")
+                            f"{CONFIG_FILE}); choose a new or empty run directory")
         return None
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -168,7 +168,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any] | None:
         raise UserError(f"{path}: unreadable run configuration ({error})") from None
     if not isinstance(record, dict) or record.get("format") != RUN_FORMAT:
         raise UserError(f"{path} is not a transformer-nmt run configuration; "
-                        "choose a new or empty --out")
+                        "choose a new or empty run directory")
     if record.get("version") != RUN_VERSION:
         raise UserError(f"{path}: run format version {record.get('version')} is not "
                         f"supported by this release (expects {RUN_VERSION})")
@@ -243,16 +243,16 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
     resume: a run directory to continue (its config.json gives what is not overridden).
     """
     if resume is not None and out is not None and Path(resume).resolve() != Path(out).resolve():
-        raise UserError(f"--resume {resume} and --out {out} name different run directories; "
+        raise UserError(f"resume {resume} and out {out} name different run directories; "
                         "give one of them")
     run_dir = Path(resume if resume is not None else out) if (resume or out) else None
     if run_dir is None:
-        raise UserError("say where the run goes with --out RUN_DIR (or continue one with "
-                        "--resume RUN_DIR)")
+        raise UserError("say where the run goes (out, a run directory) or which run to "
+                        "continue (resume)")
     stored = read_run_config(run_dir)
     if resume is not None and stored is None:
         raise UserError(f"{run_dir} holds no run to resume (no {CONFIG_FILE}); start one with "
-                        "--data DATA_DIR --out RUN_DIR")
+                        "prepared data and a new run directory")
 
     file_values = _read_config_file(Path(config_file)) if config_file else {}
     preset_name = preset or file_values.get("preset") or (stored or {}).get("preset") or "base"
@@ -270,7 +270,7 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
 
     if data is None:
         if stored is None:
-            raise UserError("say which prepared data to train on with --data DATA_DIR")
+            raise UserError("say which prepared data directory to train on (data)")
         data = stored["data"]["dir"]
     data_dir = Path(data).resolve()
     digest = data_digest(data_dir)
@@ -292,12 +292,12 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
         if changes:
             raise UserError(f"{run_dir} holds a run with another configuration ("
                             f"{'; '.join(changes)}); continue it without these changes, or "
-                            "train into a new --out")
+                            "train into a new run directory")
         if stored["data"]["digest"] != digest:
             raise UserError(f"{run_dir} was trained on other data ({stored['data']['dir']}, "
                             f"digest {stored['data']['digest'][:12]}) than {data_dir} (digest "
                             f"{digest[:12]}); resume with the same prepared data, or train "
-                            "into a new --out")
+                            "into a new run directory")
         resume_from = resume_checkpoint(run_dir)
 
     record = {

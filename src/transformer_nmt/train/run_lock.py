@@ -34,7 +34,7 @@ class RunLock:
             os.close(self._fd)
             raise UserError(f"{self.path.parent} is being trained by another process (PID "
                             f"{holder}); wait for it to finish or stop it, or train into "
-                            "another --out") from None
+                            "another run directory") from None
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, f"{os.getpid()}\n".encode("ascii"), 0)
 

@@ -177,7 +177,9 @@ class _Session:
     def _payload(self) -> dict[str, Any]:
         """A full training checkpoint (collective: every process must call it)."""
         states = self.context.gather(rng_states())
-        payload = model_payload(self.trainer.raw_model, self.vocab_bytes)
+        data = self.plan.record["data"]
+        payload = model_payload(self.trainer.raw_model, self.vocab_bytes,
+                                (data["src_lang"], data["tgt_lang"]))
         payload.update(
             step=self.trainer.step, epoch=self.epoch, preset=self.plan.preset,
             train_config=self.plan.record["train"], data_digest=self.plan.data_digest,
@@ -344,8 +346,8 @@ class _Session:
                      else "")
             raise UserError(
                 f"training diverged: {trainer.bad_steps} updates in a row had a non-finite "
-                f"loss or gradient after step {trainer.step}{where}; try a smaller --lr-scale, "
-                "a longer --warmup, --precision fp32 or --set clip_norm=1")
+                f"loss or gradient after step {trainer.step}{where}; try a smaller lr_scale, "
+                "a longer warmup_steps, precision fp32 or clip_norm=1")
 
     def _summary(self, stopped_by: str, peak: float, finished_already: str | None = None
                  ) -> TrainSummary:
