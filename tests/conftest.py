@@ -16,7 +16,11 @@ from train_fixtures import make_tiny_data
 # other processes (OpenMP threads wait on each other): the whole session uses one, set
 # here once. No library code changes the thread count behind a test's back.
 torch.set_num_threads(1)
+from transformer_nmt.config import get_preset
+from transformer_nmt.data.manifest import SPM_MODEL
 from transformer_nmt.data.text import read_lines
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.model_file import model_payload, save_model_file
 
 
 @pytest.fixture
@@ -61,3 +65,14 @@ def model_file(tmp_path_factory) -> Path:
     """A tiny random model file with 256 positions and a 60-piece vocabulary, made once
     per test session (modules that need another model define their own)."""
     return make_model_file(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_file(tmp_path_factory, tiny_data) -> Path:
+    """A random tiny-preset model with `tiny_data`'s 64-piece vocabulary, made once per
+    test session: for tests of what happens around a model, not of what it translates."""
+    torch.manual_seed(0)
+    model = Transformer(get_preset("tiny").model, 64)
+    path = tmp_path_factory.mktemp("tiny-model") / "model.pt"
+    save_model_file(model_payload(model, (tiny_data / SPM_MODEL).read_bytes()), path)
+    return path

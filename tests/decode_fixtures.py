@@ -10,7 +10,6 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 import torch
 
 from transformer_nmt.config import DecodeConfig, get_preset

@@ -9,17 +9,12 @@ file or finished data directory that claims to be complete when the command fail
 
 import gzip
 
-import pytest
-import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from transformer_nmt.cli import main
-from transformer_nmt.config import get_preset
-from transformer_nmt.data.manifest import MANIFEST, SPM_MODEL
+from transformer_nmt.data.manifest import MANIFEST
 from transformer_nmt.data.text import count_lines
-from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.model_file import model_payload, save_model_file
 
 from train_fixtures import WORDS
 
@@ -63,15 +58,6 @@ def run_without_traceback(args: list[str]) -> int:
     return code
 
 
-@pytest.fixture(scope="module")
-def model_file(tmp_path_factory, tiny_data):
-    torch.manual_seed(0)
-    model = Transformer(get_preset("tiny").model, 64)
-    path = tmp_path_factory.mktemp("model") / "model.pt"
-    save_model_file(model_payload(model, (tiny_data / SPM_MODEL).read_bytes()), path)
-    return path
-
-
 @FUZZ
 @given(src=file_bytes, tgt=file_bytes)
 @example(src=HUGE_LINE, tgt=HUGE_LINE)
@@ -94,12 +80,12 @@ def test_prepare_answers_any_bytes_without_a_traceback(tmp_path_factory, src, tg
 @given(text=file_bytes)
 @example(text=HUGE_LINE)
 @example(text=b"")
-def test_translate_answers_any_bytes_without_a_traceback(tmp_path_factory, model_file, text):
+def test_translate_answers_any_bytes_without_a_traceback(tmp_path_factory, tiny_model_file, text):
     root = tmp_path_factory.mktemp("translate")
     source, output = root / "in.txt", root / "out.txt"
     source.write_bytes(text)
     output.write_text("an earlier translation\n", encoding="utf-8")
-    code = run_without_traceback(["translate", "--model", str(model_file), "--input",
+    code = run_without_traceback(["translate", "--model", str(tiny_model_file), "--input",
                                   str(source), "--output", str(output), "--beam", "2",
                                   "--max-len-b", "3", "--workers", "1"])
     assert source.read_bytes() == text

@@ -4,13 +4,9 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 
 from transformer_nmt.data.batching import TokenBatchSampler
-from transformer_nmt.data.binarize import load_split
 from transformer_nmt.errors import UserError
-
-from data_fixtures import make_split
 
 
 def lengths(n=1500, seed=0):

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from transformer_nmt.data.binarize import IdsWriter, ParallelData, ids_dtype, load_split, read_ids
-from transformer_nmt.data.manifest import FORMAT_VERSION, MANIFEST, bin_path, idx_path
-from transformer_nmt.files import write_json_atomic
+from transformer_nmt.data.manifest import bin_path, idx_path
 from transformer_nmt.errors import UserError
 
 from data_fixtures import SRC, TGT, make_split

@@ -2,18 +2,14 @@
 damaged or malicious, through every command that loads one."""
 
 import os
-import shutil
 
 import pytest
 import torch
 
 from transformer_nmt.cli import main
-from transformer_nmt.config import get_preset
-from transformer_nmt.data.manifest import SPM_MODEL
 from transformer_nmt.errors import UserError
-from transformer_nmt.model.transformer import Transformer
 from transformer_nmt import model_file as model_file_module
-from transformer_nmt.model_file import (load_for_inference, model_payload, read_model_file,
+from transformer_nmt.model_file import (load_for_inference, read_model_file,
                                         save_model_file)
 from transformer_nmt.train.checkpoint import LAST
 
@@ -37,18 +33,9 @@ def plant(path, marker, payload=None):
     torch.save(payload, path)
 
 
-@pytest.fixture(scope="module")
-def model_file(tmp_path_factory, tiny_data):
-    torch.manual_seed(0)
-    model = Transformer(get_preset("tiny").model, 64)
-    path = tmp_path_factory.mktemp("model") / "model.pt"
-    save_model_file(model_payload(model, (tiny_data / SPM_MODEL).read_bytes()), path)
-    return path
-
-
-def test_a_written_model_loads_back_identical(model_file):
-    loaded = load_for_inference(model_file)
-    payload = read_model_file(model_file)
+def test_a_written_model_loads_back_identical(tiny_model_file):
+    loaded = load_for_inference(tiny_model_file)
+    payload = read_model_file(tiny_model_file)
     for name, tensor in loaded.model.state_dict().items():
         assert torch.equal(tensor, payload["model"][name])
     assert len(loaded.vocab) == 64
@@ -134,8 +121,8 @@ def test_read_model_file_refuses_foreign_files(tmp_path):
         read_model_file(tmp_path / "other.pt")
 
 
-def test_weights_that_do_not_fit_the_architecture_are_a_damaged_file(tmp_path, model_file):
-    payload = read_model_file(model_file)
+def test_weights_that_do_not_fit_the_architecture_are_a_damaged_file(tmp_path, tiny_model_file):
+    payload = read_model_file(tiny_model_file)
     payload["model_config"] = {**payload["model_config"], "d_ff": 128}
     torch.save(payload, tmp_path / "mismatched.pt")
     with pytest.raises(UserError, match="mismatched.pt: damaged model file: its weights do not "

@@ -44,7 +44,7 @@ def raw_lines(mirror: Path, split: str, lang: str) -> list[str]:
 def run_quickstart(mirror: Path, out: Path) -> int:
     return main(["quickstart", "--corpus", "multi30k", "--src", "de", "--tgt", "en",
                  "--mirror", str(mirror), "--out", str(out), "--preset", "tiny",
-                 "--minutes", "0.25", "--max-tokens", "400"])
+                 "--minutes", "0.25", "--batch-tokens", "400"])
 
 
 def test_quickstart_runs_every_stage_and_reruns_without_starting_over(small_mirror, tmp_path,

@@ -98,10 +98,15 @@ def test_runs_that_must_not_be_continued_are_refused(tiny_data, tmp_path, capsys
     (["--precision", "fp16", "--device", "cpu"], "fp16 needs a CUDA GPU"),
     (["--batch-tokens", "0"], "batch_tokens must be at least 1"),
     (["--update-freq", "-1"], "update_freq must be a number >= 0"),
+    (["--set", "dropout=1.5"], "dropout must be in [0, 1), not 1.5"),
+    (["--set", "dropout=-0.5"], "dropout must be in [0, 1), not -0.5"),
+    (["--set", "attention_dropout=-0.1"], "attention_dropout must be in [0, 1), not -0.1"),
 ])
 def test_bad_settings_are_one_line_errors(tiny_data, tmp_path, capsys, args, message):
     code, _, err = nmt(capsys, *train_args(tiny_data, tmp_path / "run", *args))
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    # Refused before anything is written: no run directory to poison a later resume.
+    assert not (tmp_path / "run").exists()
 
 
 def test_config_file_and_preset_precedence(tiny_data, tmp_path, capsys):

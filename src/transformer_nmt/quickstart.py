@@ -72,7 +72,7 @@ class QuickstartOptions:
     """Warm-up steps at most: a 20-minute run on 2 cores makes ~500 steps, fewer than the
     small preset's 1000, so the learning rate would never reach its peak. The peak stays
     the preset's (lr_scale shrinks by sqrt(warmup / preset's warmup))."""
-    max_tokens: int = 2048
+    batch_tokens: int = 2048
     """Tokens per update and side, over all processes (the run's batch_tokens). Half the
     small preset's 4096: a time-bound CPU run makes twice the updates at nearly the same
     token rate, and on Multi30k that took test BLEU after 60 minutes from 34.8 to 37.5
@@ -133,7 +133,7 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     # picture at a few percent of the training time.
     overrides = [("max_time", str(options.minutes * 60)), ("save_every_minutes", str(save_minutes)),
                  ("keep_last", str(max(options.average_last, 5))), ("valid_every", "150"),
-                 ("valid_bleu", "true"), ("batch_tokens", str(options.max_tokens)),
+                 ("valid_bleu", "true"), ("batch_tokens", str(options.batch_tokens)),
                  *_shorter_warmup(options)] + list(options.overrides)
     summary = train(out=run_dir, data=data_dir, preset=options.preset, overrides=overrides,
                     device=options.device, command="nmt quickstart", progress=options.progress)

@@ -27,8 +27,8 @@ def add_quickstart_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--preset", default="small", help="model preset (default: small)")
     parser.add_argument("--minutes", type=float, default=20.0,
                         help="training time in minutes, summed over re-runs (default: 20)")
-    parser.add_argument("--max-tokens", type=int, default=2048,
-                        help="tokens per batch and side (default: 2048, half the small "
+    parser.add_argument("--batch-tokens", type=int, default=2048,
+                        help="tokens per update and side (default: 2048, half the small "
                         "preset's: more updates in a time-bound run)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="set any model or training field, as `nmt train --set`; repeatable")
@@ -45,5 +45,5 @@ def run_quickstart(args: argparse.Namespace) -> None:
 
     quickstart(QuickstartOptions(
         out=Path(args.out), corpus=args.corpus, src=args.src, tgt=args.tgt, mirror=args.mirror,
-        preset=args.preset, minutes=args.minutes, max_tokens=args.max_tokens, device=args.device,
+        preset=args.preset, minutes=args.minutes, batch_tokens=args.batch_tokens, device=args.device,
         overrides=[parse_assignment(text) for text in args.set]))

@@ -11,10 +11,11 @@ import torch
 from transformer_nmt.config import PRESETS
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.train import checkpoint
 from transformer_nmt.cli import main
-from transformer_nmt.train.checkpoint import LAST, average_checkpoints, check_average_output, checkpoints_to_average, numbered_checkpoints, rng_states, save_numbered, set_rng_states
-from transformer_nmt.model_file import save_model_file, load_for_inference, model_payload, read_model_file
+from transformer_nmt.model_file import load_for_inference, model_payload, save_model_file
+from transformer_nmt.train.checkpoint import (LAST, average_checkpoints, check_average_output,
+                                              checkpoints_to_average, numbered_checkpoints,
+                                              rng_states, save_numbered, set_rng_states)
 
 
 TINY = PRESETS["tiny"].model
