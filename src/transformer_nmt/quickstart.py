@@ -142,9 +142,9 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     curves = plot_metrics(run_dir / "metrics.jsonl", run_dir / "curves.png", x_axis="wall")
     log(f"drew the training curves (validation loss and BLEU against time) into {curves}")
 
-    _stage(log, 3, f"averaging the last {options.average_last} checkpoints")
-    available = len(numbered_checkpoints(run_dir))
-    paths = checkpoints_to_average([run_dir], min(options.average_last, available))
+    count = min(options.average_last, len(numbered_checkpoints(run_dir)))
+    _stage(log, 3, f"averaging the last {count} checkpoint{'' if count == 1 else 's'}")
+    paths = checkpoints_to_average([run_dir], count)
     save_model_file(average_checkpoints(paths), model_path)
     log(f"averaged {', '.join(p.name for p in paths)} into {model_path}")
 
