@@ -101,7 +101,7 @@ def test_a_failed_save_keeps_the_old_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         save_model_file({"format": "new"}, path)
     monkeypatch.undo()
-    assert torch.load(path, weights_only=False) == {"format": "old"}
+    assert torch.load(path, weights_only=True) == {"format": "old"}
     assert os.listdir(tmp_path) == ["checkpoint_1.pt"]
 
 

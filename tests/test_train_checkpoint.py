@@ -34,7 +34,7 @@ def test_save_numbered_links_last_and_keeps_the_newest(tmp_path):
     for step in (10, 20, 30, 40):
         save_numbered(tmp_path, {"step": step}, step, keep_last=2)
     assert [step for step, _ in numbered_checkpoints(tmp_path)] == [30, 40]
-    assert torch.load(tmp_path / LAST, weights_only=False) == {"step": 40}
+    assert torch.load(tmp_path / LAST, weights_only=True) == {"step": 40}
     assert os.path.samefile(tmp_path / LAST, tmp_path / "checkpoint_40.pt")
     assert sorted(os.listdir(tmp_path)) == ["checkpoint_30.pt", "checkpoint_40.pt", LAST]
 

@@ -78,7 +78,8 @@ def read_model_file(path: str | Path) -> dict[str, Any]:
         # file whose pickle would run code is refused before anything runs.
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        # torch's message would advise weights_only=False, i.e. running the file's code.
+        # torch's own message would advise loading the file unrestricted, i.e. running
+        # whatever its pickle holds: say what happened instead.
         raise UserError(f"{path}: not a readable transformer-nmt model file (damaged, or it "
                         "holds objects other than tensors and plain data, which are never "
                         "loaded)") from None
