@@ -121,3 +121,14 @@ def test_bad_settings_are_user_errors_naming_the_setting(model_file):
             TranslatorOptions(**{name: 0})
     with pytest.raises(UserError, match="workers must be at least 1, not 1.5"):
         TranslatorOptions(workers=1.5)
+
+
+def test_a_variant_shares_the_model_and_decodes_like_a_fresh_translator(model_file):
+    lines = sentences(5, seed=8)
+    base = translator_for(model_file)
+    wider = replace(SHORT, beam=3, nbest=2)
+    variant = base.variant(wider, alignments=True)
+    assert variant.model is base.model
+    assert base.options.decode == SHORT and not base.options.alignments
+    fresh = translator_for(model_file, wider, alignments=True)
+    assert list(variant.translate_nbest(lines)) == list(fresh.translate_nbest(lines))

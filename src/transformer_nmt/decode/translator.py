@@ -6,6 +6,7 @@ little wasted compute), translated, and given back in their original order.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -137,6 +138,17 @@ class Translator:
         # Loaded onto the CPU: prepare_model moves it after converting it, so that the
         # device never holds the float model and the converted one at once.
         return cls(load_for_inference(path, "cpu"), options)
+
+    def variant(self, decode: DecodeConfig, alignments: bool | None = None) -> "Translator":
+        """A Translator sharing this one's model, vocabulary and workers that searches with
+        `decode` (and aligns words when `alignments`, unchanged when None): a server holds
+        one model and decodes each request with the settings it asked for."""
+        other = copy.copy(self)
+        if alignments is None:
+            alignments = self.options.alignments
+        other.options = replace(self.options, decode=decode, alignments=alignments)
+        other.src_limit = source_limit(self.max_len_limit + 1, decode)
+        return other
 
     def translate(self, lines: Iterable[str]) -> Iterator[str]:
         """The best translation of each line, in order; an empty line gives an empty line."""
