@@ -132,8 +132,9 @@ class TranslationService:
             maps.append({
                 "source_tokens": attention.src_tokens,
                 "target_tokens": attention.tgt_out_tokens,
-                # per layer (heads, target tokens, source tokens)
-                "layers": [layer.round(decimals=ATTENTION_DECIMALS).tolist()
+                # per layer (heads, target tokens, source tokens); float64 so that the
+                # rounded values print as short decimals
+                "layers": [layer.double().round(decimals=ATTENTION_DECIMALS).tolist()
                            for layer in attention.weights["cross"]],
             })
         return maps
