@@ -38,13 +38,22 @@ class AttentionMaps:
     """'encoder' / 'decoder' / 'cross' -> per layer (heads, queries, keys), float32."""
 
 
-@torch.inference_mode()
 def compute_attention(model, vocab, source: str, target: str) -> AttentionMaps:
     """Run the model teacher-forced on (source, target) and collect every attention map."""
-    src_ids = vocab.encode(source)[: model.cfg.max_positions - 1] + [vocab.eos_id]
+    src_ids = vocab.encode(source)[: model.cfg.max_positions - 1]
     tgt_ids = vocab.encode(target)[: model.cfg.max_positions - 1]
-    if not src_ids[:-1]:
+    if not src_ids:
         raise UserError(f"the source sentence {source!r} is empty: give some text to translate")
+    return compute_attention_of_ids(model, vocab, src_ids, tgt_ids)
+
+
+@torch.inference_mode()
+def compute_attention_of_ids(model, vocab, src_ids: list[int],
+                             tgt_ids: list[int]) -> AttentionMaps:
+    """Every attention map of the model teacher-forced on source and target token ids
+    (without BOS and EOS; at most max_positions - 1 of each), as a translation's own
+    tokens give them."""
+    src_ids = src_ids + [vocab.eos_id]
     device = next(model.parameters()).device
     src = torch.tensor([src_ids], device=device)
     tgt_in = torch.tensor([[vocab.bos_id] + tgt_ids], device=device)

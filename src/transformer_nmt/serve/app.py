@@ -1,0 +1,169 @@
+"""The ASGI app of `nmt serve` (FastAPI): our API under /v1, LibreTranslate's beside it,
+health and readiness, Prometheus metrics, the web page, and one-line JSON errors."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager
+from importlib.resources import files
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from transformer_nmt import __version__
+from transformer_nmt.serve.access import presented_key, require_key
+from transformer_nmt.serve.batcher import QueueFull
+from transformer_nmt.serve.libretranslate import libretranslate_routes
+from transformer_nmt.serve.middleware import BodyLimit, RequestMetrics
+from transformer_nmt.serve.metrics import ServerMetrics
+from transformer_nmt.serve.requests import TranslateRequest
+from transformer_nmt.serve.service import BadOption, Search, TooLarge, TranslationService
+
+UNION_MEMBERS = {"str", "int", "float", "bool", "list[str]"}
+"""Type names pydantic puts into an error's location for a field of several types."""
+STATIC = files("transformer_nmt.serve") / "static"
+"""The web page's files, shipped in the package: no CDN, so it works offline."""
+
+
+def error(status: int, message: str) -> JSONResponse:
+    """The one-line JSON error every refusal gets."""
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def validation_error(exc: RequestValidationError) -> tuple[int, str]:
+    """(status, one line) for a body FastAPI could not read: 400 for text that is not
+    JSON (invalid UTF-8 included), 422 naming the field for a wrong or unknown one."""
+    first = exc.errors()[0] if exc.errors() else {}
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        return 400, "the body is not valid JSON in UTF-8: " + str(first.get("ctx", {}).get(
+            "error", first.get("msg", "")))
+    # Union members add their type to the location ('text', 'list[str]', 0): drop it.
+    field = ".".join(str(part) for part in first.get("loc", ())
+                     if part != "body" and str(part) not in UNION_MEMBERS)
+    if kind == "extra_forbidden":
+        return 422, f"unknown field {field!r}; see /docs for the fields this API takes"
+    if kind == "missing":
+        return 422, f"field {field!r} is missing"
+    if not field:
+        return 422, f"the body must be a JSON object: {first.get('msg', 'invalid')}"
+    return 422, f"field {field!r}: {first.get('msg', 'invalid value')}"
+
+
+async def translate_within_limits(app: FastAPI, texts: list[str], search: Search,
+                                  html: bool = False) -> list[dict[str, Any]]:
+    """service.translate_texts under the per-request timeout; HTTP 503 while the server
+    shuts down, 504 past the timeout."""
+    if app.state.draining:
+        raise HTTPException(503, "the server is shutting down; retry on another instance")
+    timeout = app.state.service.settings.timeout_s
+    try:
+        return await asyncio.wait_for(app.state.service.translate_texts(texts, search, html),
+                                      timeout)
+    except TimeoutError:
+        raise HTTPException(504, f"the translation took longer than the server's "
+                            f"timeout_s ({timeout:g} s)") from None
+
+
+def create_app(service: TranslationService, card: dict[str, Any],
+               metrics: ServerMetrics | None = None) -> FastAPI:
+    """The app serving `service`; `card` is what GET /v1/model describes (model_card)."""
+    settings = service.settings
+    metrics = metrics or ServerMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        service.batcher.start()
+        app.state.ready = True
+        yield
+        app.state.draining = True
+        await service.batcher.stop()
+
+    app = FastAPI(title="transformer-nmt", version=__version__, lifespan=lifespan,
+                  description="Translate with a Transformer trained by transformer-nmt; "
+                  "LibreTranslate's /translate and /languages are served as well.")
+    app.state.service, app.state.card, app.state.metrics = service, card, metrics
+    app.state.ready = app.state.draining = False
+
+    async def key_required(request: Request) -> None:
+        require_key(settings.api_key, presented_key(request))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error(*validation_error(exc))
+
+    @app.exception_handler(TooLarge)
+    async def too_large(request: Request, exc: TooLarge) -> JSONResponse:
+        return error(413, str(exc))
+
+    @app.exception_handler(QueueFull)
+    async def queue_full(request: Request, exc: QueueFull) -> JSONResponse:
+        return error(429, f"the server is busy: {exc}; retry shortly")
+
+    @app.exception_handler(BadOption)
+    async def bad_option(request: Request, exc: BadOption) -> JSONResponse:
+        return error(422, str(exc))
+
+    @app.get("/v1/model", summary="describe the served model")
+    async def describe() -> dict[str, Any]:
+        return {**card,
+                "defaults": {"beam": service.defaults.beam, "alpha": service.defaults.alpha,
+                             "nbest": 1},
+                "limits": {"max_beam": settings.max_beam, "max_nbest": settings.max_nbest,
+                           "max_characters": settings.max_characters,
+                           "max_sentences": settings.max_sentences},
+                "api_key_required": settings.api_key is not None}
+
+    @app.post("/v1/translate", summary="translate one text or a list",
+              dependencies=[Depends(key_required)])
+    async def translate(body: TranslateRequest) -> dict[str, Any]:
+        started = time.perf_counter()
+        texts = [body.text] if isinstance(body.text, str) else body.text
+        search = Search(body.beam, body.alpha, body.nbest, body.alignments, body.attention)
+        results = await translate_within_limits(app, texts, search)
+        return {"translations": results,
+                "elapsed_ms": round((time.perf_counter() - started) * 1000, 1)}
+
+    @app.get("/health", summary="the process answers")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/ready", summary="the model is loaded and the server takes requests")
+    async def ready() -> JSONResponse:
+        if app.state.ready and not app.state.draining:
+            return JSONResponse({"status": "ready"})
+        return error(503, "not ready: " + ("shutting down" if app.state.draining
+                                           else "starting"))
+
+    @app.get("/metrics", summary="Prometheus metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.exposition(), media_type=metrics.content_type)
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> Response:
+        index = STATIC / "index.html"
+        if not index.is_file():
+            return error(404, "the web page is not installed with this package")
+        return FileResponse(str(index))
+
+    app.mount("/static", StaticFiles(directory=str(STATIC), check_dir=False), name="static")
+    app.include_router(libretranslate_routes(
+        lambda texts, search, html: translate_within_limits(app, texts, search, html),
+        settings, card))
+    # The last added is the outermost: metrics count the body limit's refusals too.
+    app.add_middleware(BodyLimit, max_bytes=4 * settings.max_characters + 65536)
+    app.add_middleware(RequestMetrics, metrics=metrics)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+                           allow_methods=["GET", "POST"],
+                           allow_headers=["Content-Type", "X-API-Key", "Authorization"])
+    return app

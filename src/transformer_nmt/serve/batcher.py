@@ -1,0 +1,204 @@
+"""Batching across requests: every request's sentences wait in one queue, and a single
+decoding thread translates them in batches that mix requests.
+
+A batch holds sentences searched with the same settings (beam, alpha, n-best,
+alignments), oldest first, up to a token budget. While the decoder is busy, newcomers
+gather in the queue and form the next batch; when it is idle, a sentence waits at most
+`max_wait_s` for company. Decoding runs on its own thread (the Translator's workers
+below it), never on the event loop, so the server keeps answering while it decodes. The
+Translator sorts a batch by length and pads, so a sentence's translation does not depend
+on what else was in its batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.translator import Translation, Translator
+from transformer_nmt.serve.metrics import ServerMetrics
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class QueueFull(Exception):
+    """The queue holds as many sentences as it may; the caller should retry later."""
+
+
+@dataclass(frozen=True)
+class SearchKey:
+    """The settings a batch's sentences share."""
+
+    decode: DecodeConfig
+    alignments: bool
+
+
+@dataclass
+class _Piece:
+    """Consecutive sentences of one request, all within one batch."""
+
+    key: SearchKey
+    lines: list[str]
+    tokens: int
+    future: asyncio.Future
+    arrived: float
+
+
+class Batcher:
+    """Translates sentences of concurrent requests in shared batches, in one thread."""
+
+    def __init__(self, translator: Translator, metrics: ServerMetrics, *,
+                 max_batch_tokens: int, max_wait_s: float, max_queue: int) -> None:
+        self.translator = translator
+        self.metrics = metrics
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait_s = max_wait_s
+        self.max_queue = max_queue
+        self.queued_sentences = 0
+        self._pending: deque[_Piece] = deque()
+        self._arrival = asyncio.Event()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="nmt-decode")
+        self._variants: dict[SearchKey, Translator] = {}
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Start forming and decoding batches on the running event loop."""
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        """Finish every queued sentence, then stop."""
+        while self._pending:
+            await asyncio.sleep(0.01)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._executor.shutdown(wait=True)
+
+    async def translate(self, lines: list[str], tokens: list[int],
+                        key: SearchKey) -> list[list[Translation]]:
+        """The translations of `lines` (with `tokens` source tokens each), in order.
+        QueueFull if the queue cannot take them; cancelling the call withdraws those
+        not yet being decoded."""
+        if not lines:
+            return []
+        if self.queued_sentences + len(lines) > self.max_queue:
+            raise QueueFull(f"{self.queued_sentences} sentences are waiting (max_queue "
+                            f"{self.max_queue})")
+        loop = asyncio.get_running_loop()
+        pieces = []
+        for start, end in _spans(tokens, self.max_batch_tokens):
+            piece = _Piece(key, lines[start:end], sum(tokens[start:end]),
+                           loop.create_future(), time.monotonic())
+            pieces.append(piece)
+            self._pending.append(piece)
+        self.queued_sentences += len(lines)
+        self.metrics.queue.set(self.queued_sentences)
+        self._arrival.set()
+        try:
+            results = await asyncio.gather(*(piece.future for piece in pieces))
+        except BaseException:
+            for piece in pieces:
+                piece.future.cancel()
+            raise
+        return [translations for result in results for translations in result]
+
+    async def run_in_decoder(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` on the decoding thread, between batches: work that uses the
+        model (attention maps) never competes with a batch for the cores."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+
+    async def _loop(self) -> None:
+        while True:
+            if not self._pending:
+                self._arrival.clear()
+                await self._arrival.wait()
+                continue
+            await self._wait_for_company(self._pending[0])
+            batch = self._take_batch(self._pending[0].key)
+            if batch:
+                await self._decode(batch)
+
+    async def _wait_for_company(self, oldest: _Piece) -> None:
+        """Until the oldest sentence's key fills a batch or it has waited max_wait_s."""
+        while True:
+            left = oldest.arrived + self.max_wait_s - time.monotonic()
+            waiting = sum(piece.tokens for piece in self._pending if piece.key == oldest.key)
+            if left <= 0 or waiting >= self.max_batch_tokens:
+                return
+            self._arrival.clear()
+            try:
+                await asyncio.wait_for(self._arrival.wait(), left)
+            except TimeoutError:
+                return
+
+    def _take_batch(self, key: SearchKey) -> list[_Piece]:
+        """The oldest pieces with `key` within the token budget, out of the queue; pieces
+        whose request went away are dropped."""
+        batch: list[_Piece] = []
+        tokens = 0
+        for piece in list(self._pending):
+            if piece.future.done():
+                self._pending.remove(piece)
+                self._dequeued(len(piece.lines))
+                continue
+            if piece.key != key:
+                continue
+            if batch and tokens + piece.tokens > self.max_batch_tokens:
+                break
+            self._pending.remove(piece)
+            batch.append(piece)
+            tokens += piece.tokens
+        return batch
+
+    def _dequeued(self, sentences: int) -> None:
+        self.queued_sentences -= sentences
+        self.metrics.queue.set(self.queued_sentences)
+
+    async def _decode(self, batch: list[_Piece]) -> None:
+        lines = [line for piece in batch for line in piece.lines]
+        key = batch[0].key
+        translator = self._variants.get(key)
+        if translator is None:
+            translator = self._variants[key] = self.translator.variant(key.decode,
+                                                                       key.alignments)
+        started = time.perf_counter()
+        try:
+            results = await self.run_in_decoder(
+                lambda: list(translator.translate_nbest(lines)))
+        except Exception as error:  # noqa: BLE001 (each waiting request gets the error)
+            logger.exception("decoding a batch of %d sentences failed", len(lines))
+            for piece in batch:
+                if not piece.future.done():
+                    piece.future.set_exception(error)
+            return
+        finally:
+            self._dequeued(len(lines))
+        seconds = time.perf_counter() - started
+        self.metrics.observe_batch(len(lines), sum(piece.tokens for piece in batch),
+                                   sum(len(found[0].tokens) for found in results), seconds)
+        offset = 0
+        for piece in batch:
+            if not piece.future.done():
+                piece.future.set_result(results[offset: offset + len(piece.lines)])
+            offset += len(piece.lines)
+
+
+def _spans(tokens: list[int], budget: int) -> list[tuple[int, int]]:
+    """[start, end) runs of consecutive sentences, each within `budget` tokens (a longer
+    sentence alone)."""
+    spans = []
+    start, total = 0, 0
+    for index, count in enumerate(tokens):
+        if index > start and total + count > budget:
+            spans.append((start, index))
+            start, total = index, 0
+        total += count
+    spans.append((start, len(tokens)))
+    return spans

@@ -1,0 +1,84 @@
+"""ASGI middleware of the server: a cap on the body's size before it is read, and the
+request counters and latency histogram of /metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from fastapi import HTTPException
+
+from transformer_nmt.serve.metrics import ServerMetrics
+
+KNOWN_ROUTES = {"/v1/translate", "/v1/model", "/translate", "/languages", "/health",
+                "/ready", "/metrics", "/"}
+"""Routes counted by name; anything else is counted as 'other', so that scans of random
+paths cannot grow the metrics without bound."""
+
+
+class BodyLimit:
+    """413 for a body over `max_bytes`, by its Content-Length or while it streams in,
+    so that no request can make the server hold an unbounded body."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > self.max_bytes:
+            await _refuse(send, 413 if declared.isdigit() else 400,
+                          f"the body is larger than the server's limit ({self.max_bytes} "
+                          "bytes, from max_characters)" if declared.isdigit()
+                          else "the Content-Length header is not a number")
+            return
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                raise HTTPException(413, f"the body is larger than the server's limit "
+                                    f"({self.max_bytes} bytes, from max_characters)")
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+async def _refuse(send, status: int, message: str) -> None:
+    body = json.dumps({"error": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestMetrics:
+    """Counts every HTTP request by route and status and times it."""
+
+    def __init__(self, app, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def recording_send(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            route = scope["path"] if scope["path"] in KNOWN_ROUTES else "other"
+            self.metrics.observe_request(route, status, time.perf_counter() - started)

@@ -1,0 +1,58 @@
+"""Running `nmt serve`: load the model once, build the app, and serve it with uvicorn
+until SIGTERM or Ctrl+C, answering every request already accepted before exiting."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import uvicorn
+
+from transformer_nmt.decode.threads import decoding_threads, torch_threads
+from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.model_file import load_for_inference
+from transformer_nmt.serve.app import create_app
+from transformer_nmt.serve.batcher import Batcher
+from transformer_nmt.serve.metrics import ServerMetrics
+from transformer_nmt.serve.model_card import model_card
+from transformer_nmt.serve.service import TranslationService
+from transformer_nmt.serve.settings import ServeSettings
+
+logger = logging.getLogger(__name__)
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server that marks the app as shutting down the moment a signal arrives,
+    so that /ready turns 503 while the requests in flight finish."""
+
+    def __init__(self, config: uvicorn.Config, app) -> None:
+        super().__init__(config)
+        self.nmt_app = app
+
+    def handle_exit(self, sig, frame) -> None:
+        self.nmt_app.state.draining = True
+        super().handle_exit(sig, frame)
+
+
+def build_app(model_path: str | Path, options: TranslatorOptions, settings: ServeSettings):
+    """The app serving the model at `model_path` (UserError if it is not one)."""
+    inference_model = load_for_inference(model_path, "cpu")
+    card = model_card(inference_model, options.precision)
+    translator = Translator(inference_model, options)
+    metrics = ServerMetrics()
+    batcher = Batcher(translator, metrics, max_batch_tokens=settings.max_batch_tokens,
+                      max_wait_s=settings.max_wait_ms / 1000, max_queue=settings.max_queue)
+    service = TranslationService(translator, batcher, settings, card["source_language"])
+    return create_app(service, card, metrics)
+
+
+def serve(model_path: str | Path, options: TranslatorOptions, settings: ServeSettings,
+          log_level: str = "info") -> None:
+    """Serve the model at `model_path` on settings.host:settings.port until stopped."""
+    app = build_app(model_path, options, settings)
+    translator = app.state.service.translator
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level,
+                            # Requests in flight get their full timeout to finish.
+                            timeout_graceful_shutdown=int(settings.timeout_s) + 5)
+    with torch_threads(decoding_threads(translator.options.workers, translator.options.device)):
+        DrainingServer(config, app).run()

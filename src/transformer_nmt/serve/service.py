@@ -1,0 +1,156 @@
+"""The server's work without the HTTP: check a request against the limits, cut its texts
+into sentences, have the batcher translate them, and put the translations back together
+(with n-best lists, alignments and attention maps when asked)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from transformer_nmt.attention_plot import compute_attention_of_ids
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.data.text import normalize
+from transformer_nmt.decode.translator import Translation, Translator
+from transformer_nmt.errors import UserError
+from transformer_nmt.serve.batcher import Batcher, SearchKey
+from transformer_nmt.serve.documents import split_document
+from transformer_nmt.serve.html_text import Markup, parse_html
+from transformer_nmt.serve.settings import ServeSettings
+
+ATTENTION_DECIMALS = 3
+"""Attention weights are sent rounded: enough for a heatmap, a fifth of the bytes."""
+
+
+class TooLarge(Exception):
+    """A request over one of the size limits (HTTP 413); the message names the limit."""
+
+
+class BadOption(Exception):
+    """A decoding option out of its range (HTTP 422); `field` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Search:
+    """The decoding options one request asked for (None: the server's default)."""
+
+    beam: int | None = None
+    alpha: float | None = None
+    nbest: int | None = None
+    alignments: bool = False
+    attention: bool = False
+
+
+class TranslationService:
+    """Translates the texts of requests through a shared Batcher."""
+
+    def __init__(self, translator: Translator, batcher: Batcher, settings: ServeSettings,
+                 source_language: str | None) -> None:
+        self.translator = translator
+        self.batcher = batcher
+        self.settings = settings
+        self.defaults = translator.options.decode
+        # The segmenter knows sentence ends per language; an unknown one falls back to
+        # English rules.
+        self.segmenter_language = source_language or "en"
+
+    def search_key(self, search: Search) -> SearchKey:
+        """The batch settings for `search`; BadOption for a value out of range."""
+        nbest = 1 if search.nbest is None else search.nbest
+        # Asking for more alternatives than the default beam widens it.
+        beam = max(self.defaults.beam, nbest) if search.beam is None else search.beam
+        alpha = self.defaults.alpha if search.alpha is None else search.alpha
+        if not 1 <= beam <= self.settings.max_beam:
+            raise BadOption("beam", f"beam must be between 1 and {self.settings.max_beam} "
+                            f"(the server's max_beam), not {beam}")
+        if not 1 <= nbest <= min(beam, self.settings.max_nbest):
+            raise BadOption("nbest", f"nbest must be between 1 and the beam ({beam}; at "
+                            f"most {self.settings.max_nbest}), not {nbest}")
+        if not -10 <= alpha <= 10:
+            raise BadOption("alpha", f"alpha must be between -10 and 10, not {alpha}")
+        try:
+            decode = DecodeConfig(beam=beam, alpha=alpha, max_len_a=self.defaults.max_len_a,
+                                  max_len_b=self.defaults.max_len_b, nbest=nbest)
+        except UserError as error:
+            raise BadOption("alpha", str(error)) from None
+        return SearchKey(decode, search.alignments)
+
+    def count_tokens(self, sentence: str) -> int:
+        """Source subword tokens of `sentence`, as the Translator will encode it."""
+        return len(self.translator.vocab.encode(normalize(sentence)))
+
+    async def translate_texts(self, texts: list[str], search: Search,
+                              html: bool = False) -> list[dict[str, Any]]:
+        """One result per text: {'text': the translated text, 'sentences': [...]}, as
+        POST /v1/translate answers. TooLarge, BadOption or QueueFull when refused."""
+        key = self.search_key(search)
+        characters = sum(len(text) for text in texts)
+        if characters > self.settings.max_characters:
+            raise TooLarge(f"the request has {characters} characters, more than the "
+                           f"server's max_characters ({self.settings.max_characters})")
+        markups: list[Markup | None] = [parse_html(text) if html else None for text in texts]
+        units = [markup.texts if markup else [text] for markup, text in zip(markups, texts)]
+        documents = [[split_document(unit, self.segmenter_language, self.count_tokens,
+                                     self.translator.src_limit) for unit in text_units]
+                     for text_units in units]
+        sentences = [sentence for text_documents in documents
+                     for document in text_documents for sentence in document.sentences]
+        if len(sentences) > self.settings.max_sentences:
+            raise TooLarge(f"the request has {len(sentences)} sentences, more than the "
+                           f"server's max_sentences ({self.settings.max_sentences})")
+        tokens = [self.count_tokens(sentence) for sentence in sentences]
+        found = await self.batcher.translate(sentences, tokens, key)
+        attention = [None] * len(sentences)
+        if search.attention:
+            attention = await self.batcher.run_in_decoder(self._attention, sentences, found)
+        results = []
+        offset = 0
+        for markup, text_documents in zip(markups, documents):
+            joined, described = [], []
+            for document in text_documents:
+                count = len(document.sentences)
+                mine = range(offset, offset + count)
+                joined.append(document.join([found[i][0].text for i in mine]))
+                described += [_describe(sentences[i], found[i], attention[i]) for i in mine]
+                offset += count
+            text = markup.join(joined) if markup else joined[0]
+            results.append({"text": text, "sentences": described})
+        return results
+
+    def _attention(self, sentences: list[str],
+                   found: list[list[Translation]]) -> list[dict[str, Any]]:
+        """The encoder-decoder attention of each best translation, per layer and head."""
+        vocab = self.translator.vocab
+        maps = []
+        for sentence, translations in zip(sentences, found):
+            src_ids = vocab.encode(normalize(sentence))
+            attention = compute_attention_of_ids(self.translator.model, vocab, src_ids,
+                                                 translations[0].tokens)
+            maps.append({
+                "source_tokens": attention.src_tokens,
+                "target_tokens": attention.tgt_out_tokens,
+                # per layer (heads, target tokens, source tokens)
+                "layers": [layer.round(decimals=ATTENTION_DECIMALS).tolist()
+                           for layer in attention.weights["cross"]],
+            })
+        return maps
+
+
+def _describe(source: str, translations: list[Translation],
+              attention: dict[str, Any] | None) -> dict[str, Any]:
+    best = translations[0]
+    described: dict[str, Any] = {
+        "source": source,
+        "text": best.text,
+        "score": round(best.score, 4),
+        "nbest": [{"text": t.text, "score": round(t.score, 4)} for t in translations],
+    }
+    if best.alignment is not None:
+        described["alignment"] = [list(pair) for pair in best.alignment]
+    if attention is not None:
+        described["attention"] = attention
+    return described
+
