@@ -167,6 +167,7 @@ def test_the_heatmaps_draw_every_layer_and_head(page, server):
     open_page(page, server)
     attention = translate(page)["translations"][0]["sentences"][0]["attention"]
     page.locator("details.heatmaps summary").first.click()
+    page.wait_for_selector("details.heatmaps .heat-main canvas")  # drawn when opened
     layers, heads = len(attention["layers"]), len(attention["layers"][0])
     assert page.locator("details.heatmaps .heat-cell canvas").count() == layers * heads
     assert page.locator("details.heatmaps .heat-main canvas").count() == 1

@@ -489,7 +489,7 @@
   function drawHeatmap(matrix, rowLabels, colLabels, cell, labelled) {
     const canvas = el("canvas", { class: "heatmap" });
     const ctx = canvas.getContext("2d");
-    const font = `${Math.min(12, Math.max(9, cell - 2))}px system-ui, sans-serif`;
+    const font = `${Math.min(12, Math.max(8, cell - 2))}px system-ui, sans-serif`;
     ctx.font = font;
     const widest = (labels) => Math.max(0, ...labels.map((l) => ctx.measureText(l).width));
     const left = labelled ? Math.ceil(widest(rowLabels)) + 6 : 0;
@@ -543,7 +543,7 @@
     const cols = attention.source_tokens.map(tokenLabel);
     const longest = Math.max(rows.length, cols.length);
     const big = Math.max(12, Math.min(26, Math.floor(520 / longest)));
-    const small = Math.max(4, Math.min(14, Math.floor(150 / longest)));
+    const small = Math.max(4, Math.min(14, Math.floor(180 / longest)));
 
     const main = el("figure", { class: "heat-main" },
       el("figcaption", { class: "heat-caption",
@@ -561,7 +561,7 @@
         const cell = el("button", { type: "button", class: `heat-cell${chosen ? " selected" : ""}`,
           "aria-pressed": String(chosen), title: `Show layer ${l + 1}, head ${h + 1} (click again for the average)` },
         el("span", { class: "heat-caption", text: `head ${h + 1}` }),
-        drawHeatmap(map, rows, cols, small, small >= 9));
+        drawHeatmap(map, rows, cols, small, small >= 8));
         cell.addEventListener("click", () => {
           const again = state.selection.layer === l && state.selection.head === h;
           els.layerSelect.value = again ? "avg" : String(l);
@@ -615,7 +615,7 @@
     const peak = Math.max(...row);
     row.forEach((weight, j) => {
       const strength = peak > 0 ? weight / peak : 0;
-      if (strength < 0.1) return;
+      if (strength < 0.2) return;
       for (const node of sentence.sourceEls[j] || []) {
         node.style.setProperty("--w", strength.toFixed(3));
         node.classList.add("lit");
