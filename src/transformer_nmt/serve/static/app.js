@@ -139,8 +139,8 @@
     if (model.precision) add("precision", model.precision);
     els.modelInfo.replaceChildren();
     facts.forEach(([label, value], i) => {
-      if (i) els.modelInfo.append(el("span", { class: "sep", "aria-hidden": "true", text: "·" }));
-      els.modelInfo.append(label ? `${label} ` : "", el("strong", { text: value }));
+      if (i) els.modelInfo.append(" ", el("span", { class: "sep", "aria-hidden": "true", text: "·" }), " ");
+      els.modelInfo.append(el("span", { class: "fact" }, label ? `${label} ` : "", el("strong", { text: value })));
     });
 
     const defaults = model.defaults || {};
@@ -520,6 +520,13 @@
         ctx.restore();
       });
     }
+    canvas.addEventListener("mousemove", (event) => {
+      const box = canvas.getBoundingClientRect();
+      const c = Math.floor((event.clientX - box.left - left) / cell);
+      const r = Math.floor((event.clientY - box.top) / cell);
+      const inside = r >= 0 && r < rowLabels.length && c >= 0 && c < colLabels.length;
+      canvas.title = inside ? `${rowLabels[r]} → ${colLabels[c]}: ${(matrix[r][c] * 100).toFixed(1)}%` : "";
+    });
     return canvas;
   }
 
@@ -638,8 +645,15 @@
     els.backdrop.scrollLeft = els.source.scrollLeft;
   }
 
+  /** The editor grows with its text, so that it and the translation scroll as one page. */
+  function fitEditor() {
+    els.source.style.height = "auto";
+    els.source.style.height = `${els.source.scrollHeight + 2}px`;
+  }
+
   function sourceEdited() {
     updateCharCount();
+    fitEditor();
     // The highlights in the editor belong to the text that was translated.
     if (state.result && els.source.value !== state.result.sourceText) {
       els.backdrop.replaceChildren();
@@ -662,6 +676,7 @@
     });
     els.source.addEventListener("input", sourceEdited);
     els.source.addEventListener("scroll", syncBackdropScroll);
+    window.addEventListener("resize", fitEditor);
     els.beam.addEventListener("input", syncNbestLimit);
     els.apiKey.addEventListener("change", () => localStorage.setItem(KEY_STORAGE, els.apiKey.value.trim()));
     els.layerSelect.addEventListener("change", selectionChanged);
@@ -699,5 +714,6 @@
 
   wire();
   updateCharCount();
+  fitEditor();
   loadModel();
 })();
