@@ -20,8 +20,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         "translated together in batches; texts are split into sentences and put back "
         "together with their paragraphs. Endpoints: GET / (web page), POST /v1/translate, "
         "GET /v1/model, POST /translate and GET /languages (LibreTranslate's API), GET "
-        "/health, GET /ready, GET /metrics (Prometheus), GET /docs (OpenAPI). SIGTERM or "
-        "Ctrl+C stop taking requests, finish those in flight and exit 0.",
+        "/health, GET /ready, GET /metrics (Prometheus), GET /docs (OpenAPI). SIGTERM stops "
+        "taking requests, finishes those in flight and exits 0 (Ctrl+C the same, exit 130).",
         epilog="examples: nmt serve --model quickstart/model.pt, then open "
         "http://127.0.0.1:8080/ ; curl -s localhost:8080/v1/translate -H 'Content-Type: "
         "application/json' -d '{\"text\": \"In the beginning.\"}'",

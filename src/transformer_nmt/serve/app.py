@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from transformer_nmt import __version__
 from transformer_nmt.serve.access import presented_key, require_key
@@ -26,6 +27,8 @@ from transformer_nmt.serve.service import BadOption, Search, TooLarge, Translati
 
 UNION_MEMBERS = {"str", "int", "float", "bool", "list[str]"}
 """Type names pydantic puts into an error's location for a field of several types."""
+FASTAPI_UNREADABLE_BODY = "There was an error parsing the body"
+"""FastAPI's message for a body it cannot decode (invalid UTF-8): said more usefully."""
 STATIC = files("transformer_nmt.serve") / "static"
 """The web page's files, shipped in the package: no CDN, so it works offline."""
 
@@ -38,7 +41,8 @@ def error(status: int, message: str) -> JSONResponse:
 def validation_error(exc: RequestValidationError) -> tuple[int, str]:
     """(status, one line) for a body FastAPI could not read: 400 for text that is not
     JSON (invalid UTF-8 included), 422 naming the field for a wrong or unknown one."""
-    first = exc.errors()[0] if exc.errors() else {}
+    # Of a union's errors, the deepest names the culprit: ('text', 'list[str]', 1).
+    first = max(exc.errors(), key=lambda found: len(found.get("loc", ())), default={})
     kind = first.get("type", "")
     if kind == "json_invalid":
         return 400, "the body is not valid JSON in UTF-8: " + str(first.get("ctx", {}).get(
@@ -93,9 +97,12 @@ def create_app(service: TranslationService, card: dict[str, Any],
     async def key_required(request: Request) -> None:
         require_key(settings.api_key, presented_key(request))
 
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return error(exc.status_code, str(exc.detail))
+    @app.exception_handler(StarletteHTTPException)  # ours, FastAPI's and routing's
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = str(exc.detail)
+        if detail == FASTAPI_UNREADABLE_BODY:
+            detail = "the body is not valid JSON in UTF-8"
+        return error(exc.status_code, detail)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

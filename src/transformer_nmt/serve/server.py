@@ -4,6 +4,7 @@ until SIGTERM or Ctrl+C, answering every request already accepted before exiting
 from __future__ import annotations
 
 import logging
+import signal
 from pathlib import Path
 
 import uvicorn
@@ -54,5 +55,16 @@ def serve(model_path: str | Path, options: TranslatorOptions, settings: ServeSet
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level,
                             # Requests in flight get their full timeout to finish.
                             timeout_graceful_shutdown=int(settings.timeout_s) + 5)
-    with torch_threads(decoding_threads(translator.options.workers, translator.options.device)):
-        DrainingServer(config, app).run()
+    # uvicorn raises the signal it caught again once it has drained; by then SIGTERM has
+    # been answered in full, so the process ends normally, with status 0.
+    previous = signal.signal(signal.SIGTERM, _already_drained)
+    try:
+        with torch_threads(decoding_threads(translator.options.workers,
+                                            translator.options.device)):
+            DrainingServer(config, app).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _already_drained(signum, frame) -> None:
+    """SIGTERM raised again by uvicorn after every request was answered: nothing left."""

@@ -1,0 +1,85 @@
+"""Shared helpers of the server's tests: a model file that records its languages, an app
+built in-process, and a real `nmt serve` process on a free port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from decode_fixtures import SHORT
+from transformer_nmt.decode.translator import TranslatorOptions
+from transformer_nmt.model_file import read_model_file, save_model_file
+from transformer_nmt.serve.server import build_app
+from transformer_nmt.serve.settings import ServeSettings
+
+FAST = TranslatorOptions(SHORT, workers=1)
+"""Beam 2, short outputs, one worker: quick searches that still use the beam."""
+
+
+def with_languages(model_file: Path, directory: Path, source: str = "en",
+                   target: str = "de") -> Path:
+    """A copy of `model_file` that records it translates `source` to `target`."""
+    payload = read_model_file(model_file)
+    payload["src_lang"], payload["tgt_lang"] = source, target
+    path = directory / "model.pt"
+    save_model_file(payload, path)
+    return path
+
+
+def make_app(model_file: Path, **settings):
+    """The server app of `model_file` with FAST decoding and these ServeSettings fields."""
+    return build_app(model_file, FAST, ServeSettings(**settings))
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def url_of(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def running_server(model_file: Path, *arguments: str,
+                   env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """(base URL, process) of `nmt serve` on a free port, ready; stopped afterwards."""
+    port = free_port()
+    command = [sys.executable, "-m", "transformer_nmt.cli", "serve", "--model",
+               str(model_file), "--port", str(port), "--beam", "2", "--max-len-b", "6",
+               "--workers", "1", "--log-level", "warning", *arguments]
+    process = subprocess.Popen(command, env={**os.environ, **(env or {})},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until_ready(url_of(port), process)
+        yield url_of(port), process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        process.stdout.close()
+        process.stderr.close()
+
+
+def wait_until_ready(url: str, process: subprocess.Popen, seconds: float = 60) -> None:
+    """Return once GET /ready answers 200; AssertionError if the process died first."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr.read().decode()
+        try:
+            with urllib.request.urlopen(url + "/ready", timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} was not ready within {seconds} s")

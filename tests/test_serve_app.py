@@ -1,0 +1,220 @@
+"""The HTTP API of `nmt serve` in-process (serve/app.py, service.py, libretranslate.py,
+middleware.py, access.py): answers, LibreTranslate's shapes, and every refusal."""
+
+from __future__ import annotations
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from fastapi.testclient import TestClient
+
+from decode_fixtures import sentences
+from serve_fixtures import make_app, with_languages
+
+KEY = "s3cret-key"
+
+
+@pytest.fixture(scope="module")
+def served_model(model_file, tmp_path_factory):
+    return with_languages(model_file, tmp_path_factory.mktemp("served"))
+
+
+@pytest.fixture(scope="module")
+def client(served_model):
+    with TestClient(make_app(served_model, max_characters=2000, max_sentences=20)) as client:
+        yield client
+
+
+def translate(client, **body):
+    return client.post("/v1/translate", json=body)
+
+
+def test_a_text_of_several_sentences_comes_back_as_one_text_with_each_sentence(client):
+    text = "the dog runs in the garden . the cat sleeps .\n\nchildren play near old trees"
+    answer = translate(client, text=text).json()
+    [result] = answer["translations"]
+    assert [s["source"] for s in result["sentences"]] == [
+        "the dog runs in the garden .", "the cat sleeps .", "children play near old trees"]
+    joined = (f"{result['sentences'][0]['text']} {result['sentences'][1]['text']}\n\n"
+              f"{result['sentences'][2]['text']}")
+    assert result["text"] == joined
+    assert answer["elapsed_ms"] >= 0
+
+
+def test_a_list_of_texts_keeps_its_order_and_empty_texts_stay_empty(client):
+    texts = sentences(3, seed=21) + ["", "   "]
+    results = translate(client, text=texts).json()["translations"]
+    alone = [translate(client, text=text).json()["translations"][0] for text in texts[:3]]
+    assert results[:3] == alone
+    assert results[3] == {"text": "", "sentences": []}
+    assert results[4] == {"text": "   ", "sentences": []}
+
+
+def test_nbest_alignments_and_attention_when_asked(client):
+    answer = translate(client, text="the house is small", beam=3, nbest=3, alignments=True,
+                       attention=True).json()
+    [sentence] = answer["translations"][0]["sentences"]
+    scores = [entry["score"] for entry in sentence["nbest"]]
+    assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+    assert sentence["nbest"][0]["text"] == sentence["text"]
+    assert all(len(pair) == 2 for pair in sentence["alignment"])
+    attention = sentence["attention"]
+    layers = attention["layers"]
+    assert attention["source_tokens"][-1] == attention["target_tokens"][-1] == "</s>"
+    heads = layers[0]
+    assert len(heads[0]) == len(attention["target_tokens"])
+    assert len(heads[0][0]) == len(attention["source_tokens"])
+    for row in heads[0]:
+        assert sum(row) == pytest.approx(1, abs=0.01)
+
+
+def test_the_model_is_described(client):
+    card = client.get("/v1/model").json()
+    assert card["source_language"] == "en" and card["target_language"] == "de"
+    assert card["preset"] == "tiny"
+    assert card["parameters"] > 0 and card["vocabulary_size"] == 60
+    assert card["defaults"] == {"beam": 2, "alpha": 0.6, "nbest": 1}
+    assert card["api_key_required"] is False
+
+
+def test_health_readiness_docs_and_metrics(client):
+    assert client.get("/health").json() == {"status": "ok"}
+    assert client.get("/ready").json() == {"status": "ready"}
+    assert client.get("/docs").status_code == 200
+    translate(client, text="a dog runs")
+    metrics = client.get("/metrics").text
+    assert re.search(r'nmt_requests_total\{route="/v1/translate",status="200"\} [1-9]', metrics)
+    for name in ("nmt_request_latency_seconds_bucket", "nmt_batch_sentences_count",
+                 "nmt_queue_sentences", "nmt_target_tokens_total",
+                 "nmt_decode_target_tokens_per_second"):
+        assert name in metrics
+
+
+def test_libretranslate_json_and_form_requests(client):
+    text = "the cat sleeps on a warm roof"
+    ours = translate(client, text=text).json()["translations"][0]["text"]
+    as_json = client.post("/translate", json={"q": text, "source": "en", "target": "de",
+                                              "format": "text"})
+    assert as_json.json() == {"translatedText": ours}
+    as_form = client.post("/translate", data={"q": text, "source": "auto", "target": "de"})
+    assert as_form.json() == {"translatedText": ours}
+    listed = client.post("/translate", json={"q": [text, ""], "source": "en", "target": "de"})
+    assert listed.json() == {"translatedText": [ours, ""]}
+    with_alternatives = client.post("/translate", json={"q": text, "source": "en",
+                                                        "target": "de", "alternatives": 1})
+    assert len(with_alternatives.json()["alternatives"]) == 1
+
+
+def test_libretranslate_languages_and_a_pair_the_model_does_not_serve(client):
+    assert client.get("/languages").json() == [
+        {"code": "en", "name": "English", "targets": ["de"]},
+        {"code": "de", "name": "German", "targets": []}]
+    refused = client.post("/translate", json={"q": "a", "source": "fr", "target": "de"})
+    assert refused.status_code == 400
+    assert refused.json() == {"error": "fr is not supported as source language: this server "
+                              "translates en to de"}
+    assert client.post("/translate", json={"source": "en", "target": "de"}).json() == {
+        "error": "Invalid request: missing q parameter"}
+
+
+def test_html_keeps_the_markup(client):
+    html = "<p>the dog runs <b>fast</b></p>"
+    answer = client.post("/translate", json={"q": html, "source": "en", "target": "de",
+                                             "format": "html"}).json()["translatedText"]
+    assert re.fullmatch(r"<p>.*<b>.*</b></p>", answer, re.DOTALL)
+
+
+@pytest.mark.parametrize("body, status, names", [
+    (b'{"text": "a"', 400, "not valid JSON"),
+    (b'{"text": "\xff\xfe"}', 400, "not valid JSON"),
+    (b'[1, 2]', 422, "JSON object"),
+    (b'{"text": 3}', 422, "'text'"),
+    (b'{"text": ["a", 4]}', 422, "'text.1'"),
+    (b'{"text": "a", "beam": "4"}', 422, "'beam'"),
+    (b'{"text": "a", "bam": 4}', 422, "unknown field 'bam'"),
+    (b'{"beam": 4}', 422, "'text' is missing"),
+    (b'{"text": "a", "beam": 0}', 422, "beam must be between 1 and 16"),
+    (b'{"text": "a", "beam": 2, "nbest": 3}', 422, "nbest must be between 1 and the beam"),
+    (b'{"text": "a", "alpha": 1e308}', 422, "alpha"),
+])
+def test_bad_requests_get_one_line_errors_naming_the_field(client, body, status, names):
+    answer = client.post("/v1/translate", content=body,
+                         headers={"Content-Type": "application/json"})
+    assert answer.status_code == status
+    message = answer.json()["error"]
+    assert names in message and "\n" not in message
+
+
+def test_over_the_size_limits_is_413_naming_the_limit(client):
+    too_long = translate(client, text="a " * 1500)
+    assert too_long.status_code == 413 and "max_characters" in too_long.json()["error"]
+    too_many = translate(client, text=" ".join(["the dog runs."] * 25))
+    assert too_many.status_code == 413 and "max_sentences" in too_many.json()["error"]
+    huge_body = client.post("/v1/translate", content=b"x" * 100_000,
+                            headers={"Content-Type": "application/json"})
+    assert huge_body.status_code == 413
+
+
+def test_a_full_queue_is_429_and_a_slow_translation_504(served_model):
+    with TestClient(make_app(served_model, max_queue=2)) as client:
+        answer = translate(client, text="one dog. two cats. three trees.")
+        assert answer.status_code == 429 and "max_queue" in answer.json()["error"]
+    with TestClient(make_app(served_model, timeout_s=0.0001)) as client:
+        answer = translate(client, text="the dog runs in the garden")
+        assert answer.status_code == 504 and "timeout_s" in answer.json()["error"]
+        assert client.get("/health").status_code == 200
+
+
+def test_the_api_key_is_required_on_translation_endpoints_only(served_model):
+    with TestClient(make_app(served_model, api_key=KEY)) as client:
+        assert translate(client, text="a").status_code == 401
+        assert client.post("/v1/translate", json={"text": "a"},
+                           headers={"X-API-Key": "wrong"}).status_code == 403
+        assert client.post("/v1/translate", json={"text": "a"},
+                           headers={"X-API-Key": KEY}).status_code == 200
+        assert client.post("/v1/translate", json={"text": "a"},
+                           headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+        libre = {"q": "a", "source": "en", "target": "de"}
+        assert client.post("/translate", json=libre).status_code == 401
+        assert client.post("/translate", json={**libre, "api_key": "no"}).status_code == 403
+        assert client.post("/translate", json={**libre, "api_key": KEY}).status_code == 200
+        assert client.get("/v1/model").json()["api_key_required"] is True
+        assert client.get("/health").status_code == 200
+
+
+def test_cors_is_off_unless_an_origin_is_given(served_model, client):
+    origin = {"Origin": "https://app.example"}
+    assert "access-control-allow-origin" not in client.get("/v1/model", headers=origin).headers
+    with TestClient(make_app(served_model, cors_origins=("https://app.example",))) as allowed:
+        answer = allowed.get("/v1/model", headers=origin)
+        assert answer.headers["access-control-allow-origin"] == "https://app.example"
+
+
+def current_rss_kib() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        return int(next(line for line in status if line.startswith("VmRSS")).split()[1])
+
+
+BAD_BODIES = [b"", b"{", b"\xff" * 50, b'{"text": null}', b'{"text": [[]]}',
+              b'{"text": "a", "beam": -1}', b'{"text": "a", "nbest": 1000}',
+              json.dumps({"text": "x" * 3000}).encode(), b'{"text": {"a": 1}}', b"null",
+              b'{"text": "a", "attention": "yes"}', b'"just a string"']
+
+
+def test_hundreds_of_bad_requests_leave_a_working_server_and_bounded_memory(client):
+    def send_all():
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(
+                lambda body: client.post("/v1/translate", content=body,
+                                         headers={"Content-Type": "application/json"}),
+                BAD_BODIES * 25))
+        assert all(400 <= answer.status_code < 500 for answer in answers)
+
+    send_all()  # first allocations of every error path
+    before = current_rss_kib()
+    send_all()
+    send_all()
+    assert current_rss_kib() - before < 30 * 1024
+    assert translate(client, text="the dog runs").status_code == 200

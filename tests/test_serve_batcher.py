@@ -1,0 +1,133 @@
+"""Batching across requests (serve/batcher.py): shared batches, the same translations as
+alone, a bounded queue, withdrawn requests, errors delivered."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from decode_fixtures import SHORT, sentences
+from serve_fixtures import FAST
+from transformer_nmt.decode.translator import Translator
+from transformer_nmt.model_file import load_for_inference
+from transformer_nmt.serve.batcher import Batcher, QueueFull, SearchKey, _spans
+from transformer_nmt.serve.metrics import ServerMetrics
+
+
+@pytest.fixture(scope="module")
+def translator(model_file) -> Translator:
+    return Translator(load_for_inference(model_file), FAST)
+
+
+def sample(metrics: ServerMetrics, name: str) -> float:
+    return metrics.registry.get_sample_value(name) or 0.0
+
+
+async def with_batcher(translator, body, **settings):
+    """Run `body(batcher)` with a started Batcher, stopped afterwards."""
+    metrics = ServerMetrics()
+    fields = {"max_batch_tokens": 4096, "max_wait_s": 0.05, "max_queue": 1000, **settings}
+    batcher = Batcher(translator, metrics, **fields)
+    batcher.start()
+    try:
+        return await body(batcher), metrics
+    finally:
+        await batcher.stop()
+
+
+def tokens_of(translator, lines):
+    return [len(translator.vocab.encode(line)) for line in lines]
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_a_sentence_translates_the_same_alone_and_among_other_requests(translator, beam):
+    lines = sentences(12, seed=11)
+    key = SearchKey(replace(SHORT, beam=beam), alignments=False)
+
+    async def alone(batcher):
+        return [await batcher.translate([line], tokens_of(translator, [line]), key)
+                for line in lines]
+
+    async def together(batcher):
+        return await asyncio.gather(*(batcher.translate([line], tokens_of(translator, [line]),
+                                                        key) for line in lines))
+
+    alone_results, _ = asyncio.run(with_batcher(translator, alone))
+    load_results, metrics = asyncio.run(with_batcher(translator, together))
+    first = lambda results: [(r[0][0].text, r[0][0].tokens) for r in results]  # noqa: E731
+    assert first(load_results) == first(alone_results)
+    # The twelve requests were decoded in fewer batches than requests.
+    assert sample(metrics, "nmt_batch_sentences_count") < len(lines)
+    assert sample(metrics, "nmt_batch_sentences_sum") == len(lines)
+
+
+def test_requests_with_other_settings_are_never_mixed_into_one_batch(translator):
+    lines = sentences(4, seed=12)
+    greedy = SearchKey(replace(SHORT, beam=1), alignments=False)
+    beam = SearchKey(replace(SHORT, beam=2, nbest=2), alignments=False)
+
+    async def body(batcher):
+        return await asyncio.gather(
+            batcher.translate(lines, tokens_of(translator, lines), greedy),
+            batcher.translate(lines, tokens_of(translator, lines), beam))
+
+    (greedy_found, beam_found), metrics = asyncio.run(with_batcher(translator, body))
+    assert all(len(found) == 1 for found in greedy_found)
+    assert all(len(found) == 2 for found in beam_found)
+    assert sample(metrics, "nmt_batch_sentences_count") == 2
+
+
+def test_a_full_queue_refuses_new_sentences(translator):
+    lines = sentences(3, seed=13)
+    key = SearchKey(SHORT, alignments=False)
+
+    async def body(batcher):
+        with pytest.raises(QueueFull, match="max_queue 2"):
+            await batcher.translate(lines, tokens_of(translator, lines), key)
+        return await batcher.translate(lines[:2], tokens_of(translator, lines[:2]), key)
+
+    found, _ = asyncio.run(with_batcher(translator, body, max_queue=2))
+    assert len(found) == 2
+
+
+def test_a_withdrawn_request_is_not_decoded(translator):
+    withdrawn, kept = sentences(5, seed=14), sentences(1, seed=15)
+    key = SearchKey(SHORT, alignments=False)
+
+    async def body(batcher):
+        task = asyncio.ensure_future(
+            batcher.translate(withdrawn, tokens_of(translator, withdrawn), key))
+        await asyncio.sleep(0.01)  # queued, waiting for company
+        task.cancel()
+        return await batcher.translate(kept, tokens_of(translator, kept), key)
+
+    found, metrics = asyncio.run(with_batcher(translator, body, max_wait_s=0.5))
+    assert len(found) == 1
+    assert sample(metrics, "nmt_source_tokens_total") == sum(tokens_of(translator, kept))
+    assert sample(metrics, "nmt_queue_sentences") == 0
+
+
+def test_a_failing_batch_gives_its_requests_the_error_and_the_next_batch_works(
+        translator, monkeypatch):
+    key = SearchKey(SHORT, alignments=False)
+    lines = sentences(2, seed=16)
+
+    async def body(batcher):
+        broken = translator.variant(SHORT)
+        monkeypatch.setattr(broken, "translate_nbest", lambda lines: 1 / 0)
+        batcher._variants[key] = broken
+        with pytest.raises(ZeroDivisionError):
+            await batcher.translate(lines, tokens_of(translator, lines), key)
+        del batcher._variants[key]
+        return await batcher.translate(lines, tokens_of(translator, lines), key)
+
+    found, _ = asyncio.run(with_batcher(translator, body))
+    assert len(found) == 2
+
+
+def test_spans_keep_each_piece_within_the_token_budget():
+    assert _spans([3, 3, 3, 3], 6) == [(0, 2), (2, 4)]
+    assert _spans([10, 1], 4) == [(0, 1), (1, 2)]  # a long sentence goes alone
+    assert _spans([1], 4) == [(0, 1)]
