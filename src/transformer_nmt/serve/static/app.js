@@ -484,12 +484,13 @@
 
   const tokenLabel = (token) => token.split(WORD_START).join("_");
 
-  /** A heatmap of `matrix` (rows x cols) on a canvas; token labels on the axes when the
-   *  cells are big enough to read them (columns at the bottom, turned, as matplotlib). */
+  /** A heatmap of `matrix` (rows x cols) on a canvas, token labels on the axes when
+   *  `labelled` (columns at the bottom, turned, as in `nmt attention`'s pictures; its
+   *  compact every-head figure has none either). */
   function drawHeatmap(matrix, rowLabels, colLabels, cell, labelled) {
     const canvas = el("canvas", { class: "heatmap" });
     const ctx = canvas.getContext("2d");
-    const font = `${Math.min(12, Math.max(8, cell - 2))}px system-ui, sans-serif`;
+    const font = `${Math.min(12, Math.max(9, cell - 2))}px system-ui, sans-serif`;
     ctx.font = font;
     const widest = (labels) => Math.max(0, ...labels.map((l) => ctx.measureText(l).width));
     const left = labelled ? Math.ceil(widest(rowLabels)) + 6 : 0;
@@ -550,7 +551,7 @@
     const cols = attention.source_tokens.map(tokenLabel);
     const longest = Math.max(rows.length, cols.length);
     const big = Math.max(12, Math.min(26, Math.floor(520 / longest)));
-    const small = Math.max(4, Math.min(14, Math.floor(180 / longest)));
+    const small = Math.max(4, Math.min(14, Math.floor(150 / longest)));
 
     const main = el("figure", { class: "heat-main" },
       el("figcaption", { class: "heat-caption",
@@ -568,7 +569,7 @@
         const cell = el("button", { type: "button", class: `heat-cell${chosen ? " selected" : ""}`,
           "aria-pressed": String(chosen), title: `Show layer ${l + 1}, head ${h + 1} (click again for the average)` },
         el("span", { class: "heat-caption", text: `head ${h + 1}` }),
-        drawHeatmap(map, rows, cols, small, small >= 8));
+        drawHeatmap(map, rows, cols, small, small >= 9));
         cell.addEventListener("click", () => {
           const again = state.selection.layer === l && state.selection.head === h;
           els.layerSelect.value = again ? "avg" : String(l);
