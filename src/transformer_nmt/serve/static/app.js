@@ -407,6 +407,7 @@
   function renderAttentionControls(sentences) {
     const withAttention = sentences.find((s) => s.attention);
     els.attentionControls.hidden = !withAttention;
+    document.getElementById("attention-hint").hidden = !withAttention;
     if (!withAttention) return;
     const layers = withAttention.attention.layers.length;
     const heads = withAttention.attention.layers[0].length;
