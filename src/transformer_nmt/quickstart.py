@@ -182,6 +182,7 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     log(f"  type sentences:   nmt translate --model {q(str(model_path))} --interactive")
     log(f"  look at a pair:   nmt attention --model {q(str(model_path))} --src \"...\" --out DIR")
     log(f"  score a split:    nmt evaluate --model {q(str(model_path))} --data {q(str(data_dir))} --split test")
+    log(f"  serve it:         nmt serve --model {q(str(model_path))}   (then open http://127.0.0.1:8080/)")
     sys.stdout.flush()
     return {"data": data_dir, "run": run_dir, "curves": curves, "model": model_path, "scores": scores,
             "train": summary, "seconds": time.time() - started,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.threads import decoding_threads, torch_threads
 from transformer_nmt.decode.translator import Translation, Translator
 from transformer_nmt.serve.metrics import ServerMetrics
 
@@ -170,8 +171,7 @@ class Batcher:
                                                                        key.alignments)
         started = time.perf_counter()
         try:
-            results = await self.run_in_decoder(
-                lambda: list(translator.translate_nbest(lines)))
+            results = await self.run_in_decoder(self._translate, translator, lines)
         except Exception as error:  # noqa: BLE001 (each waiting request gets the error)
             logger.exception("decoding a batch of %d sentences failed", len(lines))
             for piece in batch:
@@ -188,6 +188,16 @@ class Batcher:
             if not piece.future.done():
                 piece.future.set_result(results[offset: offset + len(piece.lines)])
             offset += len(piece.lines)
+
+
+    def _translate(self, translator: Translator, lines: list[str]) -> list[list[Translation]]:
+        """The translations of one batch, on the decoding thread. A batch that the
+        Translator decodes as one (a lone request's) gets every core; a larger one is
+        shared by the workers, each on its share of the cores, as `nmt translate` does."""
+        options = translator.options
+        workers = 1 if len(lines) <= options.batch_size else options.workers
+        with torch_threads(decoding_threads(workers, options.device)):
+            return list(translator.translate_nbest(lines))
 
 
 def _spans(tokens: list[int], budget: int) -> list[tuple[int, int]]:

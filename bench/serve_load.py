@@ -1,0 +1,207 @@
+"""`nmt serve` under load against `nmt translate`'s offline throughput, in one run.
+
+Starts `nmt serve` on loopback with a base-shape model, then sends the first --sentences
+of newstest2014 (English), one sentence per request, from 1, 8, 32 and 128 concurrent
+clients (each level bounded by --max-seconds; the script stops by itself). Prints one
+JSON line per level: sentences/s, target tokens/s, p50/p95/p99 latency, errors, and the
+server's peak RSS; before that, in the same run, the offline throughput of the same
+sentences through the Translator with the same settings (what `nmt translate` does), and
+each sentence's latency decoded alone (batch of one), for the one-client comparison.
+
+Without --model, the model is a random one of the base shape with the vocabulary of
+--vocab-from (a model file). A random model never predicts EOS, so both sides decode
+with --max-len-a 1.075 --max-len-b 0: every sentence runs to round(1.075 x its source
+tokens), the German/English subword ratio of newstest2014 (see translate_speed.py), then
+stops. Target tokens are counted by encoding each translation with the model's
+vocabulary, the same way on both sides.
+
+    python bench/serve_load.py --vocab-from quickstart/model.pt [--sentences 1000]
+        [--clients 1,8,32,128] [--beam 4] [--max-seconds 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from transformer_nmt.config import DecodeConfig, get_preset
+from transformer_nmt.decode.threads import decoding_threads, torch_threads
+from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.model_file import (load_for_inference, model_payload, read_model_file,
+                                        save_model_file)
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "wmt14"
+LENGTH_RATIO = 1.075
+
+
+def figure(**values) -> None:
+    print(json.dumps(values), flush=True)
+
+
+def random_base_model(vocab_from: Path, out: Path) -> Path:
+    """A random base-shape model file with the vocabulary of the model at `vocab_from`."""
+    payload = read_model_file(vocab_from)
+    torch.manual_seed(0)
+    model = Transformer(get_preset("base").model, payload["vocab_size"])
+    save_model_file(model_payload(model, payload["vocab"]), out)
+    return out
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(share * len(ordered)), len(ordered) - 1)]
+
+
+def offline(model: Path, lines: list[str], decode: DecodeConfig) -> tuple[dict, list[str]]:
+    """Throughput of the whole list through the Translator, as `nmt translate` runs it."""
+    translator = Translator(load_for_inference(model), TranslatorOptions(decode))
+    with torch_threads(decoding_threads(translator.options.workers, "cpu")):
+        started = time.perf_counter()
+        outputs = list(translator.translate(lines))
+        seconds = time.perf_counter() - started
+    return latencies, {"sentences_per_s": len(lines) / seconds, "seconds": seconds}, outputs
+
+
+def alone_latencies(model: Path, lines: list[str], decode: DecodeConfig) -> list[float]:
+    """Milliseconds to translate each line by itself, with every core (interactive use)."""
+    translator = Translator(load_for_inference(model),
+                            TranslatorOptions(decode, buffer_size=1, workers=1))
+    times = []
+    for line in lines:
+        started = time.perf_counter()
+        next(translator.translate([line]))
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def server_rss_mb(pid: int) -> dict:
+    fields = {}
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                fields[name] = round(int(value.split()[0]) / 1024)
+    return {"rss_mb": fields.get("VmRSS"), "peak_rss_mb": fields.get("VmHWM")}
+
+
+def load_level(url: str, lines: list[str], clients: int, max_seconds: float,
+               count_tokens) -> dict:
+    """Send every line as its own request from `clients` threads; stop at max_seconds."""
+    latencies, errors, tokens = {}, [], []
+    lock = threading.Lock()
+    remaining = iter(enumerate(lines))
+    deadline = time.monotonic() + max_seconds
+
+    def client() -> None:
+        while time.monotonic() < deadline:
+            with lock:
+                index, line = next(remaining, (None, None))
+            if line is None:
+                return
+            body = json.dumps({"text": line}).encode()
+            request = urllib.request.Request(url + "/v1/translate", data=body,
+                                             headers={"Content-Type": "application/json"})
+            started = time.perf_counter()
+            try:
+                with urllib.request.urlopen(request, timeout=120) as response:
+                    text = json.loads(response.read())["translations"][0]["text"]
+            except Exception as error:  # noqa: BLE001 (counted, the load goes on)
+                with lock:
+                    errors.append(repr(error)[:120])
+                continue
+            with lock:
+                latencies[index] = (time.perf_counter() - started) * 1000
+                tokens.append(count_tokens(text))
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        for future in [pool.submit(client) for _ in range(clients)]:
+            future.result()
+    seconds = time.perf_counter() - started
+    return latencies, {"clients": clients, "answered": len(latencies), "errors": len(errors),
+            "first_error": errors[0] if errors else None,
+            "sentences_per_s": round(len(latencies) / seconds, 2),
+            "target_tokens_per_s": round(sum(tokens) / seconds, 1),
+            **{f"p{share}_ms": round(percentile(list(latencies.values()), share / 100), 1)
+               if latencies else None for share in (50, 95, 99)},
+            "seconds": round(seconds, 1)}
+
+
+def wait_ready(url: str, process: subprocess.Popen) -> None:
+    for _ in range(600):
+        if process.poll() is not None:
+            raise SystemExit(f"the server exited: {process.stderr.read().decode()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url + "/ready", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("the server did not become ready")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, help="a model file (default: random base)")
+    parser.add_argument("--vocab-from", type=Path, help="model whose vocabulary the random "
+                        "base model uses")
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--clients", default="1,8,32,128")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--max-seconds", type=float, default=120)
+    parser.add_argument("--alone", type=int, default=50,
+                        help="sentences decoded alone for the one-client comparison")
+    parser.add_argument("--port", type=int, default=18187)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        model = args.model or random_base_model(args.vocab_from, Path(scratch) / "base.pt")
+        lines = [line.strip() for line in (DATA / "newstest2014.en").read_text(
+            encoding="utf-8").splitlines() if line.strip()][: args.sentences]
+        decode = DecodeConfig(beam=args.beam, max_len_a=LENGTH_RATIO if not args.model else 1,
+                              max_len_b=0 if not args.model else 50)
+        vocab = load_for_inference(model).vocab
+        count_tokens = lambda text: len(vocab.encode(text)) + 1  # noqa: E731 (EOS)
+        alone = alone_latencies(model, lines[: args.alone], decode)
+        figure(case="alone", sentences=len(alone), p50_ms=round(percentile(alone, 0.5), 1),
+               mean_ms=round(statistics.mean(alone), 1))
+        speed, outputs = offline(model, lines, decode)
+        offline_tokens = sum(count_tokens(text) for text in outputs)
+        figure(case="offline", sentences=len(lines), beam=args.beam,
+               sentences_per_s=round(speed["sentences_per_s"], 2),
+               target_tokens_per_s=round(offline_tokens / speed["seconds"], 1))
+        url = f"http://127.0.0.1:{args.port}"
+        command = [sys.executable, "-m", "transformer_nmt.cli", "serve", "--model",
+                   str(model), "--port", str(args.port), "--beam", str(args.beam),
+                   "--max-len-a", str(decode.max_len_a), "--max-len-b", str(decode.max_len_b),
+                   "--max-queue", "100000", "--timeout", "600", "--log-level", "warning"]
+        process = subprocess.Popen(command, stderr=subprocess.PIPE)
+        try:
+            wait_ready(url, process)
+            for clients in (int(c) for c in args.clients.split(",")):
+                latencies, result = load_level(url, lines, clients, args.max_seconds,
+                                               count_tokens)
+                if clients == 1:
+                    # The same sentences' latency through the server and decoded alone.
+                    extra = [latencies[i] - alone[i] for i in range(len(alone)) if i in latencies]
+                    result["median_extra_ms_vs_alone"] = round(statistics.median(extra), 1)
+                figure(case="serve", beam=args.beam, **result,
+                       vs_offline=round(result["sentences_per_s"] / speed["sentences_per_s"], 3),
+                       **server_rss_mb(process.pid))
+        finally:
+            process.terminate()
+            figure(case="shutdown", exit_status=process.wait(timeout=700))
+
+
+if __name__ == "__main__":
+    main()
