@@ -1,0 +1,193 @@
+"""The web page of `nmt serve` in a real headless browser: a real server on a free loopback
+port with a tiny model, Debian's chromium driven by Playwright.
+
+Skips, saying why, where no chromium is installed (`.ci/run` installs Debian's with
+apt-get) or the serve or test extras are missing. Playwright's own browser download is not
+used: the browser on PATH is launched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
+pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e '.[serve]'")
+sync_api = pytest.importorskip("playwright.sync_api",
+                               reason="playwright is not installed: pip install -e '.[test]'")
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+BROWSER = next((path for path in map(shutil.which, BROWSERS) if path), None)
+pytestmark = pytest.mark.skipif(
+    BROWSER is None,
+    reason=f"no browser on PATH (looked for {', '.join(BROWSERS)}): "
+           "install one, e.g. apt-get install chromium, to run the web page's browser test")
+
+SENTENCE = "the house is small . a dog runs in the green garden"
+"""Words of the tiny model's vocabulary (decode_fixtures.WORDS)."""
+API_KEY = "page-test-key"
+STARTUP_SECONDS = 120
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_ready(process: subprocess.Popen, url: str) -> None:
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"nmt serve exited with {process.returncode}: "
+                               f"{process.stderr.read().decode(errors='replace')[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/ready", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"nmt serve was not ready within {STARTUP_SECONDS} s")
+
+
+def start_server(model: Path, *extra: str) -> Iterator[str]:
+    """`nmt serve` in a subprocess; yields its base URL and stops it afterwards."""
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("NMT_API_KEY", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "transformer_nmt.cli", "serve", "--model", str(model),
+         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_ready(process, url)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def server(model_file) -> Iterator[str]:
+    yield from start_server(model_file)
+
+
+@pytest.fixture(scope="module")
+def keyed_server(model_file) -> Iterator[str]:
+    yield from start_server(model_file, "--api-key", API_KEY)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=BROWSER)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    opened.errors = []  # uncaught errors of the page's scripts
+    opened.on("pageerror", lambda error: opened.errors.append(str(error)))
+    yield opened
+    context.close()
+
+
+def open_page(page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector("#model-info strong")  # /v1/model was read and shown
+
+
+def unauthorized_error(url: str) -> str:
+    """The server's one-line error to a translation request without a key (a 401)."""
+    request = urllib.request.Request(f"{url}/v1/translate", data=json.dumps({"text": SENTENCE}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(request, timeout=30)
+    assert answer.value.code == 401
+    return json.loads(answer.value.read())["error"]
+
+
+def translate(page) -> dict:
+    """Type SENTENCE, press Ctrl+Enter, and return the server's JSON answer."""
+    page.fill("#source", SENTENCE)
+    with page.expect_response(lambda r: r.url.endswith("/v1/translate")) as answer:
+        page.press("#source", "Control+Enter")
+    return answer.value.json()
+
+
+def test_typing_a_sentence_shows_its_translation_and_hovering_a_word_lights_the_source(
+        page, server):
+    open_page(page, server)
+    assert page.is_hidden("#key-field")  # no key needed, none asked for
+
+    body = translate(page)
+    page.wait_for_selector("#output .tw")
+    document = body["translations"][0]
+    assert page.inner_text("#output") == document["text"]
+    sentence = document["sentences"][0]
+    assert sentence["attention"]["layers"], "the page asks for attention"
+
+    target_word = page.locator("#output .tw").first
+    target_word.hover()
+    assert "hot" in target_word.get_attribute("class")
+    lit_in_card = page.locator("#sentences .sw.lit")
+    lit_in_editor = page.locator("#source-backdrop .sw.lit")
+    assert lit_in_card.count() >= 1
+    assert lit_in_editor.count() == lit_in_card.count()
+    source_words = SENTENCE.split()
+    for index in range(lit_in_card.count()):
+        assert lit_in_card.nth(index).inner_text() in source_words
+
+    page.mouse.move(0, 0)
+    assert page.locator(".sw.lit").count() == 0
+    assert page.errors == []
+
+
+def test_the_heatmaps_draw_every_layer_and_head(page, server):
+    open_page(page, server)
+    attention = translate(page)["translations"][0]["sentences"][0]["attention"]
+    page.locator("details.heatmaps summary").first.click()
+    page.wait_for_selector("details.heatmaps .heat-main canvas")  # drawn when opened
+    layers, heads = len(attention["layers"]), len(attention["layers"][0])
+    assert page.locator("details.heatmaps .heat-cell canvas").count() == layers * heads
+    assert page.locator("details.heatmaps .heat-main canvas").count() == 1
+    assert page.errors == []
+
+
+def test_a_server_with_a_key_asks_for_it_shows_its_error_and_remembers_the_key(
+        page, keyed_server):
+    open_page(page, keyed_server)
+    assert page.is_visible("#key-field")
+
+    translate(page)
+    page.wait_for_selector("#status.error")
+    error_line = page.inner_text("#status")
+    assert unauthorized_error(keyed_server) in error_line
+
+    page.fill("#api-key", API_KEY)
+    page.dispatch_event("#api-key", "change")
+    body = translate(page)
+    page.wait_for_selector("#output .tw")
+    assert page.inner_text("#output") == body["translations"][0]["text"]
+    assert page.evaluate("localStorage.getItem('transformer-nmt.api-key')") == API_KEY
+    assert page.errors == []
