@@ -313,3 +313,24 @@ def test_bound_uses_the_longest_reachable_length():
                          for n in range(3, limit + 2))
             assert float(bound[i]) == pytest.approx(direct)
             assert math.isfinite(direct)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_token_scores_are_each_tokens_log_probability(beam):
+    model = tiny_transformer()
+    src = random_sources(4, 12, seed=5)
+    cfg = DecodeConfig(beam=beam, nbest=beam, max_len_b=5)
+    for row, hyps in enumerate(search(model, src, cfg, SPECIAL, need_token_scores=True)):
+        for hyp in hyps:
+            assert len(hyp.token_scores) == len(hyp.tokens) + 1
+            assert sum(hyp.token_scores) == pytest.approx(hyp.log_prob, abs=1e-4)
+            # The last token's score: log P(Y) minus log P of the sequence without it.
+            if hyp.tokens:
+                shorter = hyp.tokens[:-1]
+                with torch.inference_mode():
+                    tgt = torch.tensor([[BOS] + shorter])
+                    logits = model.decode(tgt, model.encode(unpadded(src, row))).logits
+                last = torch.log_softmax(logits.float(), -1)[0, -1, hyp.tokens[-1]]
+                assert hyp.token_scores[-2] == pytest.approx(float(last), abs=1e-4)
+    plain = search(model, src, cfg, SPECIAL)
+    assert all(hyp.token_scores is None for hyps in plain for hyp in hyps)

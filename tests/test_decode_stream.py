@@ -4,6 +4,7 @@ the speed report (decode/stream.py)."""
 from __future__ import annotations
 
 import io
+import json
 import re
 
 import pytest
@@ -40,6 +41,26 @@ def test_output_formats():
         "7 ||| ein Haus ||| -0.5123 ||| 0-0 1-1", "7 ||| Haus ||| -0.9000 ||| 1-0"]
     plain = [Translation("ein Haus", -0.5, [5, 6])]
     assert format_translations(0, plain, nbest=False) == ["ein Haus"]
+    scored = [Translation("ein Haus", -0.5, [5, 6], None, [-0.25, -0.5, -0.125])]
+    assert format_translations(0, scored, nbest=True) == [
+        "0 ||| ein Haus ||| -0.5000 ||| -0.2500 -0.5000 -0.1250"]
+
+
+class PieceVocab:
+    def piece(self, token: int) -> str:
+        return f"p{token}"
+
+
+def test_json_output_has_pieces_token_scores_and_alignment():
+    translations = [Translation("ein Haus", -0.51234, [5, 6], [(0, 0), (1, 1)],
+                                [-0.25, -0.5, -0.125]),
+                    Translation("Haus", -0.9, [6], [(1, 0)], [-0.5, -0.25])]
+    [line] = format_translations(3, translations, nbest=False, vocab=PieceVocab())
+    assert json.loads(line) == {"text": "ein Haus", "tokens": ["p5", "p6"],
+                                "token_scores": [-0.25, -0.5, -0.125], "score": -0.5123,
+                                "alignment": [[0, 0], [1, 1]]}
+    [line] = format_translations(3, translations, nbest=True, vocab=PieceVocab())
+    assert [hyp["text"] for hyp in json.loads(line)["nbest"]] == ["ein Haus", "Haus"]
 
 
 def test_a_stream_gets_one_line_per_input_line_and_flushes_on_request(translator):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import queue
 import re
 import subprocess
@@ -167,3 +168,24 @@ def test_each_worker_translates_on_its_share_of_the_cores_for_the_command_only(
                      "--output", str(tmp_path / "out.txt"), "--workers", workers, *FAST]) == 0
         assert seen.pop() == threads
         assert torch.get_num_threads() == before
+
+
+def test_json_output_one_object_per_line_with_token_scores(model_file, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("the house\n\na dog runs\n", encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+    assert main(["translate", "--model", str(model_file), "--input", str(source),
+                 "--output", str(output), "--format", "json", "--alignments", *FAST]) == 0
+    objects = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert len(objects) == 3 and objects[1]["text"] == "" and objects[1]["token_scores"] == []
+    for obj in objects[0], objects[2]:
+        assert len(obj["token_scores"]) == len(obj["tokens"]) + 1
+        assert sum(obj["token_scores"]) <= obj["score"] <= 0
+        assert set(obj) == {"text", "tokens", "token_scores", "score", "alignment"}
+    plain = tmp_path / "plain.txt"
+    assert main(["translate", "--model", str(model_file), "--input", str(source),
+                 "--output", str(plain), "--token-scores", *FAST]) == 0
+    first = plain.read_text(encoding="utf-8").splitlines()[0].split(" ||| ")
+    assert first[0] == objects[0]["text"]
+    assert [float(x) for x in first[1].split()] == pytest.approx(objects[0]["token_scores"],
+                                                                abs=1e-4)

@@ -104,6 +104,17 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--alignments", action="store_true",
                         help="append word alignments taken from the encoder-decoder attention "
                         "of the penultimate decoder layer")
+    parser.add_argument("--format", choices=["text", "json"], default="text",
+                        help="text (default): the formats below; json: one JSON object per "
+                        "input line, {\"text\", \"tokens\" (subword pieces), "
+                        "\"token_scores\" (log P of each token, end of sentence last), "
+                        "\"score\", \"alignment\" (with --alignments, [source word, target "
+                        "word] pairs)}, or with --nbest {\"nbest\": [such objects, best "
+                        "first]}")
+    parser.add_argument("--token-scores", action="store_true",
+                        help="text format: append ' ||| ' and the log-probability of each "
+                        "subword token, end of sentence last, to each line (json always "
+                        "has them)")
     parser.add_argument("--interactive", action="store_true",
                         help="translate each line of standard input as soon as it is typed")
     add_errors_argument(parser)
@@ -120,18 +131,20 @@ def run_translate(args: argparse.Namespace) -> None:
     if args.interactive and args.input is not None:
         raise UserError("--interactive reads standard input; leave out --input")
     translator = Translator.from_file(args.model, _translator_options(
-        args, alignments=args.alignments, buffer_size=1 if args.interactive else 1024))
+        args, alignments=args.alignments, buffer_size=1 if args.interactive else 1024,
+        token_scores=args.token_scores or args.format == "json"))
     lines = (read_lines(args.input, args.errors) if args.input is not None
              else iter_lines(sys.stdin.buffer, "<stdin>", args.errors))
+    as_json = args.format == "json"
     # Each worker on its share of the cores, for this command only.
     with torch_threads(decoding_threads(translator.options.workers, translator.options.device)):
         if args.output is None:
             speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
-                                     flush_each=args.interactive)
+                                     flush_each=args.interactive, as_json=as_json)
         else:
             total = count_lines(args.input) if args.input is not None else None
             speed = translate_file(translator, lines, args.output, nbest=args.nbest > 1,
-                                   total=total)
+                                   total=total, as_json=as_json)
     if not args.interactive:
         print(speed.summary(args.output), file=sys.stderr)
 

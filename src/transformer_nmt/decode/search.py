@@ -102,6 +102,9 @@ class Hypothesis:
     """(len(tokens) + 1, src_len + 1) encoder-decoder attention of the step that produced
     each output token (EOS last) over the source tokens (EOS last), averaged over heads of
     one decoder layer; only when asked for."""
+    token_scores: list[float] | None = None
+    """log P of each token given the ones before it, EOS last (len(tokens) + 1 values
+    summing to log_prob); only when asked for."""
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
@@ -302,41 +305,80 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
 
 def search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
            special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
-           need_attention: bool = False, attention_layer: int = -2) -> list[list[Hypothesis]]:
+           need_attention: bool = False, attention_layer: int = -2,
+           need_token_scores: bool = False) -> list[list[Hypothesis]]:
     """Translate a batch of sources (batch, src_len): greedy for beam 1, else beam search.
 
     Returns per sentence its cfg.nbest best hypotheses. With need_attention, each
     hypothesis gets the encoder-decoder attention of decoder layer `attention_layer`
-    (default: the penultimate, which aligns best in Garg et al. 2019), averaged over heads.
+    (default: the penultimate, which aligns best in Garg et al. 2019), averaged over heads;
+    with need_token_scores, the log-probability of each of its tokens.
     """
     if cfg.beam == 1:
         results = [[hyp] for hyp in greedy_search(model, src, cfg, special, max_len_limit)]
     else:
         results = beam_search(model, src, cfg, special, max_len_limit)
-    if need_attention:
-        attach_attention(model, src, results, special, attention_layer)
+    if need_attention or need_token_scores:
+        attach_details(model, src, results, special, attention_layer, need_attention,
+                       need_token_scores)
     return results
 
 
-def attach_attention(model: Seq2Seq, src: Tensor, results: list[list[Hypothesis]],
-                     special: SpecialIds = SpecialIds(), layer: int = -2) -> None:
-    """Fill Hypothesis.attention by decoding every final hypothesis once more with weights.
+def _target_batch(sequences: list[list[int]], special: SpecialIds, device: torch.device
+                  ) -> Tensor:
+    """(len(sequences), longest + 1) decoder input: BOS, the tokens, PAD after them."""
+    length = max(len(tokens) for tokens in sequences) + 1
+    tgt = torch.full((len(sequences), length), special.pad, dtype=torch.long, device=device)
+    tgt[:, 0] = special.bos
+    for row, tokens in enumerate(sequences):
+        tgt[row, 1: len(tokens) + 1] = torch.tensor(tokens, dtype=torch.long)
+    return tgt
 
-    Re-running the decoder on the chosen hypotheses costs one teacher-forced pass and
-    keeps the search itself free of attention bookkeeping.
+
+@torch.inference_mode()
+def teacher_forced(model: Seq2Seq, src: Tensor, owners: Tensor, sequences: list[list[int]],
+                   special: SpecialIds = SpecialIds(), need_weights: bool = False
+                   ) -> tuple[list[list[float]], list[Tensor]]:
+    """log P of every token of each target sequence (tokens without BOS and EOS, EOS
+    scored last) given source row owners[i] (sequences,) of src (batch, src_len), from
+    one teacher-forced decoder pass; and the per-layer encoder-decoder attention
+    (sequences, heads, longest + 1, src_len) when need_weights.
+
+    The log-probabilities are those the searches sum, PAD and BOS excluded.
+    """
+    tgt = _target_batch(sequences, special, src.device)  # (sequences, longest + 1)
+    out = model.decode(tgt, model.encode(src).select(owners), need_weights=need_weights)
+    log_probs = torch.log_softmax(out.logits.float(), dim=-1)  # (sequences, longest + 1, vocab)
+    log_probs[..., special.pad] = float("-inf")
+    log_probs[..., special.bos] = float("-inf")
+    following = torch.cat([tgt[:, 1:], tgt.new_full((tgt.size(0), 1), special.pad)], dim=1)
+    for row, tokens in enumerate(sequences):
+        following[row, len(tokens)] = special.eos
+    picked = log_probs.gather(2, following.unsqueeze(2)).squeeze(2)  # (sequences, longest + 1)
+    scores = [picked[row, : len(tokens) + 1].tolist() for row, tokens in enumerate(sequences)]
+    return scores, out.cross_attention
+
+
+def attach_details(model: Seq2Seq, src: Tensor, results: list[list[Hypothesis]],
+                   special: SpecialIds = SpecialIds(), layer: int = -2,
+                   attention: bool = True, token_scores: bool = False) -> None:
+    """Fill Hypothesis.attention (of decoder layer `layer`) and/or Hypothesis.token_scores
+    by decoding every final hypothesis once more, teacher-forced.
+
+    Re-running the decoder on the chosen hypotheses costs one pass and keeps the search
+    itself free of attention and per-token bookkeeping.
     """
     owners = [i for i, hyps in enumerate(results) for _ in hyps]
     hyps = [hyp for sentence in results for hyp in sentence]
     if not hyps:
         return
-    length = max(len(hyp.tokens) for hyp in hyps) + 1
-    tgt = torch.full((len(hyps), length), special.pad, dtype=torch.long, device=src.device)
-    tgt[:, 0] = special.bos
-    for row, hyp in enumerate(hyps):
-        tgt[row, 1: len(hyp.tokens) + 1] = torch.tensor(hyp.tokens, dtype=torch.long)
-    with torch.inference_mode():
-        enc = model.encode(src).select(torch.tensor(owners, device=src.device))
-        cross = model.decode(tgt, enc, need_weights=True).cross_attention
+    scores, cross = teacher_forced(model, src, torch.tensor(owners, device=src.device),
+                                   [hyp.tokens for hyp in hyps], special, need_weights=attention)
+    if token_scores:
+        for hyp, token_scores_of_hyp in zip(hyps, scores):
+            hyp.token_scores = token_scores_of_hyp
+    if not attention:
+        return
     layer_index = max(layer, -len(cross)) if layer < 0 else min(layer, len(cross) - 1)
     weights = cross[layer_index].float().mean(dim=1)  # (hyps, length, src_len)
     src_lengths = src.ne(special.pad).sum(1).tolist()

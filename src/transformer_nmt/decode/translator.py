@@ -18,6 +18,7 @@ import torch
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import normalize
+from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.alignment import word_alignment
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, search
@@ -46,6 +47,14 @@ class Translation:
     alignment: list[tuple[int, int]] | None = None
     """(source word, target word) pairs, 0-based over whitespace-separated words: each
     target subword aligned to the source subword it attends to most; when asked for."""
+    token_scores: list[float] | None = None
+    """log P of each token given the source and the tokens before it, the end of sentence
+    last (len(tokens) + 1 values, summing to log P(Y | X); none for an empty input line,
+    which is not translated); when asked for."""
+
+    def pieces(self, vocab: Vocab) -> list[str]:
+        """The subword pieces of `tokens` in `vocab` (▁ marks a word start)."""
+        return [vocab.piece(token) for token in self.tokens]
 
 
 def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
@@ -80,6 +89,8 @@ class TranslatorOptions:
     """Most source tokens per batch as well, padding included (None: no such limit)."""
     alignments: bool = False
     """Also align each translation's words with the source's (Translation.alignment)."""
+    token_scores: bool = False
+    """Also score each translation's tokens (Translation.token_scores)."""
     buffer_size: int = 1024
     """Lines read ahead and sorted by length into batches; 1 translates line by line, as
     interactive use needs."""
@@ -201,7 +212,8 @@ class Translator:
     def _translate_buffer(self, lines: list[str]) -> list[list[Translation]]:
         ids = self._encode(lines)
         empty = [] if self.options.alignments else None
-        results = [[Translation("", 0.0, [], empty)] for _ in lines]
+        results = [[Translation("", 0.0, [], empty, [] if self.options.token_scores else None)]
+                   for _ in lines]
         order = sorted((i for i, sentence in enumerate(ids) if sentence),
                        key=lambda i: -len(ids[i]))
         batches = list(self._batches(order, ids))
@@ -220,7 +232,8 @@ class Translator:
             src[row, : len(sentence)] = torch.tensor(sentence, dtype=torch.long)
             src[row, len(sentence)] = self.special.eos
         found = search(self.model, src.to(self.options.device), self.options.decode,
-                       self.special, self.max_len_limit, need_attention=self.options.alignments)
+                       self.special, self.max_len_limit, need_attention=self.options.alignments,
+                       need_token_scores=self.options.token_scores)
         release_free_memory()
         return found
 
@@ -230,5 +243,6 @@ class Translator:
             to_piece = self.vocab.processor.id_to_piece
             alignment = word_alignment([to_piece(i) for i in src_ids],
                                        [to_piece(i) for i in hyp.tokens], hyp.attention)
-        return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.tokens, alignment)
+        return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.tokens, alignment,
+                           hyp.token_scores)
 
