@@ -177,7 +177,9 @@ class Translator:
         if buffer:
             yield from self._translate_buffer(buffer)
 
-    def _encode(self, lines: list[str]) -> list[list[int]]:
+    def source_ids(self, lines: list[str]) -> list[list[int]]:
+        """Subword ids of each line (normalized, without EOS), cut to what the model can
+        translate, with a warning the first time."""
         ids = self.vocab.encode_batch([normalize(line) for line in lines])
         decode = self.options.decode
         for offset, sentence in enumerate(ids):
@@ -195,8 +197,9 @@ class Translator:
         self._lines_seen += len(lines)
         return ids
 
-    def _batches(self, order: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
-        """Consecutive runs of `order` (longest first) within the batch limits."""
+    def batches(self, order: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
+        """Consecutive runs of `order` (indices into `ids`, longest first) within the
+        options' batch limits."""
         batch: list[int] = []
         for index in order:
             width = len(ids[batch[0]]) + 1 if batch else len(ids[index]) + 1
@@ -210,13 +213,13 @@ class Translator:
             yield batch
 
     def _translate_buffer(self, lines: list[str]) -> list[list[Translation]]:
-        ids = self._encode(lines)
+        ids = self.source_ids(lines)
         empty = [] if self.options.alignments else None
         results = [[Translation("", 0.0, [], empty, [] if self.options.token_scores else None)]
                    for _ in lines]
         order = sorted((i for i, sentence in enumerate(ids) if sentence),
                        key=lambda i: -len(ids[i]))
-        batches = list(self._batches(order, ids))
+        batches = list(self.batches(order, ids))
         with ThreadPoolExecutor(self.options.workers) as pool:
             # Tensor operations release the GIL, so the threads decode in parallel.
             found = pool.map(lambda batch: self._search([ids[i] for i in batch]), batches)
@@ -225,13 +228,18 @@ class Translator:
                     results[index] = [self._translation(ids[index], hyp) for hyp in hyps]
         return results
 
-    def _search(self, batch: list[list[int]]) -> list[list[Hypothesis]]:
+    def source_tensor(self, batch: list[list[int]]) -> torch.Tensor:
+        """(len(batch), longest + 1) on the translator's device: each sentence's ids, EOS,
+        then PAD."""
         width = max(len(sentence) for sentence in batch) + 1
         src = torch.full((len(batch), width), self.special.pad, dtype=torch.long)
         for row, sentence in enumerate(batch):
             src[row, : len(sentence)] = torch.tensor(sentence, dtype=torch.long)
             src[row, len(sentence)] = self.special.eos
-        found = search(self.model, src.to(self.options.device), self.options.decode,
+        return src.to(self.options.device)
+
+    def _search(self, batch: list[list[int]]) -> list[list[Hypothesis]]:
+        found = search(self.model, self.source_tensor(batch), self.options.decode,
                        self.special, self.max_len_limit, need_attention=self.options.alignments,
                        need_token_scores=self.options.token_scores)
         release_free_memory()
