@@ -189,3 +189,21 @@ def test_json_output_one_object_per_line_with_token_scores(model_file, tmp_path)
     assert first[0] == objects[0]["text"]
     assert [float(x) for x in first[1].split()] == pytest.approx(objects[0]["token_scores"],
                                                                 abs=1e-4)
+
+
+def test_prefix_file_and_sampling_from_the_command_line(model_file, tmp_path, capsys):
+    source, prefixes = tmp_path / "in.txt", tmp_path / "prefix.txt"
+    source.write_text("the house\na dog runs\nthe cat\n", encoding="utf-8")
+    prefixes.write_text("a warm roof\n\nthe green\n", encoding="utf-8")
+    model = ["translate", "--model", str(model_file), "--input", str(source)]
+    assert main(model + ["--prefix", str(prefixes), "--beam", "2", "--max-len-b", "8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("a warm roof") and out[2].startswith("the green")
+    sampled = model + ["--sampling", "--nbest", "3", "--topk", "5", "--seed", "7", *FAST]
+    assert main(sampled) == 0
+    first = capsys.readouterr().out
+    assert main(sampled) == 0
+    assert capsys.readouterr().out == first and len(first.splitlines()) == 9
+    prefixes.write_text("only one\n", encoding="utf-8")
+    assert main(model + ["--prefix", str(prefixes)]) == 2
+    assert "prefix.txt has fewer lines than the input (input line 2)" in capsys.readouterr().err

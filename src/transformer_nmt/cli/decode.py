@@ -31,6 +31,25 @@ def _add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                         "tokens (default A = 1)")
     search.add_argument("--max-len-b", type=int, default=50, metavar="B",
                         help="see --max-len-a (default B = 50)")
+    search.add_argument("--no-repeat-ngram", type=int, default=0, metavar="N",
+                        help="never repeat an n-gram of N subword tokens within one output, "
+                        "as fairseq's and CTranslate2's option of that name (default 0: off)")
+    sampling = parser.add_argument_group(
+        "sampling", "draw each token at random instead of searching, e.g. to back-translate "
+        "(Edunov et al. 2018): --beam is then unused and --nbest K draws K samples per line")
+    sampling.add_argument("--sampling", action="store_true",
+                          help="sample from the model's distribution (default: beam search)")
+    sampling.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                          help="divide the log-probabilities by T before sampling; < 1 is "
+                          "more conservative (default 1)")
+    sampling.add_argument("--topk", type=int, default=0, metavar="K",
+                          help="sample among the K likeliest tokens only (default 0: all)")
+    sampling.add_argument("--topp", type=float, default=1.0, metavar="P",
+                          help="sample among the likeliest tokens whose probabilities add up "
+                          "to P (nucleus sampling; default 1: all)")
+    sampling.add_argument("--seed", type=int, default=0, metavar="S",
+                          help="random seed: the same seed and input give the same samples, "
+                          "whatever the batching (default 0)")
     speed = parser.add_argument_group("speed")
     speed.add_argument("--batch-size", type=int, metavar="N",
                        help="sentences translated together, sorted by length (default: 32 "
@@ -67,7 +86,10 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
     from transformer_nmt.decode.translator import TranslatorOptions
 
     decode = DecodeConfig(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a,
-                          max_len_b=args.max_len_b, nbest=getattr(args, "nbest", 1))
+                          max_len_b=args.max_len_b, nbest=getattr(args, "nbest", 1),
+                          no_repeat_ngram=args.no_repeat_ngram, sampling=args.sampling,
+                          temperature=args.temperature, topk=args.topk, topp=args.topp,
+                          seed=args.seed)
     return TranslatorOptions(decode=decode, device=args.device, precision=args.precision,
                              batch_size=args.batch_size, max_tokens=args.max_tokens,
                              workers=args.workers, **fields)
@@ -99,11 +121,17 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="write translations here, with a progress bar; the file appears "
                         "complete or not at all (default: stdout)")
     parser.add_argument("--nbest", type=int, default=1, metavar="K",
-                        help="write the K best translations of each line, K <= --beam, in the "
-                        "n-best format below (default 1: plain output)")
+                        help="write the K best translations of each line, K <= --beam (K "
+                        "samples with --sampling), in the n-best format below (default 1: "
+                        "plain output)")
     parser.add_argument("--alignments", action="store_true",
                         help="append word alignments taken from the encoder-decoder attention "
                         "of the penultimate decoder layer")
+    parser.add_argument("--prefix", metavar="FILE",
+                        help="a target prefix per input line, raw text: each translation "
+                        "starts with it (its subword pieces are forced, then the search goes "
+                        "on); an empty prefix line leaves its translation free, an empty "
+                        "input line stays empty")
     parser.add_argument("--format", choices=["text", "json"], default="text",
                         help="text (default): the formats below; json: one JSON object per "
                         "input line, {\"text\", \"tokens\" (subword pieces), "
@@ -124,7 +152,7 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_translate(args: argparse.Namespace) -> None:
     from transformer_nmt.data.text import count_lines, iter_lines, read_lines
-    from transformer_nmt.decode.stream import translate_file, translate_stream
+    from transformer_nmt.decode.stream import translate_file, translate_stream, with_prefixes
     from transformer_nmt.decode.threads import decoding_threads, torch_threads
     from transformer_nmt.decode.translator import Translator
 
@@ -135,6 +163,8 @@ def run_translate(args: argparse.Namespace) -> None:
         token_scores=args.token_scores or args.format == "json"))
     lines = (read_lines(args.input, args.errors) if args.input is not None
              else iter_lines(sys.stdin.buffer, "<stdin>", args.errors))
+    if args.prefix is not None:
+        lines = with_prefixes(lines, read_lines(args.prefix, args.errors), args.prefix)
     as_json = args.format == "json"
     # Each worker on its share of the cores, for this command only.
     with torch_threads(decoding_threads(translator.options.workers, translator.options.device)):

@@ -25,6 +25,7 @@ Definitions used throughout:
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -169,29 +170,172 @@ def _force_eos(log_probs: Tensor, at_limit: Tensor, eos: int) -> None:
         log_probs[at_limit, eos] = eos_scores
 
 
+def _ban_repeated_ngrams(log_probs: Tensor, history: Tensor, n: int) -> None:
+    """-inf (in place) for every token that would repeat an n-gram of its row's history
+    (rows, length), BOS first: the tokens that followed an earlier occurrence of the
+    last n - 1 tokens (fairseq's and CTranslate2's no_repeat_ngram_size)."""
+    length = history.size(1)
+    if length < n:
+        return
+    windows = history.unfold(1, n, 1)  # (rows, length - n + 1, n) every n-gram so far
+    context = history[:, length - n + 1:].unsqueeze(1)  # (rows, 1, n - 1) the last n - 1
+    repeats = windows[:, :, :-1].eq(context).all(dim=2)  # (rows, length - n + 1)
+    # Non-repeating windows point at BOS, which is banned anyway.
+    banned = torch.where(repeats, windows[:, :, -1], history[:, :1])
+    log_probs.scatter_(1, banned, float("-inf"))
+
+
+def prefix_tensor(prefixes: list[list[int]] | None, device: torch.device) -> Tensor | None:
+    """(batch, longest prefix) token ids that the outputs must start with, -1 after each
+    prefix's end; None when there is no prefix to force."""
+    if not prefixes or not any(prefixes):
+        return None
+    forced = torch.full((len(prefixes), max(len(prefix) for prefix in prefixes)), -1,
+                        dtype=torch.long)
+    for row, prefix in enumerate(prefixes):
+        forced[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+    return forced.to(device)
+
+
+class _Rules:
+    """What a search imposes on each step's log-probabilities besides the model's: EOS
+    at the maximum length, a forced target prefix, no repeated n-grams."""
+
+    def __init__(self, cfg: DecodeConfig, special: SpecialIds, prefixes: Tensor | None) -> None:
+        self.no_repeat_ngram, self.eos = cfg.no_repeat_ngram, special.eos
+        self.prefixes = prefixes  # (sentences, longest prefix) or None
+
+    def apply(self, log_probs: Tensor, tokens: Tensor, step: int, width: int,
+              at_limit: Tensor) -> None:
+        """Restrict log_probs (sentences * width, vocab), in place, for rows whose
+        tokens (sentences * width, BOS + ...) are known up to `step`; at_limit (rows,)
+        marks rows at their maximum length."""
+        forced = None
+        if self.prefixes is not None and step < self.prefixes.size(1):
+            wanted = self.prefixes[:, step].repeat_interleave(width)  # (rows,)
+            rows = wanted.ge(0).nonzero().squeeze(1)
+            # Read before any ban: the forced token keeps the model's log-probability.
+            forced = rows, wanted[rows], log_probs[rows, wanted[rows]]
+        if self.no_repeat_ngram:
+            _ban_repeated_ngrams(log_probs, tokens[:, : step + 1], self.no_repeat_ngram)
+        _force_eos(log_probs, at_limit, self.eos)
+        if forced is not None:
+            rows, wanted_tokens, scores = forced
+            log_probs[rows] = float("-inf")
+            log_probs[rows, wanted_tokens] = scores
+
+    def keep(self, sentences: Tensor) -> None:
+        """Only sentences `sentences` (kept,) go on."""
+        if self.prefixes is not None:
+            self.prefixes = self.prefixes[sentences]
+
+
+def _with_prefixes(limits: Tensor, prefixes: Tensor | None) -> Tensor:
+    """limits (batch,) raised where needed so that each prefix fits."""
+    if prefixes is None:
+        return limits
+    return torch.maximum(limits, prefixes.ge(0).sum(1))
+
+
+def _sample(log_probs: Tensor, uniforms: Tensor, cfg: DecodeConfig) -> Tensor:
+    """One token per row of log_probs (rows, vocab), drawn by inverse transform with one
+    uniform number (rows,) per row, from the distribution that cfg's temperature, top-k
+    and top-p leave."""
+    logits = log_probs / cfg.temperature
+    if cfg.topk:
+        values, index = logits.topk(min(cfg.topk, logits.size(1)), dim=1)  # best first
+    else:
+        values, index = logits.sort(dim=1, descending=True)
+    probs = torch.softmax(values, dim=1)  # (rows, candidates)
+    if cfg.topp < 1:
+        # Keep the likeliest tokens until their mass reaches p (the first always).
+        before = probs.cumsum(dim=1) - probs
+        probs = probs.masked_fill(before >= cfg.topp, 0.0)
+    cumulative = probs.cumsum(dim=1)  # (rows, candidates)
+    target = uniforms.unsqueeze(1) * cumulative[:, -1:]
+    pick = cumulative.lt(target).sum(dim=1).clamp(max=probs.size(1) - 1)  # (rows,)
+    return index.gather(1, pick.unsqueeze(1)).squeeze(1)
+
+
 @torch.inference_mode()
 def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
                   special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
-                  use_cache: bool = True) -> list[Hypothesis]:
+                  use_cache: bool = True, prefixes: list[list[int]] | None = None
+                  ) -> list[Hypothesis]:
     """The most probable next token at every step, for a batch of sources (batch, src_len).
 
-    Returns one Hypothesis per sentence, in order, scored like beam search's.
+    Returns one Hypothesis per sentence, in order, scored like beam search's. Each
+    output starts with the sentence's token ids in `prefixes`, when given (at most
+    max_len_limit each).
     """
-    batch = src.size(0)
-    limits = max_lengths(src, cfg, special.pad, max_len_limit)  # (batch,)
+    prefix = prefix_tensor(prefixes, src.device)
+    limits = _with_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
+    return _token_by_token(model, model.encode(src), limits, cfg, special, use_cache,
+                           _Rules(cfg, special, prefix))
+
+
+@torch.inference_mode()
+def sample(model: Seq2Seq, src: Tensor, cfg: DecodeConfig, seeds: list[int],
+           special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
+           prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+    """cfg.nbest random outputs per source sentence of src (batch, src_len), each token
+    drawn from the model's distribution as cfg's temperature, top-k and top-p shape it.
+
+    Sentence i draws from its own generator seeded with (cfg.seed, seeds[i]), so its
+    samples do not depend on the other sentences of the batch. Scores are the model's
+    own (untempered) log-probabilities, normalized as beam search's; each sentence's
+    samples come best first. `prefixes` as in greedy_search.
+    """
+    batch, count = src.size(0), cfg.nbest
+    owner = torch.arange(batch, device=src.device).repeat_interleave(count)  # (batch * count,)
+    prefix = prefix_tensor(prefixes, src.device)
+    limits = max_lengths(src, cfg, special.pad, max_len_limit)
+    if prefix is not None:
+        prefix = prefix[owner]
+    limits = _with_prefixes(limits[owner], prefix)
+    # Drawn step by step (steps as rows), so that a sample's numbers do not depend on
+    # the longest output its batch allows.
+    uniforms = torch.cat([
+        torch.rand(int(limits.max()) + 1, count, dtype=torch.float64,
+                   generator=torch.Generator().manual_seed(_sentence_seed(cfg.seed, seed))).T
+        for seed in seeds]).to(src.device)  # (batch * count, longest + 1)
+    found = _token_by_token(model, model.encode(src).select(owner), limits, cfg, special,
+                            True, _Rules(cfg, special, prefix), uniforms)
+    return [sorted(found[i * count: (i + 1) * count], key=lambda hyp: -hyp.score)
+            for i in range(batch)]
+
+
+def _sentence_seed(seed: int, sentence: int) -> int:
+    """A 32-bit seed for one sentence's generator (torch's CPU generator keeps only 32
+    bits of a seed): a hash of both numbers, so that neighbouring pairs get unrelated
+    streams."""
+    digest = hashlib.blake2b(f"{seed}:{sentence}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: DecodeConfig,
+                    special: SpecialIds, use_cache: bool, rules: _Rules,
+                    uniforms: Tensor | None = None) -> list[Hypothesis]:
+    """One output per encoder row, token by token: the likeliest, or with uniforms
+    (rows, longest + 1) drawn as `_sample` does."""
+    batch, device = limits.size(0), limits.device
     longest = int(limits.max())
     # The decoder sees BOS and every token but the last (EOS): at most longest + 1 positions.
-    stepper = _Stepper(model, model.encode(src), use_cache, longest + 1)
+    stepper = _Stepper(model, enc, use_cache, longest + 1)
     tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long,
-                        device=src.device)  # (active, BOS + tokens + EOS)
-    log_prob = torch.zeros(batch, device=src.device)  # (active,)
-    active = torch.arange(batch, device=src.device)  # original index of each active row
+                        device=device)  # (active, BOS + tokens + EOS)
+    log_prob = torch.zeros(batch, device=device)  # (active,)
+    active = torch.arange(batch, device=device)  # original index of each active row
     results: list[Hypothesis | None] = [None] * batch
     step = 0
     while active.numel():
         log_probs = stepper.log_probs(tokens, step, special)  # (active, vocab)
-        _force_eos(log_probs, limits == step, special.eos)
-        best_log_prob, best = log_probs.max(dim=-1)  # (active,)
+        rules.apply(log_probs, tokens, step, 1, limits == step)
+        if uniforms is None:
+            best_log_prob, best = log_probs.max(dim=-1)  # (active,)
+        else:
+            best = _sample(log_probs, uniforms[:, step], cfg)
+            best_log_prob = log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
         log_prob += best_log_prob
         tokens[:, step + 1] = best
         done = best.eq(special.eos)
@@ -202,6 +346,9 @@ def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(
                     tokens[row, 1: step + 1].tolist(), float(scores[row]), float(log_prob[row]))
             keep = (~done).nonzero().squeeze(1)
             tokens, log_prob, limits, active = tokens[keep], log_prob[keep], limits[keep], active[keep]
+            rules.keep(keep)
+            if uniforms is not None:
+                uniforms = uniforms[keep]
             if active.numel():
                 stepper.reorder(keep, keep)
         step += 1
@@ -227,16 +374,19 @@ def _best_possible_scores(open_log_probs: Tensor, length: int, limits: Tensor,
 @torch.inference_mode()
 def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
                 special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
-                use_cache: bool = True, early_stop: bool = True) -> list[list[Hypothesis]]:
+                use_cache: bool = True, early_stop: bool = True,
+                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
     """Beam search of width cfg.beam for a batch of sources (batch, src_len).
 
     Returns, per sentence in order, its cfg.nbest best finished hypotheses, best first.
     early_stop=False runs every sentence until it is complete (see the module docstring);
-    the result is the same, which the tests check.
+    the result is the same, which the tests check. `prefixes` as in greedy_search.
     """
     k, nbest = cfg.beam, cfg.nbest
     batch, device = src.size(0), src.device
-    limits = max_lengths(src, cfg, special.pad, max_len_limit)  # (active,)
+    prefix = prefix_tensor(prefixes, device)
+    rules = _Rules(cfg, special, prefix)
+    limits = _with_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)  # (active,)
     # Every sentence starts with one empty prefix: step 0 decodes one row per sentence
     # (and computes the encoder-decoder keys/values once), later steps k rows.
     longest = int(limits.max())
@@ -253,7 +403,7 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
         n = active.numel()
         log_probs = stepper.log_probs(tokens, step, special)  # (n * width, vocab)
         vocab = log_probs.size(1)
-        _force_eos(log_probs, limits.repeat_interleave(width) == step, special.eos)
+        rules.apply(log_probs, tokens, step, width, limits.repeat_interleave(width) == step)
         candidates = (scores.view(n * width, 1) + log_probs).view(n, width * vocab)
         if candidates.size(1) < 2 * k:  # a vocabulary smaller than the beam
             candidates = F.pad(candidates, (0, 2 * k - candidates.size(1)), value=float("-inf"))
@@ -294,6 +444,7 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
         tokens = tokens[rows]
         tokens[:, step + 1] = next_token[keep].view(-1)
         scores, limits, active, nbest_score = scores[keep], limits[keep], active[keep], nbest_score[keep]
+        rules.keep(keep)
         if active.numel():
             # The encoder rows (one per sentence, shared by its beams) change only when
             # sentences leave.
@@ -306,18 +457,26 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
 def search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
            special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
            need_attention: bool = False, attention_layer: int = -2,
-           need_token_scores: bool = False) -> list[list[Hypothesis]]:
-    """Translate a batch of sources (batch, src_len): greedy for beam 1, else beam search.
+           need_token_scores: bool = False, prefixes: list[list[int]] | None = None,
+           seeds: list[int] | None = None) -> list[list[Hypothesis]]:
+    """Translate a batch of sources (batch, src_len): greedy for beam 1, else beam search,
+    or with cfg.sampling, cfg.nbest samples (`sample`, seeded per sentence with `seeds`,
+    default its row number).
 
-    Returns per sentence its cfg.nbest best hypotheses. With need_attention, each
-    hypothesis gets the encoder-decoder attention of decoder layer `attention_layer`
+    Returns per sentence its cfg.nbest best hypotheses. Outputs start with `prefixes`
+    when given (token ids per sentence, at most max_len_limit each). With need_attention,
+    each hypothesis gets the encoder-decoder attention of decoder layer `attention_layer`
     (default: the penultimate, which aligns best in Garg et al. 2019), averaged over heads;
     with need_token_scores, the log-probability of each of its tokens.
     """
-    if cfg.beam == 1:
-        results = [[hyp] for hyp in greedy_search(model, src, cfg, special, max_len_limit)]
+    if cfg.sampling:
+        seeds = list(range(src.size(0))) if seeds is None else seeds
+        results = sample(model, src, cfg, seeds, special, max_len_limit, prefixes)
+    elif cfg.beam == 1:
+        results = [[hyp] for hyp in greedy_search(model, src, cfg, special, max_len_limit,
+                                                  prefixes=prefixes)]
     else:
-        results = beam_search(model, src, cfg, special, max_len_limit)
+        results = beam_search(model, src, cfg, special, max_len_limit, prefixes=prefixes)
     if need_attention or need_token_scores:
         attach_details(model, src, results, special, attention_layer, need_attention,
                        need_token_scores)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from itertools import zip_longest
 from typing import Any, Iterable, Iterator, TextIO
 
 from tqdm import tqdm
@@ -17,7 +18,23 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transformer_nmt.data.text import LineWriter
 from transformer_nmt.data.vocab import Vocab
-from transformer_nmt.decode.translator import Translation, Translator
+from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
+from transformer_nmt.errors import UserError
+
+
+def with_prefixes(lines: Iterable[str], prefixes: Iterable[str], prefix_name: str
+                  ) -> Iterator[TranslationRequest]:
+    """Each line as a request whose output starts with the prefix of the same line
+    number (an empty prefix line: none); UserError, naming `prefix_name`, when the
+    prefixes run out before the lines or the other way round."""
+    number = 0
+    for line, prefix in zip_longest(lines, prefixes):
+        number += 1
+        if line is None or prefix is None:
+            more = "fewer" if prefix is None else "more"
+            raise UserError(f"{prefix_name} has {more} lines than the input (input line "
+                            f"{number}); give one prefix line per input line, empty for none")
+        yield TranslationRequest(line, prefix)
 
 
 def format_translations(index: int, translations: list[Translation], nbest: bool,
@@ -60,7 +77,7 @@ def _json_object(translation: Translation, vocab: Vocab) -> dict[str, Any]:
     return result
 
 
-def translate_stream(translator: Translator, lines: Iterable[str], output: TextIO, *,
+def translate_stream(translator: Translator, lines: Iterable[str | TranslationRequest], output: TextIO, *,
                      nbest: bool = False, flush_each: bool = False,
                      as_json: bool = False) -> "SpeedReport":
     """Translate `lines` into the text stream `output`, in input order, as
@@ -82,7 +99,7 @@ def translate_stream(translator: Translator, lines: Iterable[str], output: TextI
     return speed
 
 
-def translate_file(translator: Translator, lines: Iterable[str], output_path: str | Path, *,
+def translate_file(translator: Translator, lines: Iterable[str | TranslationRequest], output_path: str | Path, *,
                    nbest: bool = False, total: int | None = None,
                    as_json: bool = False) -> "SpeedReport":
     """Translate `lines` into the file at `output_path`, as `translate_stream` does, with

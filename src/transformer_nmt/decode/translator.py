@@ -57,6 +57,18 @@ class Translation:
         return [vocab.piece(token) for token in self.tokens]
 
 
+@dataclass(frozen=True)
+class TranslationRequest:
+    """One line to translate, with what its output must contain."""
+
+    text: str
+    """The source sentence, raw text."""
+    prefix: str = ""
+    """Raw target text the translation must start with (its subword pieces are forced,
+    then the search goes on freely); whole words, as a piece boundary inside a word
+    may not be one the model would choose."""
+
+
 def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
     """Most source tokens (EOS excluded) a line may have so that the encoder's input and
     the longest output the decode settings allow fit the model's positions.
@@ -166,9 +178,12 @@ class Translator:
         for translations in self.translate_nbest(lines):
             yield translations[0].text
 
-    def translate_nbest(self, lines: Iterable[str]) -> Iterator[list[Translation]]:
-        """The decode.nbest best translations of each line, best first, in input order."""
-        buffer: list[str] = []
+    def translate_nbest(self, lines: Iterable[str | TranslationRequest]
+                        ) -> Iterator[list[Translation]]:
+        """The decode.nbest best translations of each line, best first, in input order
+        (samples, with decode.sampling); a line may be a TranslationRequest, to force
+        a prefix."""
+        buffer: list[str | TranslationRequest] = []
         for line in lines:
             buffer.append(line)
             if len(buffer) == self.options.buffer_size:
@@ -212,21 +227,43 @@ class Translator:
         if batch:
             yield batch
 
-    def _translate_buffer(self, lines: list[str]) -> list[list[Translation]]:
-        ids = self.source_ids(lines)
+    def _translate_buffer(self, items: list[str | TranslationRequest]
+                          ) -> list[list[Translation]]:
+        requests = [item if isinstance(item, TranslationRequest) else TranslationRequest(item)
+                    for item in items]
+        first_line = self._lines_seen
+        ids = self.source_ids([request.text for request in requests])
+        prefixes = self._prefix_ids(requests)
         empty = [] if self.options.alignments else None
         results = [[Translation("", 0.0, [], empty, [] if self.options.token_scores else None)]
-                   for _ in lines]
+                   for _ in requests]
         order = sorted((i for i, sentence in enumerate(ids) if sentence),
                        key=lambda i: -len(ids[i]))
         batches = list(self.batches(order, ids))
+
+        def search_batch(batch: list[int]) -> list[list[Hypothesis]]:
+            # Samples are seeded by line number, so they do not depend on the batching.
+            return self._search([ids[i] for i in batch],
+                                [prefixes[i] for i in batch] if prefixes else None,
+                                [first_line + i for i in batch])
+
         with ThreadPoolExecutor(self.options.workers) as pool:
             # Tensor operations release the GIL, so the threads decode in parallel.
-            found = pool.map(lambda batch: self._search([ids[i] for i in batch]), batches)
+            found = pool.map(search_batch, batches)
             for batch, hyps_of_batch in zip(batches, found):
                 for index, hyps in zip(batch, hyps_of_batch):
                     results[index] = [self._translation(ids[index], hyp) for hyp in hyps]
         return results
+
+    def _prefix_ids(self, requests: list[TranslationRequest]) -> list[list[int]] | None:
+        """Each request's prefix as target token ids, cut to the longest output the
+        model's positions allow; None when no request has a prefix."""
+        if not any(request.prefix for request in requests):
+            return None
+        prefixes = self.vocab.encode_batch([normalize(request.prefix) for request in requests])
+        for prefix in prefixes:
+            del prefix[self.max_len_limit:]
+        return prefixes
 
     def source_tensor(self, batch: list[list[int]]) -> torch.Tensor:
         """(len(batch), longest + 1) on the translator's device: each sentence's ids, EOS,
@@ -238,10 +275,12 @@ class Translator:
             src[row, len(sentence)] = self.special.eos
         return src.to(self.options.device)
 
-    def _search(self, batch: list[list[int]]) -> list[list[Hypothesis]]:
+    def _search(self, batch: list[list[int]], prefixes: list[list[int]] | None,
+                seeds: list[int]) -> list[list[Hypothesis]]:
         found = search(self.model, self.source_tensor(batch), self.options.decode,
                        self.special, self.max_len_limit, need_attention=self.options.alignments,
-                       need_token_scores=self.options.token_scores)
+                       need_token_scores=self.options.token_scores, prefixes=prefixes,
+                       seeds=seeds)
         release_free_memory()
         return found
 
