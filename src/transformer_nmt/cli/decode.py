@@ -112,9 +112,10 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
         "how fast, model loading excluded. examples: nmt translate --model "
         "run/average.pt < test.en > test.de; nmt translate --model model.pt --interactive",
     )
-    parser.add_argument("--model", required=True, metavar="MODEL.pt",
+    parser.add_argument("--model", required=True, nargs="+", metavar="MODEL.pt",
                         help="model file: a checkpoint of `nmt train` or the output of "
-                        "`nmt average`")
+                        "`nmt average`; several make an ensemble, averaging their "
+                        "log-probabilities at every step (they must share a vocabulary)")
     parser.add_argument("--input", metavar="FILE",
                         help="text to translate, UTF-8, optionally gzipped (default: stdin)")
     parser.add_argument("--output", metavar="FILE",
@@ -158,7 +159,7 @@ def run_translate(args: argparse.Namespace) -> None:
 
     if args.interactive and args.input is not None:
         raise UserError("--interactive reads standard input; leave out --input")
-    translator = Translator.from_file(args.model, _translator_options(
+    translator = Translator.from_files(args.model, _translator_options(
         args, alignments=args.alignments, buffer_size=1 if args.interactive else 1024,
         token_scores=args.token_scores or args.format == "json"))
     lines = (read_lines(args.input, args.errors) if args.input is not None
@@ -195,7 +196,9 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog="examples: nmt evaluate --model run/average.pt --data data/wmt14 --split test; "
         "nmt evaluate --hyp out.de --ref newstest2014.de --tgt-lang de",
     )
-    parser.add_argument("--model", metavar="MODEL.pt", help="model file to translate with")
+    parser.add_argument("--model", nargs="+", metavar="MODEL.pt",
+                        help="model file to translate with; several make an ensemble (see "
+                        "`nmt translate --help`)")
     parser.add_argument("--data", metavar="DATA_DIR",
                         help="data directory of `nmt prepare` (languages from its manifest)")
     parser.add_argument("--split", default="test",

@@ -12,7 +12,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import torch
 
@@ -20,6 +20,7 @@ from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import normalize
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.alignment import word_alignment
+from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, search
 from transformer_nmt.decode.threads import default_workers
@@ -161,6 +162,29 @@ class Translator:
         # Loaded onto the CPU: prepare_model moves it after converting it, so that the
         # device never holds the float model and the converted one at once.
         return cls(load_for_inference(path, "cpu"), options)
+
+    @classmethod
+    def from_files(cls, paths: Sequence[str | Path],
+                   options: TranslatorOptions = TranslatorOptions()) -> "Translator":
+        """A Translator for one model file, or an ensemble of several (their
+        log-probabilities averaged at every step, see transformer_nmt.decode.ensemble);
+        UserError unless they share one vocabulary."""
+        if len(paths) == 1:
+            return cls.from_file(paths[0], options)
+        loaded = [load_for_inference(path, "cpu") for path in paths]
+        vocab = loaded[0].vocab.to_bytes()
+        for other in loaded[1:]:
+            if other.vocab.to_bytes() != vocab:
+                raise UserError(f"{other.path} has another vocabulary than {loaded[0].path}; "
+                                "an ensemble's models must share one (trained on one data "
+                                "directory)")
+            if model_languages(other.payload_meta) != model_languages(loaded[0].payload_meta):
+                raise UserError(f"{other.path} and {loaded[0].path} translate different "
+                                "language pairs; an ensemble's models must translate one")
+        ensemble = Ensemble([member.model for member in loaded])
+        first = loaded[0]
+        return cls(InferenceModel(ensemble, first.vocab, first.path, first.payload_meta),
+                   options)
 
     def variant(self, decode: DecodeConfig, alignments: bool | None = None) -> "Translator":
         """A Translator sharing this one's model, vocabulary and workers that searches with
