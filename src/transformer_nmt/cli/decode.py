@@ -133,6 +133,13 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
                         "starts with it (its subword pieces are forced, then the search goes "
                         "on); an empty prefix line leaves its translation free, an empty "
                         "input line stays empty")
+    parser.add_argument("--constraints", metavar="FILE",
+                        help="terminology: per input line, tab-separated phrases of raw "
+                        "target text that its translation must contain (an empty line: "
+                        "none); lexically constrained beam search with dynamic beam "
+                        "allocation (Post & Vilar 2018) over the phrases' subword pieces. "
+                        "Phrases that cannot fit in the longest output give a warning. "
+                        "Use a beam of 4 or more; not with --sampling")
     parser.add_argument("--format", choices=["text", "json"], default="text",
                         help="text (default): the formats below; json: one JSON object per "
                         "input line, {\"text\", \"tokens\" (subword pieces), "
@@ -153,7 +160,7 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_translate(args: argparse.Namespace) -> None:
     from transformer_nmt.data.text import count_lines, iter_lines, read_lines
-    from transformer_nmt.decode.stream import translate_file, translate_stream, with_prefixes
+    from transformer_nmt.decode.stream import requests, translate_file, translate_stream
     from transformer_nmt.decode.threads import decoding_threads, torch_threads
     from transformer_nmt.decode.translator import Translator
 
@@ -164,8 +171,11 @@ def run_translate(args: argparse.Namespace) -> None:
         token_scores=args.token_scores or args.format == "json"))
     lines = (read_lines(args.input, args.errors) if args.input is not None
              else iter_lines(sys.stdin.buffer, "<stdin>", args.errors))
-    if args.prefix is not None:
-        lines = with_prefixes(lines, read_lines(args.prefix, args.errors), args.prefix)
+    if args.prefix is not None or args.constraints is not None:
+        lines = requests(
+            lines, None if args.prefix is None else read_lines(args.prefix, args.errors),
+            None if args.constraints is None else read_lines(args.constraints, args.errors),
+            args.prefix, args.constraints)
     as_json = args.format == "json"
     # Each worker on its share of the cores, for this command only.
     with torch_threads(decoding_threads(translator.options.workers, translator.options.device)):

@@ -22,19 +22,30 @@ from transformer_nmt.decode.translator import Translation, TranslationRequest, T
 from transformer_nmt.errors import UserError
 
 
-def with_prefixes(lines: Iterable[str], prefixes: Iterable[str], prefix_name: str
-                  ) -> Iterator[TranslationRequest]:
+def requests(lines: Iterable[str], prefixes: Iterable[str] | None = None,
+             constraints: Iterable[str] | None = None, prefix_name: str = "prefixes",
+             constraints_name: str = "constraints") -> Iterator[TranslationRequest]:
     """Each line as a request whose output starts with the prefix of the same line
-    number (an empty prefix line: none); UserError, naming `prefix_name`, when the
-    prefixes run out before the lines or the other way round."""
+    number and contains the tab-separated phrases of the same constraints line (empty
+    lines: none); UserError, naming the file, when one runs out before the lines or
+    the other way round."""
+    sides = [(prefixes, prefix_name, "prefix"), (constraints, constraints_name, "constraints")]
+    given = [(lines_of, name, what) for lines_of, name, what in sides if lines_of is not None]
     number = 0
-    for line, prefix in zip_longest(lines, prefixes):
+    for row in zip_longest(lines, *(lines_of for lines_of, _, _ in given)):
         number += 1
-        if line is None or prefix is None:
-            more = "fewer" if prefix is None else "more"
-            raise UserError(f"{prefix_name} has {more} lines than the input (input line "
-                            f"{number}); give one prefix line per input line, empty for none")
-        yield TranslationRequest(line, prefix)
+        for value, (_, name, what) in zip(row[1:], given):
+            if (row[0] is None) != (value is None):
+                more = "fewer" if value is None else "more"
+                raise UserError(f"{name} has {more} lines than the input (input line "
+                                f"{number}); give one {what} line per input line, empty for "
+                                "none")
+        if row[0] is None:
+            return
+        fields = dict(zip((what for _, _, what in given), row[1:]))
+        phrases = fields.get("constraints") or ""
+        yield TranslationRequest(row[0], fields.get("prefix") or "",
+                                 tuple(phrase for phrase in phrases.split("\t") if phrase.strip()))
 
 
 def format_translations(index: int, translations: list[Translation], nbest: bool,

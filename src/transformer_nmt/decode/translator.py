@@ -22,7 +22,8 @@ from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.alignment import word_alignment
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.precision import prepare_model
-from transformer_nmt.decode.search import Hypothesis, SpecialIds, search
+from transformer_nmt.decode.constrained import constrained_beam_search
+from transformer_nmt.decode.search import Hypothesis, SpecialIds, attach_details, search
 from transformer_nmt.decode.threads import default_workers
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
@@ -68,6 +69,9 @@ class TranslationRequest:
     """Raw target text the translation must start with (its subword pieces are forced,
     then the search goes on freely); whole words, as a piece boundary inside a word
     may not be one the model would choose."""
+    constraints: tuple[str, ...] = ()
+    """Phrases, raw target text, that the translation must contain (terminology): beam
+    search constrained to their subword pieces (transformer_nmt.decode.constrained)."""
 
 
 def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
@@ -258,6 +262,7 @@ class Translator:
         first_line = self._lines_seen
         ids = self.source_ids([request.text for request in requests])
         prefixes = self._prefix_ids(requests)
+        constraints = self._constraint_ids(requests, first_line)
         empty = [] if self.options.alignments else None
         results = [[Translation("", 0.0, [], empty, [] if self.options.token_scores else None)]
                    for _ in requests]
@@ -269,7 +274,8 @@ class Translator:
             # Samples are seeded by line number, so they do not depend on the batching.
             return self._search([ids[i] for i in batch],
                                 [prefixes[i] for i in batch] if prefixes else None,
-                                [first_line + i for i in batch])
+                                [first_line + i for i in batch],
+                                [constraints[i] for i in batch] if constraints else None)
 
         with ThreadPoolExecutor(self.options.workers) as pool:
             # Tensor operations release the GIL, so the threads decode in parallel.
@@ -278,6 +284,28 @@ class Translator:
                 for index, hyps in zip(batch, hyps_of_batch):
                     results[index] = [self._translation(ids[index], hyp) for hyp in hyps]
         return results
+
+    def _constraint_ids(self, requests: list[TranslationRequest], first_line: int
+                        ) -> list[list[list[int]]] | None:
+        """Each request's constraint phrases as target token ids; None when no request
+        has any. Warns about a line whose phrases cannot all fit in the longest output
+        the model's positions allow (the search then misses some, rather than hang)."""
+        if not any(request.constraints for request in requests):
+            return None
+        if self.options.decode.sampling:
+            raise UserError("constraints need beam search; leave out sampling")
+        found = []
+        for offset, request in enumerate(requests):
+            phrases = [ids for ids in self.vocab.encode_batch(
+                [normalize(phrase) for phrase in request.constraints]) if ids]
+            needed = sum(len(phrase) for phrase in phrases)
+            if needed > self.max_len_limit:
+                logger.warning(
+                    "the constraints of input line %d need %d subword tokens, more than the "
+                    "%d this model's outputs can have; its translation will miss some",
+                    first_line + offset + 1, needed, self.max_len_limit)
+            found.append(phrases)
+        return found
 
     def _prefix_ids(self, requests: list[TranslationRequest]) -> list[list[int]] | None:
         """Each request's prefix as target token ids, cut to the longest output the
@@ -300,11 +328,22 @@ class Translator:
         return src.to(self.options.device)
 
     def _search(self, batch: list[list[int]], prefixes: list[list[int]] | None,
-                seeds: list[int]) -> list[list[Hypothesis]]:
-        found = search(self.model, self.source_tensor(batch), self.options.decode,
-                       self.special, self.max_len_limit, need_attention=self.options.alignments,
-                       need_token_scores=self.options.token_scores, prefixes=prefixes,
-                       seeds=seeds)
+                seeds: list[int], constraints: list[list[list[int]]] | None
+                ) -> list[list[Hypothesis]]:
+        src = self.source_tensor(batch)
+        if constraints is not None and any(constraints):
+            found = constrained_beam_search(self.model, src, constraints, self.options.decode,
+                                            self.special, self.max_len_limit,
+                                            prefixes=prefixes)
+            if self.options.alignments or self.options.token_scores:
+                attach_details(self.model, src, found, self.special,
+                               attention=self.options.alignments,
+                               token_scores=self.options.token_scores)
+        else:
+            found = search(self.model, src, self.options.decode, self.special,
+                           self.max_len_limit, need_attention=self.options.alignments,
+                           need_token_scores=self.options.token_scores, prefixes=prefixes,
+                           seeds=seeds)
         release_free_memory()
         return found
 
