@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from decode_fixtures import SHORT, make_model_file, sentences
-from test_decode_search import SPECIAL, ToyModel, random_sources, tiny_transformer, unpadded
+from search_fixtures import SPECIAL, ToyModel, random_sources, tiny_transformer, unpadded
 from transformer_nmt.cli import main
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.constrained import constrained_beam_search
-from transformer_nmt.decode.search import beam_search, greedy_search
+from transformer_nmt.decode.search import beam_search
 from transformer_nmt.decode.translator import Translator, TranslationRequest, TranslatorOptions
 
 CFG = DecodeConfig(beam=4, nbest=2, max_len_b=6)
