@@ -116,3 +116,20 @@ def test_constraints_from_the_command_line(model_file, tmp_path, capsys):
     assert main(["translate", "--model", str(model_file), "--input", str(source),
                  "--constraints", str(phrases), "--sampling"]) == 2
     assert "constraints need beam search" in capsys.readouterr().err
+
+
+def test_with_word_pieces_a_phrase_ends_where_a_word_ends():
+    model = tiny_transformer()
+    src = random_sources(6, 40, seed=7)
+    constraints = [[[7]], [[9, 12]], [[5]], [[20]], [[33]], [[11, 6]]]
+    word_pieces = torch.zeros(40, dtype=torch.bool)
+    word_pieces[torch.arange(4, 40, 2)] = True  # even ids continue a word
+    found = constrained_beam_search(model, src, constraints, CFG, SPECIAL,
+                                    word_pieces=word_pieces)
+    for phrases, hyps in zip(constraints, found):
+        for hyp in hyps:
+            [phrase] = phrases
+            ends = [i + len(phrase) for i in range(len(hyp.tokens))
+                    if hyp.tokens[i: i + len(phrase)] == phrase]
+            assert any(end == len(hyp.tokens) or not word_pieces[hyp.tokens[end]]
+                       for end in ends), (phrase, hyp.tokens)

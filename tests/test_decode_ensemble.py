@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 
@@ -74,3 +75,21 @@ def test_ensembles_from_the_command_line(model_file, tmp_path, capsys):
     alone = capsys.readouterr().out
     assert main(args + ["--model", str(model_file), str(copy)]) == 0
     assert capsys.readouterr().out == alone
+
+
+def test_nmt_evaluate_takes_an_ensemble(model_file, tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text(json.dumps(
+        {"format_version": 1, "src_lang": "en", "tgt_lang": "de"}), encoding="utf-8")
+    (data / "test.en").write_text("\n".join(sentences(3, seed=8)) + "\n", encoding="utf-8")
+    (data / "test.de").write_text("\n".join(sentences(3, seed=9)) + "\n", encoding="utf-8")
+    copy = tmp_path / "copy.pt"
+    shutil.copy(model_file, copy)
+    common = ["evaluate", "--data", str(data), "--beam", "2", "--max-len-b", "5",
+              "--json", str(tmp_path / "scores.json")]
+    assert main(common + ["--model", str(model_file), "--output", str(tmp_path / "one")]) == 0
+    assert main(common + ["--model", str(model_file), str(copy),
+                          "--output", str(tmp_path / "two")]) == 0
+    assert (tmp_path / "one").read_text() == (tmp_path / "two").read_text()
+    assert " + " in json.loads((tmp_path / "scores.json").read_text())["model"]

@@ -10,9 +10,11 @@ import re
 import pytest
 
 from decode_fixtures import SHORT, sentences
-from transformer_nmt.decode.stream import (SpeedReport, format_translations, translate_file,
-                                           translate_stream)
-from transformer_nmt.decode.translator import Translation, Translator, TranslatorOptions
+from transformer_nmt.decode.stream import (SpeedReport, format_translations, requests,
+                                           translate_file, translate_stream)
+from transformer_nmt.decode.translator import (Translation, TranslationRequest, Translator,
+                                               TranslatorOptions)
+from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import load_for_inference
 
 
@@ -102,3 +104,12 @@ def test_the_speed_report_counts_lines_and_the_best_translations_tokens():
     assert re.fullmatch(r"translated 3 lines \(5 subword tokens\) into out\.txt in [\d.]+ s: "
                         r"[\d.]+ lines/s, \d+ tokens/s", report.summary("out.txt"))
     assert report.summary() == report.summary()  # timed until the last translation
+
+
+def test_requests_pair_lines_with_prefixes_and_tab_separated_constraints():
+    made = list(requests(["a", "b"], ["x y", ""], ["cat\tgreen garden", "\t"]))
+    assert made == [TranslationRequest("a", "x y", ("cat", "green garden")),
+                    TranslationRequest("b", "", ())]
+    assert list(requests(["a"], constraints=["cat"])) == [TranslationRequest("a", "", ("cat",))]
+    with pytest.raises(UserError, match="terms.tsv has more lines than the input"):
+        list(requests(["a"], constraints=["cat", "dog"], constraints_name="terms.tsv"))

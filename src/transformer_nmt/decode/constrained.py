@@ -8,9 +8,12 @@ plus the tokens that advance a phrase (the next token of the phrase under way, t
 first of each phrase not yet met), and the k kept open are picked from the banks in
 turn, best first in each, highest bank first: hypotheses that met more of the phrases
 keep a share of the beam although the model ranks them lower. A phrase left halfway
-is unmet again. EOS may only follow a hypothesis that met every phrase, except at the
-maximum length, where EOS is forced as in plain beam search (so the search always ends);
-finished hypotheses rank by whether they met every phrase, then by score.
+is unmet again. With `word_pieces` (a mask of the tokens that continue a word), a
+phrase must end where a word ends: the token after its last may not continue that word,
+so that "Haus" is met by "Haus ist" but not by "Hauses". EOS may only follow a
+hypothesis that met every phrase, except at the maximum length, where EOS is forced as
+in plain beam search (so the search always ends); finished hypotheses rank by whether
+they met every phrase, then by score.
 
 Batched over sentences like `beam_search`, with its definitions (scores, lengths,
 completion when a sentence has k finished hypotheses or reaches its maximum length);
@@ -24,9 +27,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.search import (Hypothesis, Seq2Seq, SpecialIds, _Rules, _Stepper,
-                                           _with_prefixes, length_penalty, max_lengths,
-                                           prefix_tensor)
+from transformer_nmt.decode.search import (Hypothesis, Seq2Seq, SpecialIds, Stepper,
+                                           StepRules, fit_prefixes, length_penalty,
+                                           max_lengths, prefix_tensor)
 
 
 def phrase_tensors(constraints: list[list[list[int]]], device: torch.device
@@ -52,6 +55,7 @@ class _PhraseState:
         self.met = torch.zeros(rows, phrases, dtype=torch.bool, device=device)  # (rows, M)
         self.current = torch.full((rows,), -1, dtype=torch.long, device=device)  # phrase or -1
         self.depth = torch.zeros(rows, dtype=torch.long, device=device)  # its tokens produced
+        self.ended = torch.zeros(rows, dtype=torch.bool, device=device)  # a phrase just met
 
     def unfinished(self, lengths: Tensor) -> Tensor:
         """(rows,) True where some phrase (lengths (rows, M)) is not met yet."""
@@ -68,9 +72,9 @@ class _PhraseState:
         return torch.cat([following.unsqueeze(1), firsts], dim=1)
 
     def advanced(self, candidates: Tensor, phrases: Tensor, lengths: Tensor
-                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The state after each candidate token (rows, W): met (rows, W, M), current and
-        depth (rows, W), and the bank (rows, W): phrase tokens met."""
+                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The state after each candidate token (rows, W): met (rows, W, M), current,
+        depth and ended (rows, W), and the bank (rows, W): phrase tokens met."""
         rows, count = phrases.size(0), phrases.size(1)
         index = torch.arange(rows, device=phrases.device)
         current = self.current.clamp(min=0)
@@ -92,12 +96,14 @@ class _PhraseState:
         new_depth = torch.where(under_way, (self.depth + 1).unsqueeze(1),
                                 opening.long())
         bank = (met * lengths.unsqueeze(1)).sum(dim=2) + new_depth
-        return met, new_current, new_depth, bank
+        return met, new_current, new_depth, completes | whole, bank
 
-    def take(self, met: Tensor, current: Tensor, depth: Tensor, chosen: Tensor) -> None:
+    def take(self, met: Tensor, current: Tensor, depth: Tensor, ended: Tensor,
+             chosen: Tensor) -> None:
         """Keep the states of candidates `chosen` (flat indices into (rows * W))."""
         self.met = met.flatten(0, 1)[chosen]
         self.current, self.depth = current.flatten()[chosen], depth.flatten()[chosen]
+        self.ended = ended.flatten()[chosen]
 
 
 def _bank_order(scores: Tensor, banks: Tensor, top_bank: int) -> Tensor:
@@ -118,7 +124,8 @@ def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[
                             cfg: DecodeConfig = DecodeConfig(),
                             special: SpecialIds = SpecialIds(),
                             max_len_limit: int | None = None, use_cache: bool = True,
-                            prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+                            prefixes: list[list[int]] | None = None,
+                            word_pieces: Tensor | None = None) -> list[list[Hypothesis]]:
     """Beam search of width cfg.beam for a batch of sources (batch, src_len) whose outputs
     must contain constraints[i] (phrases of token ids) for sentence i.
 
@@ -126,19 +133,21 @@ def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[
     phrase first, then by score. A sentence's maximum length is raised to its phrases'
     total length where that is longer (capped by max_len_limit: phrases that cannot fit
     are missed, which the caller should warn about). `prefixes` as in beam_search.
+    word_pieces (vocab,) bool marks the tokens that continue a word (None: phrases may
+    end inside a word).
     """
     k, nbest = cfg.beam, cfg.nbest
     batch, device = src.size(0), src.device
     phrases, lengths = phrase_tensors(constraints, device)  # (active, M, L), (active, M)
     prefix = prefix_tensor(prefixes, device)
-    rules = _Rules(cfg, special, prefix)
-    limits = _with_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
+    rules = StepRules(cfg, special, prefix)
+    limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
     limits = torch.maximum(limits, lengths.sum(1))
     if max_len_limit is not None:
         limits = limits.clamp(max=max_len_limit)
     top_bank = int(lengths.sum(1).max())
     longest = int(limits.max())
-    stepper = _Stepper(model, model.encode(src), use_cache, longest + 1)
+    stepper = Stepper(model, model.encode(src), use_cache, longest + 1)
     width = 1
     tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long, device=device)
     scores = torch.zeros(batch, 1, device=device)  # (active, width)
@@ -154,6 +163,9 @@ def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[
         at_limit = limits.repeat_interleave(width) == step
         unfinished = state.unfinished(row_lengths)
         log_probs[unfinished & ~at_limit, special.eos] = float("-inf")
+        if word_pieces is not None:
+            log_probs.masked_fill_(state.ended.unsqueeze(1) & word_pieces.unsqueeze(0),
+                                   float("-inf"))
         rules.apply(log_probs, tokens, step, width, at_limit)
 
         best = log_probs.topk(min(2 * k, log_probs.size(1)), dim=1).indices  # (rows, 2k)
@@ -165,7 +177,7 @@ def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[
         cand_scores = scores.view(-1, 1) + log_probs.gather(1, candidates)
         cand_scores[:, best.size(1):] = cand_scores[:, best.size(1):].masked_fill(
             extra, float("-inf"))
-        met, current, depth, banks = state.advanced(candidates, row_phrases, row_lengths)
+        met, current, depth, ended, banks = state.advanced(candidates, row_phrases, row_lengths)
         per_row = candidates.size(1)
 
         flat_scores = cand_scores.view(n, width * per_row)
@@ -198,7 +210,7 @@ def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[
 
         keep = (~done).nonzero().squeeze(1)
         rows = ((keep * width).unsqueeze(1) + next_beam[keep]).view(-1)
-        state.take(met, current, depth,
+        state.take(met, current, depth, ended,
                    ((keep * width * per_row).unsqueeze(1) + chosen[keep]).view(-1))
         tokens = tokens[rows]
         tokens[:, step + 1] = next_token[keep].view(-1)

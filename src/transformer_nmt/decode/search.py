@@ -21,6 +21,13 @@ Definitions used throughout:
   search; tensor2tensor's runs until the bound below) or reaches its maximum length. It stops earlier, without changing the result, when no open
   hypothesis can still beat the nbest-th finished one (see `_best_possible_scores`).
 - PAD and BOS are never generated.
+
+Beyond the model, every search obeys the same step rules (`StepRules`): EOS at the maximum
+length, an optional forced target prefix per sentence (its tokens only, scored by the
+model, then free search; the maximum length grows to fit it), and an optional ban on
+repeating an n-gram. `sample` draws tokens instead of choosing the likeliest, one
+seeded generator per sentence. Terminology constraints are transformer_nmt.decode.
+constrained's; scoring given outputs is `teacher_forced`.
 """
 
 from __future__ import annotations
@@ -124,7 +131,7 @@ def max_lengths(src: Tensor, cfg: DecodeConfig, pad_id: int, limit: int | None =
     return lengths if limit is None else lengths.clamp(max=limit)
 
 
-class _Stepper:
+class Stepper:
     """Next-token log-probabilities for a batch of prefixes that grows one token per step.
 
     With `use_cache`, only the newest token is fed and the model's cache holds the past;
@@ -197,7 +204,7 @@ def prefix_tensor(prefixes: list[list[int]] | None, device: torch.device) -> Ten
     return forced.to(device)
 
 
-class _Rules:
+class StepRules:
     """What a search imposes on each step's log-probabilities besides the model's: EOS
     at the maximum length, a forced target prefix, no repeated n-grams."""
 
@@ -230,7 +237,7 @@ class _Rules:
             self.prefixes = self.prefixes[sentences]
 
 
-def _with_prefixes(limits: Tensor, prefixes: Tensor | None) -> Tensor:
+def fit_prefixes(limits: Tensor, prefixes: Tensor | None) -> Tensor:
     """limits (batch,) raised where needed so that each prefix fits."""
     if prefixes is None:
         return limits
@@ -269,9 +276,9 @@ def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(
     max_len_limit each).
     """
     prefix = prefix_tensor(prefixes, src.device)
-    limits = _with_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
+    limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
     return _token_by_token(model, model.encode(src), limits, cfg, special, use_cache,
-                           _Rules(cfg, special, prefix))
+                           StepRules(cfg, special, prefix))
 
 
 @torch.inference_mode()
@@ -292,7 +299,7 @@ def sample(model: Seq2Seq, src: Tensor, cfg: DecodeConfig, seeds: list[int],
     limits = max_lengths(src, cfg, special.pad, max_len_limit)
     if prefix is not None:
         prefix = prefix[owner]
-    limits = _with_prefixes(limits[owner], prefix)
+    limits = fit_prefixes(limits[owner], prefix)
     # Drawn step by step (steps as rows), so that a sample's numbers do not depend on
     # the longest output its batch allows.
     uniforms = torch.cat([
@@ -300,7 +307,7 @@ def sample(model: Seq2Seq, src: Tensor, cfg: DecodeConfig, seeds: list[int],
                    generator=torch.Generator().manual_seed(_sentence_seed(cfg.seed, seed))).T
         for seed in seeds]).to(src.device)  # (batch * count, longest + 1)
     found = _token_by_token(model, model.encode(src).select(owner), limits, cfg, special,
-                            True, _Rules(cfg, special, prefix), uniforms)
+                            True, StepRules(cfg, special, prefix), uniforms)
     return [sorted(found[i * count: (i + 1) * count], key=lambda hyp: -hyp.score)
             for i in range(batch)]
 
@@ -314,14 +321,14 @@ def _sentence_seed(seed: int, sentence: int) -> int:
 
 
 def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: DecodeConfig,
-                    special: SpecialIds, use_cache: bool, rules: _Rules,
+                    special: SpecialIds, use_cache: bool, rules: StepRules,
                     uniforms: Tensor | None = None) -> list[Hypothesis]:
     """One output per encoder row, token by token: the likeliest, or with uniforms
     (rows, longest + 1) drawn as `_sample` does."""
     batch, device = limits.size(0), limits.device
     longest = int(limits.max())
     # The decoder sees BOS and every token but the last (EOS): at most longest + 1 positions.
-    stepper = _Stepper(model, enc, use_cache, longest + 1)
+    stepper = Stepper(model, enc, use_cache, longest + 1)
     tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long,
                         device=device)  # (active, BOS + tokens + EOS)
     log_prob = torch.zeros(batch, device=device)  # (active,)
@@ -385,12 +392,12 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
     k, nbest = cfg.beam, cfg.nbest
     batch, device = src.size(0), src.device
     prefix = prefix_tensor(prefixes, device)
-    rules = _Rules(cfg, special, prefix)
-    limits = _with_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)  # (active,)
+    rules = StepRules(cfg, special, prefix)
+    limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)  # (active,)
     # Every sentence starts with one empty prefix: step 0 decodes one row per sentence
     # (and computes the encoder-decoder keys/values once), later steps k rows.
     longest = int(limits.max())
-    stepper = _Stepper(model, model.encode(src), use_cache, longest + 1)
+    stepper = Stepper(model, model.encode(src), use_cache, longest + 1)
     width = 1  # rows per sentence in the current step
     tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long,
                         device=device)  # (active * width, BOS + tokens + EOS), row = sentence * width + beam

@@ -88,7 +88,8 @@ def _json_object(translation: Translation, vocab: Vocab) -> dict[str, Any]:
     return result
 
 
-def translate_stream(translator: Translator, lines: Iterable[str | TranslationRequest], output: TextIO, *,
+def translate_stream(translator: Translator, lines: Iterable[str | TranslationRequest],
+                     output: TextIO, *,
                      nbest: bool = False, flush_each: bool = False,
                      as_json: bool = False) -> "SpeedReport":
     """Translate `lines` into the text stream `output`, in input order, as
@@ -110,7 +111,8 @@ def translate_stream(translator: Translator, lines: Iterable[str | TranslationRe
     return speed
 
 
-def translate_file(translator: Translator, lines: Iterable[str | TranslationRequest], output_path: str | Path, *,
+def translate_file(translator: Translator, lines: Iterable[str | TranslationRequest],
+                   output_path: str | Path, *,
                    nbest: bool = False, total: int | None = None,
                    as_json: bool = False) -> "SpeedReport":
     """Translate `lines` into the file at `output_path`, as `translate_stream` does, with

@@ -20,9 +20,9 @@ from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import normalize
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.alignment import word_alignment
+from transformer_nmt.decode.constrained import constrained_beam_search
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.precision import prepare_model
-from transformer_nmt.decode.constrained import constrained_beam_search
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, attach_details, search
 from transformer_nmt.decode.threads import default_workers
 from transformer_nmt.errors import UserError
@@ -85,6 +85,15 @@ def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
     if cfg.max_len_a > 0:
         limit = min(limit, math.floor((max_positions - 1 - cfg.max_len_b) / cfg.max_len_a))
     return max(limit, 1)
+
+
+def word_piece_mask(vocab: Vocab, special: SpecialIds) -> torch.Tensor:
+    """(vocab,) True for the pieces that continue the word before them: no word-start
+    mark ▁ and a letter or digit (punctuation pieces end a word; specials never continue)."""
+    mask = torch.tensor([not piece.startswith("▁") and any(c.isalnum() for c in piece)
+                         for piece in (vocab.piece(i) for i in range(len(vocab)))])
+    mask[[special.pad, special.bos, special.eos, vocab.unk_id]] = False
+    return mask
 
 
 @dataclass(frozen=True)
@@ -156,6 +165,8 @@ class Translator:
         self.src_limit = source_limit(max_positions, options.decode)
         self.max_len_limit = max_positions - 1
         self.special = SpecialIds(self.vocab.pad_id, self.vocab.bos_id, self.vocab.eos_id)
+        self.word_pieces = word_piece_mask(self.vocab, self.special).to(options.device)
+        """(vocab,) True for pieces that continue a word: constraints end at word ends."""
         self._warned_long = False
         self._lines_seen = 0
 
@@ -334,7 +345,7 @@ class Translator:
         if constraints is not None and any(constraints):
             found = constrained_beam_search(self.model, src, constraints, self.options.decode,
                                             self.special, self.max_len_limit,
-                                            prefixes=prefixes)
+                                            prefixes=prefixes, word_pieces=self.word_pieces)
             if self.options.alignments or self.options.token_scores:
                 attach_details(self.model, src, found, self.special,
                                attention=self.options.alignments,
