@@ -76,6 +76,10 @@ def test_nmt_score_per_token_text_and_json(model_file, tmp_path, capsys):
     assert first["score"] == first["log_prob"] == pytest.approx(sum(first["token_scores"]),
                                                                 abs=1e-3)
     assert float(score) > first["log_prob"]  # normalized: divided by lp > 1
+    ensemble = ["score", "--model", str(model_file), str(model_file), "--src", str(src),
+                "--tgt", str(tgt), "--per-token"]
+    assert main(ensemble) == 0  # a model with itself scores as the model
+    assert capsys.readouterr().out.splitlines() == lines
     tgt.write_text("one line\n", encoding="utf-8")
     assert main(common) == 2
     assert "fewer lines" in capsys.readouterr().err

@@ -24,7 +24,9 @@ def add_score_parser(subparsers: argparse._SubParsersAction) -> None:
         "\"token_scores\"}. example: nmt score --model model.pt --src test.en --tgt "
         "test.de --per-token > scores.txt",
     )
-    parser.add_argument("--model", required=True, metavar="MODEL.pt", help="model file")
+    parser.add_argument("--model", required=True, nargs="+", metavar="MODEL.pt",
+                        help="model file; several score as an ensemble (the mean of their "
+                        "log-probabilities, renormalized, as `nmt translate` decodes)")
     parser.add_argument("--src", required=True, metavar="FILE", help="source sentences")
     parser.add_argument("--tgt", required=True, metavar="FILE",
                         help="their translations, one per source line")
@@ -63,7 +65,7 @@ def run_score(args: argparse.Namespace) -> None:
     options = TranslatorOptions(decode=DecodeConfig(alpha=args.alpha), device=args.device,
                                 precision=args.precision, batch_size=args.batch_size,
                                 workers=1)
-    translator = Translator.from_file(args.model, options)
+    translator = Translator.from_files(args.model, options)
     scores = score_lines(translator, read_lines(args.src, args.errors),
                          read_lines(args.tgt, args.errors), args.src, args.tgt)
     writer = LineWriter(args.output) if args.output is not None else nullcontext()
