@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -24,16 +25,18 @@ SHORT = DecodeConfig(beam=2, max_len_b=6)
 """Beam 2 and short outputs: fast searches that still exercise the beam."""
 
 
-def sentences(count: int, seed: int = 0) -> list[str]:
-    """Random sentences of 3-12 words from WORDS."""
+def sentences(count: int, seed: int = 0, words: Sequence[str] = WORDS) -> list[str]:
+    """Random sentences of 3-12 words from `words`."""
     rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) for _ in range(count)]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(count)]
 
 
-def make_model_file(directory: Path, max_positions: int = 256) -> Path:
-    """A tiny random Transformer with a 60-piece BPE vocabulary, saved as model.pt."""
+def make_model_file(directory: Path, max_positions: int = 256,
+                    words: Sequence[str] = WORDS) -> Path:
+    """A tiny random Transformer with a 60-piece BPE vocabulary learned from sentences of
+    `words`, saved as model.pt."""
     corpus = directory / "corpus.txt"
-    corpus.write_text("\n".join(sentences(300)) + "\n", encoding="utf-8")
+    corpus.write_text("\n".join(sentences(300, words=words)) + "\n", encoding="utf-8")
     vocab = train_vocab([corpus], directory / "spm", 60, threads=1)
     torch.manual_seed(0)
     cfg = replace(get_preset("tiny").model, dropout=0.0, max_positions=max_positions)

@@ -31,6 +31,12 @@ from transformer_nmt.errors import UserError
     (DecodeConfig, "alpha", math.nan, "alpha must be a finite number"),
     (DecodeConfig, "alpha", math.inf, "alpha must be a finite number"),
     (DecodeConfig, "max_len_b", -1, "max_len_b must be a number >= 0"),
+    (DecodeConfig, "no_repeat_ngram", -1, "no_repeat_ngram must be a number >= 0"),
+    (DecodeConfig, "topk", 2.5, "topk must be a whole number"),
+    (DecodeConfig, "topp", 1.5, "topp must be a probability"),
+    (DecodeConfig, "topp", 0, "topp must be a positive number"),
+    (DecodeConfig, "temperature", 0, "temperature must be a positive number"),
+    (DecodeConfig, "seed", 2 ** 31, "seed must be at most 2147483647"),
 ])
 def test_out_of_range_fields_are_refused_with_their_range(config, field, value, message):
     with pytest.raises(UserError, match=message):
@@ -41,6 +47,7 @@ def test_nbest_is_bounded_by_the_beam():
     assert DecodeConfig(beam=4, nbest=4).nbest == 4
     with pytest.raises(UserError, match=r"nbest must be between 1 and the beam size \(4\)"):
         DecodeConfig(beam=4, nbest=5)
+    assert DecodeConfig(beam=4, nbest=8, sampling=True).nbest == 8  # samples, not beams
 
 
 def test_every_preset_is_valid_and_replace_revalidates():

@@ -1,122 +1,24 @@
 """Properties greedy and beam search must have (transformer_nmt.decode.search).
 
-Two kinds of model: the tiny random Transformer, and `ToyModel`, a small recurrent model
-written against the search protocol whose EOS becomes likelier past the source length,
-so that hypotheses finish at different steps, as a trained model's do.
+Two kinds of model (tests/search_fixtures.py): the tiny random Transformer, and
+`ToyModel`, a small recurrent model written against the search protocol.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import pytest
 import torch
-from torch import Tensor
 
-from transformer_nmt.config import DecodeConfig, get_preset
-from transformer_nmt.errors import UserError
+from search_fixtures import (BOS, EOS, PAD, SPECIAL, ToyCache, ToyModel, random_sources,
+                             sequence_log_prob, tiny_transformer, unpadded)
+from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.search import (
-    SpecialIds, beam_search, greedy_search, length_penalty, max_lengths, search)
-from transformer_nmt.model.transformer import Transformer
-
-PAD, BOS, EOS = 0, 2, 3
-SPECIAL = SpecialIds(PAD, BOS, EOS)
-
-
-@dataclass
-class ToyEncoderOut:
-    states: Tensor  # (batch, hidden)
-    lengths: Tensor  # (batch,) source tokens without EOS
-
-    def select(self, index: Tensor) -> "ToyEncoderOut":
-        return ToyEncoderOut(self.states[index], self.lengths[index])
-
-
-@dataclass
-class ToyCache:
-    state: Tensor | None = None  # (batch, hidden)
-    length: int = 0
-
-    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
-        self.state = self.state[index]
-
-
-@dataclass
-class ToyOut:
-    logits: Tensor
-    cross_attention: list[Tensor] = field(default_factory=list)
-
-
-class ToyModel:
-    """An RNN over the whole target prefix, so a wrongly reordered cache changes the output."""
-
-    def __init__(self, vocab: int = 12, hidden: int = 16, scale: float = 3.0,
-                 eos_slope: float = 0.7, eos_bias: float = 0.0, seed: int = 0) -> None:
-        generator = torch.Generator().manual_seed(seed)
-        self.embed = torch.randn(vocab, hidden, generator=generator)
-        self.recur = torch.randn(hidden, hidden, generator=generator) / hidden ** 0.5
-        self.out = torch.randn(hidden, vocab, generator=generator) * scale / hidden ** 0.5
-        self.eos_slope, self.eos_bias = eos_slope, eos_bias
-
-    def encode(self, src: Tensor) -> ToyEncoderOut:
-        mask = src.ne(PAD).unsqueeze(-1)
-        states = torch.tanh((self.embed[src] * mask).sum(1))
-        return ToyEncoderOut(states, src.ne(PAD).sum(1) - 1)
-
-    def new_cache(self, max_length: int = 0) -> ToyCache:
-        return ToyCache()
-
-    def decode(self, tgt: Tensor, enc: ToyEncoderOut, cache: ToyCache | None = None,
-               need_weights: bool = False) -> ToyOut:
-        start = 0 if cache is None else cache.length
-        group = tgt.size(0) // enc.states.size(0)  # hypotheses per source sentence
-        lengths = enc.lengths.repeat_interleave(group)
-        state = (enc.states.repeat_interleave(group, dim=0)
-                 if cache is None or cache.state is None else cache.state)
-        logits = []
-        for i in range(tgt.size(1)):
-            state = torch.tanh(state @ self.recur + self.embed[tgt[:, i]])
-            step_logits = state @ self.out
-            step_logits[:, EOS] += self.eos_slope * (start + i - lengths) + self.eos_bias
-            logits.append(step_logits)
-        if cache is not None:
-            cache.state, cache.length = state, start + tgt.size(1)
-        return ToyOut(torch.stack(logits, dim=1))
-
-
-def random_sources(batch: int, vocab: int, seed: int = 0, min_len: int = 2,
-                   max_len: int = 7) -> Tensor:
-    """(batch, longest + 1) sources of random lengths: ids >= 4, EOS, PAD padding."""
-    generator = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(min_len, max_len + 1, (batch,), generator=generator)
-    src = torch.full((batch, int(lengths.max()) + 1), PAD)
-    for row, length in enumerate(lengths.tolist()):
-        src[row, :length] = torch.randint(4, vocab, (length,), generator=generator)
-        src[row, length] = EOS
-    return src
-
-
-def tiny_transformer(vocab: int = 40, seed: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(replace(get_preset("tiny").model, dropout=0.0), vocab).eval()
-    with torch.no_grad():  # sharper distributions: beams diverge instead of tying
-        model.tgt_embed.weight.mul_(4)
-    return model
-
-
-def sequence_log_prob(model, src: Tensor, tokens: list[int]) -> float:
-    """log P(tokens + EOS | src) by one teacher-forced decode without cache."""
-    tgt = torch.tensor([[BOS] + tokens + [EOS]])
-    with torch.inference_mode():
-        logits = model.decode(tgt[:, :-1], model.encode(src.unsqueeze(0))).logits
-    return float(torch.log_softmax(logits.float(), -1)[0].gather(1, tgt[0, 1:, None]).sum())
-
-
-def unpadded(src: Tensor, row: int) -> Tensor:
-    """Row `row` of a padded batch as a batch of one, without padding."""
-    return src[row, : int(src[row].ne(PAD).sum())].unsqueeze(0)
+    _sample, beam_search, greedy_search, length_penalty, max_lengths, search)
+from transformer_nmt.errors import UserError
 
 
 def test_length_penalty_is_gnmt():
@@ -313,3 +215,115 @@ def test_bound_uses_the_longest_reachable_length():
                          for n in range(3, limit + 2))
             assert float(bound[i]) == pytest.approx(direct)
             assert math.isfinite(direct)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_token_scores_are_each_tokens_log_probability(beam):
+    model = tiny_transformer()
+    src = random_sources(4, 12, seed=5)
+    cfg = DecodeConfig(beam=beam, nbest=beam, max_len_b=5)
+    for row, hyps in enumerate(search(model, src, cfg, SPECIAL, need_token_scores=True)):
+        for hyp in hyps:
+            assert len(hyp.token_scores) == len(hyp.tokens) + 1
+            assert sum(hyp.token_scores) == pytest.approx(hyp.log_prob, abs=1e-4)
+            # The last token's score: log P(Y) minus log P of the sequence without it.
+            if hyp.tokens:
+                shorter = hyp.tokens[:-1]
+                with torch.inference_mode():
+                    tgt = torch.tensor([[BOS] + shorter])
+                    logits = model.decode(tgt, model.encode(unpadded(src, row))).logits
+                last = torch.log_softmax(logits.float(), -1)[0, -1, hyp.tokens[-1]]
+                assert hyp.token_scores[-2] == pytest.approx(float(last), abs=1e-4)
+    plain = search(model, src, cfg, SPECIAL)
+    assert all(hyp.token_scores is None for hyps in plain for hyp in hyps)
+
+
+def ngrams(tokens: list[int], n: int) -> list[tuple[int, ...]]:
+    return [tuple(tokens[i: i + n]) for i in range(len(tokens) - n + 1)]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_outputs_start_with_their_prefix(beam):
+    model = tiny_transformer()
+    src = random_sources(4, 12, seed=8)
+    prefixes = [[7, 7, 9], [], [5], [11, 4, 6, 8, 10, 5, 7, 9, 11, 4]]  # the last: past max_len
+    cfg = DecodeConfig(beam=beam, nbest=beam, max_len_b=3)
+    found = search(model, src, cfg, SPECIAL, prefixes=prefixes, need_token_scores=True)
+    for prefix, hyps in zip(prefixes, found):
+        for hyp in hyps:
+            assert hyp.tokens[: len(prefix)] == prefix
+            # The forced tokens are scored by the model like any other.
+            assert sum(hyp.token_scores) == pytest.approx(hyp.log_prob, abs=1e-4)
+    assert [hyp.tokens for hyp in found[1]] == [hyp.tokens for hyp in search(
+        model, src[1:2, : int(src[1].ne(PAD).sum())], cfg, SPECIAL)[0]]
+
+
+def test_greedy_search_forced_along_its_own_output_finds_it_again():
+    model = tiny_transformer(seed=2)
+    src = random_sources(5, 12, seed=4)
+    cfg = DecodeConfig(beam=1, max_len_b=6)
+    free = greedy_search(model, src, cfg, SPECIAL)
+    forced = greedy_search(model, src, cfg, SPECIAL, prefixes=[hyp.tokens[:2] for hyp in free])
+    assert [hyp.tokens for hyp in forced] == [hyp.tokens for hyp in free]
+    assert [hyp.score for hyp in forced] == pytest.approx([hyp.score for hyp in free], abs=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_no_repeat_ngram_forbids_repeated_ngrams(beam, n):
+    model = tiny_transformer(vocab=16, seed=1)
+    src = random_sources(6, 16, seed=2, min_len=6, max_len=9)
+    cfg = DecodeConfig(beam=beam, nbest=beam, max_len_b=8)
+    free = search(model, src, cfg, SPECIAL)
+    assert any(len(set(ngrams(hyp.tokens, n))) < len(ngrams(hyp.tokens, n))
+               for hyps in free for hyp in hyps)  # the model does repeat itself
+    limited = search(model, src, replace(cfg, no_repeat_ngram=n), SPECIAL)
+    for row, hyps in enumerate(limited):
+        for hyp in hyps:
+            grams = ngrams(hyp.tokens, n)
+            assert len(set(grams)) == len(grams)
+            assert hyp.log_prob == pytest.approx(
+                sequence_log_prob(model, unpadded(src, row)[0], hyp.tokens), abs=1e-4)
+
+
+SAMPLING = DecodeConfig(sampling=True, nbest=3, max_len_b=6, seed=5)
+
+
+@pytest.mark.parametrize("model", [ToyModel(), tiny_transformer()], ids=["toy", "transformer"])
+def test_samples_are_reproducible_and_independent_of_batch_mates(model):
+    src = random_sources(6, 12, seed=6)
+    batched = search(model, src, SAMPLING, SPECIAL, seeds=list(range(10, 16)))
+    assert [[hyp.tokens for hyp in hyps] for hyps in batched] == [
+        [hyp.tokens for hyp in hyps]
+        for hyps in search(model, src, SAMPLING, SPECIAL, seeds=list(range(10, 16)))]
+    for row, hyps in enumerate(batched):
+        alone = search(model, unpadded(src, row), SAMPLING, SPECIAL, seeds=[10 + row])[0]
+        assert [hyp.tokens for hyp in hyps] == [hyp.tokens for hyp in alone]
+        assert [hyp.score for hyp in hyps] == sorted((hyp.score for hyp in hyps), reverse=True)
+        for hyp in hyps:  # scores are the model's own log-probabilities
+            assert hyp.log_prob == pytest.approx(
+                sequence_log_prob(model, unpadded(src, row)[0], hyp.tokens), abs=1e-4)
+    other_seed = search(model, src, replace(SAMPLING, seed=6), SPECIAL, seeds=list(range(10, 16)))
+    assert [[h.tokens for h in hyps] for hyps in other_seed] != [
+        [h.tokens for h in hyps] for hyps in batched]
+
+
+def test_top_1_and_a_cold_temperature_sample_the_greedy_output():
+    model = tiny_transformer()
+    src = random_sources(5, 12, seed=7)
+    greedy = [hyp.tokens for hyp in greedy_search(model, src, DecodeConfig(beam=1, max_len_b=6),
+                                                  SPECIAL)]
+    for cfg in replace(SAMPLING, nbest=1, topk=1), replace(SAMPLING, nbest=1, temperature=1e-4), \
+            replace(SAMPLING, nbest=1, topp=1e-6):
+        assert [hyps[0].tokens for hyps in search(model, src, cfg, SPECIAL)] == greedy
+
+
+def test_top_k_draws_only_among_the_k_likeliest():
+    log_probs = torch.log_softmax(torch.tensor([[3.0, 2.0, 1.0, 0.0, -1.0]]), dim=1).repeat(200, 1)
+    uniforms = torch.rand(200, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    drawn = _sample(log_probs, uniforms, replace(SAMPLING, topk=2))
+    assert set(drawn.tolist()) == {0, 1}
+    drawn = _sample(log_probs, uniforms, SAMPLING)
+    assert set(drawn.tolist()) == {0, 1, 2, 3, 4}
+    # top-p 0.7: token 0 has 0.64 of the mass, tokens 0 and 1 reach it.
+    assert set(_sample(log_probs, uniforms, replace(SAMPLING, topp=0.7)).tolist()) == {0, 1}

@@ -4,14 +4,17 @@ the speed report (decode/stream.py)."""
 from __future__ import annotations
 
 import io
+import json
 import re
 
 import pytest
 
 from decode_fixtures import SHORT, sentences
-from transformer_nmt.decode.stream import (SpeedReport, format_translations, translate_file,
-                                           translate_stream)
-from transformer_nmt.decode.translator import Translation, Translator, TranslatorOptions
+from transformer_nmt.decode.stream import (SpeedReport, format_translations, requests,
+                                           translate_file, translate_stream)
+from transformer_nmt.decode.translator import (Translation, TranslationRequest, Translator,
+                                               TranslatorOptions)
+from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import load_for_inference
 
 
@@ -40,6 +43,26 @@ def test_output_formats():
         "7 ||| ein Haus ||| -0.5123 ||| 0-0 1-1", "7 ||| Haus ||| -0.9000 ||| 1-0"]
     plain = [Translation("ein Haus", -0.5, [5, 6])]
     assert format_translations(0, plain, nbest=False) == ["ein Haus"]
+    scored = [Translation("ein Haus", -0.5, [5, 6], None, [-0.25, -0.5, -0.125])]
+    assert format_translations(0, scored, nbest=True) == [
+        "0 ||| ein Haus ||| -0.5000 ||| -0.2500 -0.5000 -0.1250"]
+
+
+class PieceVocab:
+    def piece(self, token: int) -> str:
+        return f"p{token}"
+
+
+def test_json_output_has_pieces_token_scores_and_alignment():
+    translations = [Translation("ein Haus", -0.51234, [5, 6], [(0, 0), (1, 1)],
+                                [-0.25, -0.5, -0.125]),
+                    Translation("Haus", -0.9, [6], [(1, 0)], [-0.5, -0.25])]
+    [line] = format_translations(3, translations, nbest=False, vocab=PieceVocab())
+    assert json.loads(line) == {"text": "ein Haus", "tokens": ["p5", "p6"],
+                                "token_scores": [-0.25, -0.5, -0.125], "score": -0.5123,
+                                "alignment": [[0, 0], [1, 1]]}
+    [line] = format_translations(3, translations, nbest=True, vocab=PieceVocab())
+    assert [hyp["text"] for hyp in json.loads(line)["nbest"]] == ["ein Haus", "Haus"]
 
 
 def test_a_stream_gets_one_line_per_input_line_and_flushes_on_request(translator):
@@ -81,3 +104,12 @@ def test_the_speed_report_counts_lines_and_the_best_translations_tokens():
     assert re.fullmatch(r"translated 3 lines \(5 subword tokens\) into out\.txt in [\d.]+ s: "
                         r"[\d.]+ lines/s, \d+ tokens/s", report.summary("out.txt"))
     assert report.summary() == report.summary()  # timed until the last translation
+
+
+def test_requests_pair_lines_with_prefixes_and_tab_separated_constraints():
+    made = list(requests(["a", "b"], ["x y", ""], ["cat\tgreen garden", "\t"]))
+    assert made == [TranslationRequest("a", "x y", ("cat", "green garden")),
+                    TranslationRequest("b", "", ())]
+    assert list(requests(["a"], constraints=["cat"])) == [TranslationRequest("a", "", ("cat",))]
+    with pytest.raises(UserError, match="terms.tsv has more lines than the input"):
+        list(requests(["a"], constraints=["cat", "dog"], constraints_name="terms.tsv"))

@@ -12,7 +12,8 @@ import torch
 from decode_fixtures import SHORT, make_model_file, sentences
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode import threads as threads_module
-from transformer_nmt.decode.translator import Translator, TranslatorOptions, source_limit
+from transformer_nmt.decode.translator import (Translator, TranslationRequest,
+                                               TranslatorOptions, source_limit)
 from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import load_for_inference
 
@@ -132,3 +133,29 @@ def test_a_variant_shares_the_model_and_decodes_like_a_fresh_translator(model_fi
     assert base.options.decode == SHORT and not base.options.alignments
     fresh = translator_for(model_file, wider, alignments=True)
     assert list(variant.translate_nbest(lines)) == list(fresh.translate_nbest(lines))
+
+
+def test_requests_with_a_prefix_start_with_it(model_file):
+    translator = translator_for(model_file, replace(SHORT, max_len_b=8))
+    lines = sentences(4, seed=9)
+    requests = [TranslationRequest(lines[0], "the cat"), lines[1],
+                TranslationRequest(lines[2], ""), TranslationRequest("", "the cat")]
+    found = [hyps[0] for hyps in translator.translate_nbest(requests)]
+    prefix = translator.vocab.encode("the cat")
+    assert found[0].tokens[: len(prefix)] == prefix and found[0].text.startswith("the cat")
+    free = list(translator.translate(lines[1:3]))
+    assert [found[1].text, found[2].text] == free
+    assert found[3].text == ""  # an empty line stays empty
+
+
+def test_samples_depend_on_the_line_and_seed_not_on_the_batching(model_file):
+    lines = sentences(7, seed=10)
+    decode = DecodeConfig(sampling=True, nbest=2, max_len_b=6, seed=3)
+    one = [[t.text for t in hyps] for hyps in translator_for(
+        model_file, decode, batch_size=1, buffer_size=3).translate_nbest(lines)]
+    many = [[t.text for t in hyps] for hyps in translator_for(
+        model_file, decode, batch_size=4, workers=2).translate_nbest(lines)]
+    assert one == many
+    other = [[t.text for t in hyps] for hyps in translator_for(
+        model_file, replace(decode, seed=4)).translate_nbest(lines)]
+    assert other != one

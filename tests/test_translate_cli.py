@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import queue
 import re
 import subprocess
@@ -167,3 +168,42 @@ def test_each_worker_translates_on_its_share_of_the_cores_for_the_command_only(
                      "--output", str(tmp_path / "out.txt"), "--workers", workers, *FAST]) == 0
         assert seen.pop() == threads
         assert torch.get_num_threads() == before
+
+
+def test_json_output_one_object_per_line_with_token_scores(model_file, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("the house\n\na dog runs\n", encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+    assert main(["translate", "--model", str(model_file), "--input", str(source),
+                 "--output", str(output), "--format", "json", "--alignments", *FAST]) == 0
+    objects = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert len(objects) == 3 and objects[1]["text"] == "" and objects[1]["token_scores"] == []
+    for obj in objects[0], objects[2]:
+        assert len(obj["token_scores"]) == len(obj["tokens"]) + 1
+        assert sum(obj["token_scores"]) <= obj["score"] <= 0
+        assert set(obj) == {"text", "tokens", "token_scores", "score", "alignment"}
+    plain = tmp_path / "plain.txt"
+    assert main(["translate", "--model", str(model_file), "--input", str(source),
+                 "--output", str(plain), "--token-scores", *FAST]) == 0
+    first = plain.read_text(encoding="utf-8").splitlines()[0].split(" ||| ")
+    assert first[0] == objects[0]["text"]
+    assert [float(x) for x in first[1].split()] == pytest.approx(objects[0]["token_scores"],
+                                                                abs=1e-4)
+
+
+def test_prefix_file_and_sampling_from_the_command_line(model_file, tmp_path, capsys):
+    source, prefixes = tmp_path / "in.txt", tmp_path / "prefix.txt"
+    source.write_text("the house\na dog runs\nthe cat\n", encoding="utf-8")
+    prefixes.write_text("a warm roof\n\nthe green\n", encoding="utf-8")
+    model = ["translate", "--model", str(model_file), "--input", str(source)]
+    assert main(model + ["--prefix", str(prefixes), "--beam", "2", "--max-len-b", "8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("a warm roof") and out[2].startswith("the green")
+    sampled = model + ["--sampling", "--nbest", "3", "--topk", "5", "--seed", "7", *FAST]
+    assert main(sampled) == 0
+    first = capsys.readouterr().out
+    assert main(sampled) == 0
+    assert capsys.readouterr().out == first and len(first.splitlines()) == 9
+    prefixes.write_text("only one\n", encoding="utf-8")
+    assert main(model + ["--prefix", str(prefixes)]) == 2
+    assert "prefix.txt has fewer lines than the input (input line 2)" in capsys.readouterr().err

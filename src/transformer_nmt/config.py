@@ -183,15 +183,42 @@ class DecodeConfig:
     max_len_b: int = 50
     """See max_len_a; the paper uses input length + 50."""
     nbest: int = 1
-    """Hypotheses returned per sentence."""
+    """Hypotheses returned per sentence (with sampling: samples drawn per sentence)."""
+    no_repeat_ngram: int = 0
+    """Never generate an n-gram of this many tokens twice in one output (0: no limit)."""
+    sampling: bool = False
+    """Draw each output token at random from the model's distribution instead of
+    searching (beam is then unused)."""
+    temperature: float = 1.0
+    """Sampling: divide the log-probabilities by this before drawing (< 1: sharper)."""
+    topk: int = 0
+    """Sampling: draw among the k likeliest tokens only (0: all)."""
+    topp: float = 1.0
+    """Sampling: draw among the likeliest tokens whose probabilities sum to at least p
+    (nucleus sampling; 1: all)."""
+    seed: int = 0
+    """Sampling: the same seed and input line give the same sample."""
 
     def __post_init__(self) -> None:
         _require_at_least(self, 1, "beam")
         if self.beam > MAX_BEAM:
             raise UserError(f"beam must be at most {MAX_BEAM}, not {self.beam}")
-        if not 1 <= self.nbest <= self.beam:
+        if self.sampling:
+            if not 1 <= self.nbest <= MAX_BEAM:
+                raise UserError(f"nbest must be between 1 and {MAX_BEAM} samples, not "
+                                f"{self.nbest}")
+        elif not 1 <= self.nbest <= self.beam:
             raise UserError(f"nbest must be between 1 and the beam size ({self.beam}), "
                             f"not {self.nbest}")
+        _require_at_least(self, 0, "no_repeat_ngram", "topk", "seed")
+        for name in ("no_repeat_ngram", "topk", "seed"):
+            if type(getattr(self, name)) is not int:
+                raise UserError(f"{name} must be a whole number, not {getattr(self, name)!r}")
+        if self.seed >= 2 ** 31:
+            raise UserError(f"seed must be at most {2 ** 31 - 1}, not {self.seed}")
+        _require_positive(self, "temperature", "topp")
+        if self.topp > 1:
+            raise UserError(f"topp must be a probability in (0, 1], not {self.topp!r}")
         _require_at_least(self, 0, "max_len_a", "max_len_b")
         if not _finite_number(self.alpha):
             # Negative alpha is legitimate (it favours short outputs); NaN is not.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
@@ -133,13 +133,14 @@ def split_languages(data_dir: str | Path, src_lang: str | None,
     return src_lang or manifest["src_lang"], tgt_lang or manifest["tgt_lang"]
 
 
-def evaluate_model(model_path: str | Path, data_dir: str | Path, split: str = "test",
+def evaluate_model(model_path: str | Path | Sequence[str | Path], data_dir: str | Path,
+                   split: str = "test",
                    options: TranslatorOptions = TranslatorOptions(),
                    src_lang: str | None = None, tgt_lang: str | None = None,
                    json_path: str | Path | None = None,
                    hyp_path: str | Path | None = None) -> dict[str, Any]:
-    """Translate DATA_DIR/{split}.{src_lang} with a model file, decoding as `options`
-    say, and score it.
+    """Translate DATA_DIR/{split}.{src_lang} with a model file (or an ensemble of
+    several), decoding as `options` say, and score it.
 
     The hypotheses go to `hyp_path` (default MODEL.{split}.hyp, MODEL being the model
     path without its suffix) and the scores, with the decode settings, to `json_path`
@@ -151,10 +152,13 @@ def evaluate_model(model_path: str | Path, data_dir: str | Path, split: str = "t
     for path in (src_path, ref_path):
         if not path.is_file():
             raise UserError(f"{path}: no such file; is {split!r} a split of {data_dir}?")
-    stem = Path(model_path).with_suffix("")
+    # Several model files: an ensemble (Translator.from_files), named after the first.
+    paths = [model_path] if isinstance(model_path, (str, Path)) else list(model_path)
+    model_path = paths[0] if len(paths) == 1 else " + ".join(str(path) for path in paths)
+    stem = Path(paths[0]).with_suffix("")
     hyp_path = Path(hyp_path) if hyp_path is not None else Path(f"{stem}.{split}.hyp")
     json_path = Path(json_path) if json_path is not None else Path(f"{stem}.eval-{split}.json")
-    translator = Translator.from_file(model_path, options)
+    translator = Translator.from_files(paths, options)
     if translator.languages is not None and translator.languages != (src_lang, tgt_lang):
         raise UserError(f"{model_path} translates {'-'.join(translator.languages)}, but "
                         f"{data_dir} {split} is {src_lang}-{tgt_lang}; evaluate the model on "

@@ -21,6 +21,7 @@ from transformer_nmt.cli.decode import (add_attention_parser, add_evaluate_parse
 from transformer_nmt.cli.info import add_params_parser, add_presets_parser
 from transformer_nmt.cli.prepare import add_prepare_parser
 from transformer_nmt.cli.quickstart import add_quickstart_parser
+from transformer_nmt.cli.score import add_score_parser
 from transformer_nmt.cli.serve import add_serve_parser
 from transformer_nmt.cli.train import add_average_parser, add_plot_parser, add_train_parser
 from transformer_nmt.errors import UserError, describe_os_error
@@ -35,6 +36,7 @@ PARSERS = [
     add_average_parser,
     add_translate_parser,
     add_evaluate_parser,
+    add_score_parser,
     add_serve_parser,
     add_plot_parser,
     add_attention_parser,

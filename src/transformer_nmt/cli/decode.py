@@ -31,6 +31,25 @@ def _add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                         "tokens (default A = 1)")
     search.add_argument("--max-len-b", type=int, default=50, metavar="B",
                         help="see --max-len-a (default B = 50)")
+    search.add_argument("--no-repeat-ngram", type=int, default=0, metavar="N",
+                        help="never repeat an n-gram of N subword tokens within one output, "
+                        "as fairseq's and CTranslate2's option of that name (default 0: off)")
+    sampling = parser.add_argument_group(
+        "sampling", "draw each token at random instead of searching, e.g. to back-translate "
+        "(Edunov et al. 2018): --beam is then unused and --nbest K draws K samples per line")
+    sampling.add_argument("--sampling", action="store_true",
+                          help="sample from the model's distribution (default: beam search)")
+    sampling.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                          help="divide the log-probabilities by T before sampling; < 1 is "
+                          "more conservative (default 1)")
+    sampling.add_argument("--topk", type=int, default=0, metavar="K",
+                          help="sample among the K likeliest tokens only (default 0: all)")
+    sampling.add_argument("--topp", type=float, default=1.0, metavar="P",
+                          help="sample among the likeliest tokens whose probabilities add up "
+                          "to P (nucleus sampling; default 1: all)")
+    sampling.add_argument("--seed", type=int, default=0, metavar="S",
+                          help="random seed: the same seed and input give the same samples, "
+                          "whatever the batching (default 0)")
     speed = parser.add_argument_group("speed")
     speed.add_argument("--batch-size", type=int, metavar="N",
                        help="sentences translated together, sorted by length (default: 32 "
@@ -67,7 +86,10 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
     from transformer_nmt.decode.translator import TranslatorOptions
 
     decode = DecodeConfig(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a,
-                          max_len_b=args.max_len_b, nbest=getattr(args, "nbest", 1))
+                          max_len_b=args.max_len_b, nbest=getattr(args, "nbest", 1),
+                          no_repeat_ngram=args.no_repeat_ngram, sampling=args.sampling,
+                          temperature=args.temperature, topk=args.topk, topp=args.topp,
+                          seed=args.seed)
     return TranslatorOptions(decode=decode, device=args.device, precision=args.precision,
                              batch_size=args.batch_size, max_tokens=args.max_tokens,
                              workers=args.workers, **fields)
@@ -90,20 +112,45 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
         "how fast, model loading excluded. examples: nmt translate --model "
         "run/average.pt < test.en > test.de; nmt translate --model model.pt --interactive",
     )
-    parser.add_argument("--model", required=True, metavar="MODEL.pt",
+    parser.add_argument("--model", required=True, nargs="+", metavar="MODEL.pt",
                         help="model file: a checkpoint of `nmt train` or the output of "
-                        "`nmt average`")
+                        "`nmt average`; several make an ensemble, averaging their "
+                        "log-probabilities at every step (they must share a vocabulary)")
     parser.add_argument("--input", metavar="FILE",
                         help="text to translate, UTF-8, optionally gzipped (default: stdin)")
     parser.add_argument("--output", metavar="FILE",
                         help="write translations here, with a progress bar; the file appears "
                         "complete or not at all (default: stdout)")
     parser.add_argument("--nbest", type=int, default=1, metavar="K",
-                        help="write the K best translations of each line, K <= --beam, in the "
-                        "n-best format below (default 1: plain output)")
+                        help="write the K best translations of each line, K <= --beam (K "
+                        "samples with --sampling), in the n-best format below (default 1: "
+                        "plain output)")
     parser.add_argument("--alignments", action="store_true",
                         help="append word alignments taken from the encoder-decoder attention "
                         "of the penultimate decoder layer")
+    parser.add_argument("--prefix", metavar="FILE",
+                        help="a target prefix per input line, raw text: each translation "
+                        "starts with it (its subword pieces are forced, then the search goes "
+                        "on); an empty prefix line leaves its translation free, an empty "
+                        "input line stays empty")
+    parser.add_argument("--constraints", metavar="FILE",
+                        help="terminology: per input line, tab-separated phrases of raw "
+                        "target text that its translation must contain (an empty line: "
+                        "none); lexically constrained beam search with dynamic beam "
+                        "allocation (Post & Vilar 2018) over the phrases' subword pieces. "
+                        "Phrases that cannot fit in the longest output give a warning. "
+                        "Use a beam of 4 or more; not with --sampling")
+    parser.add_argument("--format", choices=["text", "json"], default="text",
+                        help="text (default): the formats below; json: one JSON object per "
+                        "input line, {\"text\", \"tokens\" (subword pieces), "
+                        "\"token_scores\" (log P of each token, end of sentence last), "
+                        "\"score\", \"alignment\" (with --alignments, [source word, target "
+                        "word] pairs)}, or with --nbest {\"nbest\": [such objects, best "
+                        "first]}")
+    parser.add_argument("--token-scores", action="store_true",
+                        help="text format: append ' ||| ' and the log-probability of each "
+                        "subword token, end of sentence last, to each line (json always "
+                        "has them)")
     parser.add_argument("--interactive", action="store_true",
                         help="translate each line of standard input as soon as it is typed")
     add_errors_argument(parser)
@@ -113,25 +160,32 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_translate(args: argparse.Namespace) -> None:
     from transformer_nmt.data.text import count_lines, iter_lines, read_lines
-    from transformer_nmt.decode.stream import translate_file, translate_stream
+    from transformer_nmt.decode.stream import requests, translate_file, translate_stream
     from transformer_nmt.decode.threads import decoding_threads, torch_threads
     from transformer_nmt.decode.translator import Translator
 
     if args.interactive and args.input is not None:
         raise UserError("--interactive reads standard input; leave out --input")
-    translator = Translator.from_file(args.model, _translator_options(
-        args, alignments=args.alignments, buffer_size=1 if args.interactive else 1024))
+    translator = Translator.from_files(args.model, _translator_options(
+        args, alignments=args.alignments, buffer_size=1 if args.interactive else 1024,
+        token_scores=args.token_scores or args.format == "json"))
     lines = (read_lines(args.input, args.errors) if args.input is not None
              else iter_lines(sys.stdin.buffer, "<stdin>", args.errors))
+    if args.prefix is not None or args.constraints is not None:
+        lines = requests(
+            lines, None if args.prefix is None else read_lines(args.prefix, args.errors),
+            None if args.constraints is None else read_lines(args.constraints, args.errors),
+            args.prefix, args.constraints)
+    as_json = args.format == "json"
     # Each worker on its share of the cores, for this command only.
     with torch_threads(decoding_threads(translator.options.workers, translator.options.device)):
         if args.output is None:
             speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
-                                     flush_each=args.interactive)
+                                     flush_each=args.interactive, as_json=as_json)
         else:
             total = count_lines(args.input) if args.input is not None else None
             speed = translate_file(translator, lines, args.output, nbest=args.nbest > 1,
-                                   total=total)
+                                   total=total, as_json=as_json)
     if not args.interactive:
         print(speed.summary(args.output), file=sys.stderr)
 
@@ -152,7 +206,9 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog="examples: nmt evaluate --model run/average.pt --data data/wmt14 --split test; "
         "nmt evaluate --hyp out.de --ref newstest2014.de --tgt-lang de",
     )
-    parser.add_argument("--model", metavar="MODEL.pt", help="model file to translate with")
+    parser.add_argument("--model", nargs="+", metavar="MODEL.pt",
+                        help="model file to translate with; several make an ensemble (see "
+                        "`nmt translate --help`)")
     parser.add_argument("--data", metavar="DATA_DIR",
                         help="data directory of `nmt prepare` (languages from its manifest)")
     parser.add_argument("--split", default="test",

@@ -21,10 +21,18 @@ Definitions used throughout:
   search; tensor2tensor's runs until the bound below) or reaches its maximum length. It stops earlier, without changing the result, when no open
   hypothesis can still beat the nbest-th finished one (see `_best_possible_scores`).
 - PAD and BOS are never generated.
+
+Beyond the model, every search obeys the same step rules (`StepRules`): EOS at the maximum
+length, an optional forced target prefix per sentence (its tokens only, scored by the
+model, then free search; the maximum length grows to fit it), and an optional ban on
+repeating an n-gram. `sample` draws tokens instead of choosing the likeliest, one
+seeded generator per sentence. Terminology constraints are transformer_nmt.decode.
+constrained's; scoring given outputs is `teacher_forced`.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -102,6 +110,9 @@ class Hypothesis:
     """(len(tokens) + 1, src_len + 1) encoder-decoder attention of the step that produced
     each output token (EOS last) over the source tokens (EOS last), averaged over heads of
     one decoder layer; only when asked for."""
+    token_scores: list[float] | None = None
+    """log P of each token given the ones before it, EOS last (len(tokens) + 1 values
+    summing to log_prob); only when asked for."""
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
@@ -120,7 +131,7 @@ def max_lengths(src: Tensor, cfg: DecodeConfig, pad_id: int, limit: int | None =
     return lengths if limit is None else lengths.clamp(max=limit)
 
 
-class _Stepper:
+class Stepper:
     """Next-token log-probabilities for a batch of prefixes that grows one token per step.
 
     With `use_cache`, only the newest token is fed and the model's cache holds the past;
@@ -166,29 +177,172 @@ def _force_eos(log_probs: Tensor, at_limit: Tensor, eos: int) -> None:
         log_probs[at_limit, eos] = eos_scores
 
 
+def _ban_repeated_ngrams(log_probs: Tensor, history: Tensor, n: int) -> None:
+    """-inf (in place) for every token that would repeat an n-gram of its row's history
+    (rows, length), BOS first: the tokens that followed an earlier occurrence of the
+    last n - 1 tokens (fairseq's and CTranslate2's no_repeat_ngram_size)."""
+    length = history.size(1)
+    if length < n:
+        return
+    windows = history.unfold(1, n, 1)  # (rows, length - n + 1, n) every n-gram so far
+    context = history[:, length - n + 1:].unsqueeze(1)  # (rows, 1, n - 1) the last n - 1
+    repeats = windows[:, :, :-1].eq(context).all(dim=2)  # (rows, length - n + 1)
+    # Non-repeating windows point at BOS, which is banned anyway.
+    banned = torch.where(repeats, windows[:, :, -1], history[:, :1])
+    log_probs.scatter_(1, banned, float("-inf"))
+
+
+def prefix_tensor(prefixes: list[list[int]] | None, device: torch.device) -> Tensor | None:
+    """(batch, longest prefix) token ids that the outputs must start with, -1 after each
+    prefix's end; None when there is no prefix to force."""
+    if not prefixes or not any(prefixes):
+        return None
+    forced = torch.full((len(prefixes), max(len(prefix) for prefix in prefixes)), -1,
+                        dtype=torch.long)
+    for row, prefix in enumerate(prefixes):
+        forced[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+    return forced.to(device)
+
+
+class StepRules:
+    """What a search imposes on each step's log-probabilities besides the model's: EOS
+    at the maximum length, a forced target prefix, no repeated n-grams."""
+
+    def __init__(self, cfg: DecodeConfig, special: SpecialIds, prefixes: Tensor | None) -> None:
+        self.no_repeat_ngram, self.eos = cfg.no_repeat_ngram, special.eos
+        self.prefixes = prefixes  # (sentences, longest prefix) or None
+
+    def apply(self, log_probs: Tensor, tokens: Tensor, step: int, width: int,
+              at_limit: Tensor) -> None:
+        """Restrict log_probs (sentences * width, vocab), in place, for rows whose
+        tokens (sentences * width, BOS + ...) are known up to `step`; at_limit (rows,)
+        marks rows at their maximum length."""
+        forced = None
+        if self.prefixes is not None and step < self.prefixes.size(1):
+            wanted = self.prefixes[:, step].repeat_interleave(width)  # (rows,)
+            rows = wanted.ge(0).nonzero().squeeze(1)
+            # Read before any ban: the forced token keeps the model's log-probability.
+            forced = rows, wanted[rows], log_probs[rows, wanted[rows]]
+        if self.no_repeat_ngram:
+            _ban_repeated_ngrams(log_probs, tokens[:, : step + 1], self.no_repeat_ngram)
+        _force_eos(log_probs, at_limit, self.eos)
+        if forced is not None:
+            rows, wanted_tokens, scores = forced
+            log_probs[rows] = float("-inf")
+            log_probs[rows, wanted_tokens] = scores
+
+    def keep(self, sentences: Tensor) -> None:
+        """Only sentences `sentences` (kept,) go on."""
+        if self.prefixes is not None:
+            self.prefixes = self.prefixes[sentences]
+
+
+def fit_prefixes(limits: Tensor, prefixes: Tensor | None) -> Tensor:
+    """limits (batch,) raised where needed so that each prefix fits."""
+    if prefixes is None:
+        return limits
+    return torch.maximum(limits, prefixes.ge(0).sum(1))
+
+
+def _sample(log_probs: Tensor, uniforms: Tensor, cfg: DecodeConfig) -> Tensor:
+    """One token per row of log_probs (rows, vocab), drawn by inverse transform with one
+    uniform number (rows,) per row, from the distribution that cfg's temperature, top-k
+    and top-p leave."""
+    logits = log_probs / cfg.temperature
+    if cfg.topk:
+        values, index = logits.topk(min(cfg.topk, logits.size(1)), dim=1)  # best first
+    else:
+        values, index = logits.sort(dim=1, descending=True)
+    probs = torch.softmax(values, dim=1)  # (rows, candidates)
+    if cfg.topp < 1:
+        # Keep the likeliest tokens until their mass reaches p (the first always).
+        before = probs.cumsum(dim=1) - probs
+        probs = probs.masked_fill(before >= cfg.topp, 0.0)
+    cumulative = probs.cumsum(dim=1)  # (rows, candidates)
+    target = uniforms.unsqueeze(1) * cumulative[:, -1:]
+    pick = cumulative.lt(target).sum(dim=1).clamp(max=probs.size(1) - 1)  # (rows,)
+    return index.gather(1, pick.unsqueeze(1)).squeeze(1)
+
+
 @torch.inference_mode()
 def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
                   special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
-                  use_cache: bool = True) -> list[Hypothesis]:
+                  use_cache: bool = True, prefixes: list[list[int]] | None = None
+                  ) -> list[Hypothesis]:
     """The most probable next token at every step, for a batch of sources (batch, src_len).
 
-    Returns one Hypothesis per sentence, in order, scored like beam search's.
+    Returns one Hypothesis per sentence, in order, scored like beam search's. Each
+    output starts with the sentence's token ids in `prefixes`, when given (at most
+    max_len_limit each).
     """
-    batch = src.size(0)
-    limits = max_lengths(src, cfg, special.pad, max_len_limit)  # (batch,)
+    prefix = prefix_tensor(prefixes, src.device)
+    limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
+    return _token_by_token(model, model.encode(src), limits, cfg, special, use_cache,
+                           StepRules(cfg, special, prefix))
+
+
+@torch.inference_mode()
+def sample(model: Seq2Seq, src: Tensor, cfg: DecodeConfig, seeds: list[int],
+           special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
+           prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+    """cfg.nbest random outputs per source sentence of src (batch, src_len), each token
+    drawn from the model's distribution as cfg's temperature, top-k and top-p shape it.
+
+    Sentence i draws from its own generator seeded with (cfg.seed, seeds[i]), so its
+    samples do not depend on the other sentences of the batch. Scores are the model's
+    own (untempered) log-probabilities, normalized as beam search's; each sentence's
+    samples come best first. `prefixes` as in greedy_search.
+    """
+    batch, count = src.size(0), cfg.nbest
+    owner = torch.arange(batch, device=src.device).repeat_interleave(count)  # (batch * count,)
+    prefix = prefix_tensor(prefixes, src.device)
+    limits = max_lengths(src, cfg, special.pad, max_len_limit)
+    if prefix is not None:
+        prefix = prefix[owner]
+    limits = fit_prefixes(limits[owner], prefix)
+    # Drawn step by step (steps as rows), so that a sample's numbers do not depend on
+    # the longest output its batch allows.
+    uniforms = torch.cat([
+        torch.rand(int(limits.max()) + 1, count, dtype=torch.float64,
+                   generator=torch.Generator().manual_seed(_sentence_seed(cfg.seed, seed))).T
+        for seed in seeds]).to(src.device)  # (batch * count, longest + 1)
+    found = _token_by_token(model, model.encode(src).select(owner), limits, cfg, special,
+                            True, StepRules(cfg, special, prefix), uniforms)
+    return [sorted(found[i * count: (i + 1) * count], key=lambda hyp: -hyp.score)
+            for i in range(batch)]
+
+
+def _sentence_seed(seed: int, sentence: int) -> int:
+    """A 32-bit seed for one sentence's generator (torch's CPU generator keeps only 32
+    bits of a seed): a hash of both numbers, so that neighbouring pairs get unrelated
+    streams."""
+    digest = hashlib.blake2b(f"{seed}:{sentence}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: DecodeConfig,
+                    special: SpecialIds, use_cache: bool, rules: StepRules,
+                    uniforms: Tensor | None = None) -> list[Hypothesis]:
+    """One output per encoder row, token by token: the likeliest, or with uniforms
+    (rows, longest + 1) drawn as `_sample` does."""
+    batch, device = limits.size(0), limits.device
     longest = int(limits.max())
     # The decoder sees BOS and every token but the last (EOS): at most longest + 1 positions.
-    stepper = _Stepper(model, model.encode(src), use_cache, longest + 1)
+    stepper = Stepper(model, enc, use_cache, longest + 1)
     tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long,
-                        device=src.device)  # (active, BOS + tokens + EOS)
-    log_prob = torch.zeros(batch, device=src.device)  # (active,)
-    active = torch.arange(batch, device=src.device)  # original index of each active row
+                        device=device)  # (active, BOS + tokens + EOS)
+    log_prob = torch.zeros(batch, device=device)  # (active,)
+    active = torch.arange(batch, device=device)  # original index of each active row
     results: list[Hypothesis | None] = [None] * batch
     step = 0
     while active.numel():
         log_probs = stepper.log_probs(tokens, step, special)  # (active, vocab)
-        _force_eos(log_probs, limits == step, special.eos)
-        best_log_prob, best = log_probs.max(dim=-1)  # (active,)
+        rules.apply(log_probs, tokens, step, 1, limits == step)
+        if uniforms is None:
+            best_log_prob, best = log_probs.max(dim=-1)  # (active,)
+        else:
+            best = _sample(log_probs, uniforms[:, step], cfg)
+            best_log_prob = log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
         log_prob += best_log_prob
         tokens[:, step + 1] = best
         done = best.eq(special.eos)
@@ -199,6 +353,9 @@ def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(
                     tokens[row, 1: step + 1].tolist(), float(scores[row]), float(log_prob[row]))
             keep = (~done).nonzero().squeeze(1)
             tokens, log_prob, limits, active = tokens[keep], log_prob[keep], limits[keep], active[keep]
+            rules.keep(keep)
+            if uniforms is not None:
+                uniforms = uniforms[keep]
             if active.numel():
                 stepper.reorder(keep, keep)
         step += 1
@@ -224,20 +381,23 @@ def _best_possible_scores(open_log_probs: Tensor, length: int, limits: Tensor,
 @torch.inference_mode()
 def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
                 special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
-                use_cache: bool = True, early_stop: bool = True) -> list[list[Hypothesis]]:
+                use_cache: bool = True, early_stop: bool = True,
+                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
     """Beam search of width cfg.beam for a batch of sources (batch, src_len).
 
     Returns, per sentence in order, its cfg.nbest best finished hypotheses, best first.
     early_stop=False runs every sentence until it is complete (see the module docstring);
-    the result is the same, which the tests check.
+    the result is the same, which the tests check. `prefixes` as in greedy_search.
     """
     k, nbest = cfg.beam, cfg.nbest
     batch, device = src.size(0), src.device
-    limits = max_lengths(src, cfg, special.pad, max_len_limit)  # (active,)
+    prefix = prefix_tensor(prefixes, device)
+    rules = StepRules(cfg, special, prefix)
+    limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)  # (active,)
     # Every sentence starts with one empty prefix: step 0 decodes one row per sentence
     # (and computes the encoder-decoder keys/values once), later steps k rows.
     longest = int(limits.max())
-    stepper = _Stepper(model, model.encode(src), use_cache, longest + 1)
+    stepper = Stepper(model, model.encode(src), use_cache, longest + 1)
     width = 1  # rows per sentence in the current step
     tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long,
                         device=device)  # (active * width, BOS + tokens + EOS), row = sentence * width + beam
@@ -250,7 +410,7 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
         n = active.numel()
         log_probs = stepper.log_probs(tokens, step, special)  # (n * width, vocab)
         vocab = log_probs.size(1)
-        _force_eos(log_probs, limits.repeat_interleave(width) == step, special.eos)
+        rules.apply(log_probs, tokens, step, width, limits.repeat_interleave(width) == step)
         candidates = (scores.view(n * width, 1) + log_probs).view(n, width * vocab)
         if candidates.size(1) < 2 * k:  # a vocabulary smaller than the beam
             candidates = F.pad(candidates, (0, 2 * k - candidates.size(1)), value=float("-inf"))
@@ -291,6 +451,7 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
         tokens = tokens[rows]
         tokens[:, step + 1] = next_token[keep].view(-1)
         scores, limits, active, nbest_score = scores[keep], limits[keep], active[keep], nbest_score[keep]
+        rules.keep(keep)
         if active.numel():
             # The encoder rows (one per sentence, shared by its beams) change only when
             # sentences leave.
@@ -302,41 +463,88 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
 
 def search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
            special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
-           need_attention: bool = False, attention_layer: int = -2) -> list[list[Hypothesis]]:
-    """Translate a batch of sources (batch, src_len): greedy for beam 1, else beam search.
+           need_attention: bool = False, attention_layer: int = -2,
+           need_token_scores: bool = False, prefixes: list[list[int]] | None = None,
+           seeds: list[int] | None = None) -> list[list[Hypothesis]]:
+    """Translate a batch of sources (batch, src_len): greedy for beam 1, else beam search,
+    or with cfg.sampling, cfg.nbest samples (`sample`, seeded per sentence with `seeds`,
+    default its row number).
 
-    Returns per sentence its cfg.nbest best hypotheses. With need_attention, each
-    hypothesis gets the encoder-decoder attention of decoder layer `attention_layer`
-    (default: the penultimate, which aligns best in Garg et al. 2019), averaged over heads.
+    Returns per sentence its cfg.nbest best hypotheses. Outputs start with `prefixes`
+    when given (token ids per sentence, at most max_len_limit each). With need_attention,
+    each hypothesis gets the encoder-decoder attention of decoder layer `attention_layer`
+    (default: the penultimate, which aligns best in Garg et al. 2019), averaged over heads;
+    with need_token_scores, the log-probability of each of its tokens.
     """
-    if cfg.beam == 1:
-        results = [[hyp] for hyp in greedy_search(model, src, cfg, special, max_len_limit)]
+    if cfg.sampling:
+        seeds = list(range(src.size(0))) if seeds is None else seeds
+        results = sample(model, src, cfg, seeds, special, max_len_limit, prefixes)
+    elif cfg.beam == 1:
+        results = [[hyp] for hyp in greedy_search(model, src, cfg, special, max_len_limit,
+                                                  prefixes=prefixes)]
     else:
-        results = beam_search(model, src, cfg, special, max_len_limit)
-    if need_attention:
-        attach_attention(model, src, results, special, attention_layer)
+        results = beam_search(model, src, cfg, special, max_len_limit, prefixes=prefixes)
+    if need_attention or need_token_scores:
+        attach_details(model, src, results, special, attention_layer, need_attention,
+                       need_token_scores)
     return results
 
 
-def attach_attention(model: Seq2Seq, src: Tensor, results: list[list[Hypothesis]],
-                     special: SpecialIds = SpecialIds(), layer: int = -2) -> None:
-    """Fill Hypothesis.attention by decoding every final hypothesis once more with weights.
+def _target_batch(sequences: list[list[int]], special: SpecialIds, device: torch.device
+                  ) -> Tensor:
+    """(len(sequences), longest + 1) decoder input: BOS, the tokens, PAD after them."""
+    length = max(len(tokens) for tokens in sequences) + 1
+    tgt = torch.full((len(sequences), length), special.pad, dtype=torch.long, device=device)
+    tgt[:, 0] = special.bos
+    for row, tokens in enumerate(sequences):
+        tgt[row, 1: len(tokens) + 1] = torch.tensor(tokens, dtype=torch.long)
+    return tgt
 
-    Re-running the decoder on the chosen hypotheses costs one teacher-forced pass and
-    keeps the search itself free of attention bookkeeping.
+
+@torch.inference_mode()
+def teacher_forced(model: Seq2Seq, src: Tensor, owners: Tensor, sequences: list[list[int]],
+                   special: SpecialIds = SpecialIds(), need_weights: bool = False
+                   ) -> tuple[list[list[float]], list[Tensor]]:
+    """log P of every token of each target sequence (tokens without BOS and EOS, EOS
+    scored last) given source row owners[i] (sequences,) of src (batch, src_len), from
+    one teacher-forced decoder pass; and the per-layer encoder-decoder attention
+    (sequences, heads, longest + 1, src_len) when need_weights.
+
+    The log-probabilities are those the searches sum, PAD and BOS excluded.
+    """
+    tgt = _target_batch(sequences, special, src.device)  # (sequences, longest + 1)
+    out = model.decode(tgt, model.encode(src).select(owners), need_weights=need_weights)
+    log_probs = torch.log_softmax(out.logits.float(), dim=-1)  # (sequences, longest + 1, vocab)
+    log_probs[..., special.pad] = float("-inf")
+    log_probs[..., special.bos] = float("-inf")
+    following = torch.cat([tgt[:, 1:], tgt.new_full((tgt.size(0), 1), special.pad)], dim=1)
+    for row, tokens in enumerate(sequences):
+        following[row, len(tokens)] = special.eos
+    picked = log_probs.gather(2, following.unsqueeze(2)).squeeze(2)  # (sequences, longest + 1)
+    scores = [picked[row, : len(tokens) + 1].tolist() for row, tokens in enumerate(sequences)]
+    return scores, out.cross_attention
+
+
+def attach_details(model: Seq2Seq, src: Tensor, results: list[list[Hypothesis]],
+                   special: SpecialIds = SpecialIds(), layer: int = -2,
+                   attention: bool = True, token_scores: bool = False) -> None:
+    """Fill Hypothesis.attention (of decoder layer `layer`) and/or Hypothesis.token_scores
+    by decoding every final hypothesis once more, teacher-forced.
+
+    Re-running the decoder on the chosen hypotheses costs one pass and keeps the search
+    itself free of attention and per-token bookkeeping.
     """
     owners = [i for i, hyps in enumerate(results) for _ in hyps]
     hyps = [hyp for sentence in results for hyp in sentence]
     if not hyps:
         return
-    length = max(len(hyp.tokens) for hyp in hyps) + 1
-    tgt = torch.full((len(hyps), length), special.pad, dtype=torch.long, device=src.device)
-    tgt[:, 0] = special.bos
-    for row, hyp in enumerate(hyps):
-        tgt[row, 1: len(hyp.tokens) + 1] = torch.tensor(hyp.tokens, dtype=torch.long)
-    with torch.inference_mode():
-        enc = model.encode(src).select(torch.tensor(owners, device=src.device))
-        cross = model.decode(tgt, enc, need_weights=True).cross_attention
+    scores, cross = teacher_forced(model, src, torch.tensor(owners, device=src.device),
+                                   [hyp.tokens for hyp in hyps], special, need_weights=attention)
+    if token_scores:
+        for hyp, token_scores_of_hyp in zip(hyps, scores):
+            hyp.token_scores = token_scores_of_hyp
+    if not attention:
+        return
     layer_index = max(layer, -len(cross)) if layer < 0 else min(layer, len(cross) - 1)
     weights = cross[layer_index].float().mean(dim=1)  # (hyps, length, src_len)
     src_lengths = src.ne(special.pad).sum(1).tolist()

@@ -7,46 +7,103 @@ the caller's choice (the `nmt` command passes standard input and output).
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
-from typing import Iterable, Iterator, TextIO
+from itertools import zip_longest
+from typing import Any, Iterable, Iterator, TextIO
 
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transformer_nmt.data.text import LineWriter
-from transformer_nmt.decode.translator import Translation, Translator
+from transformer_nmt.data.vocab import Vocab
+from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
+from transformer_nmt.errors import UserError
 
 
-def format_translations(index: int, translations: list[Translation], nbest: bool) -> list[str]:
+def requests(lines: Iterable[str], prefixes: Iterable[str] | None = None,
+             constraints: Iterable[str] | None = None, prefix_name: str = "prefixes",
+             constraints_name: str = "constraints") -> Iterator[TranslationRequest]:
+    """Each line as a request whose output starts with the prefix of the same line
+    number and contains the tab-separated phrases of the same constraints line (empty
+    lines: none); UserError, naming the file, when one runs out before the lines or
+    the other way round."""
+    sides = [(prefixes, prefix_name, "prefix"), (constraints, constraints_name, "constraints")]
+    given = [(lines_of, name, what) for lines_of, name, what in sides if lines_of is not None]
+    number = 0
+    for row in zip_longest(lines, *(lines_of for lines_of, _, _ in given)):
+        number += 1
+        for value, (_, name, what) in zip(row[1:], given):
+            if (row[0] is None) != (value is None):
+                more = "fewer" if value is None else "more"
+                raise UserError(f"{name} has {more} lines than the input (input line "
+                                f"{number}); give one {what} line per input line, empty for "
+                                "none")
+        if row[0] is None:
+            return
+        fields = dict(zip((what for _, _, what in given), row[1:]))
+        phrases = fields.get("constraints") or ""
+        yield TranslationRequest(row[0], fields.get("prefix") or "",
+                                 tuple(phrase for phrase in phrases.split("\t") if phrase.strip()))
+
+
+def format_translations(index: int, translations: list[Translation], nbest: bool,
+                        vocab: Vocab | None = None) -> list[str]:
     """Output lines for input line `index` (0-based).
 
     Plain: the best translation. nbest: one `index ||| translation ||| score` line per
     hypothesis, best first. With alignments, ` ||| ` and the source-target word pairs
-    (`0-0 1-2`, Pharaoh format) end each line.
+    (`0-0 1-2`, Pharaoh format) end each line; with token scores, ` ||| ` and the
+    log-probability of each token, end of sentence last, after them.
+
+    With `vocab`, JSON instead: one object per input line, {"text", "tokens" (the
+    subword pieces), "token_scores", "score", "alignment" (when there are alignments)},
+    or with nbest {"nbest": [such objects, best first]}.
     """
+    if vocab is not None:
+        objects = [_json_object(translation, vocab) for translation in translations]
+        return [json.dumps({"nbest": objects} if nbest else objects[0], ensure_ascii=False)]
     lines = []
     for translation in translations if nbest else translations[:1]:
         fields = [str(index), translation.text, f"{translation.score:.4f}"] if nbest \
             else [translation.text]
         if translation.alignment is not None:
             fields.append(" ".join(f"{s}-{t}" for s, t in translation.alignment))
+        if translation.token_scores is not None:
+            fields.append(" ".join(f"{score:.4f}" for score in translation.token_scores))
         lines.append(" ||| ".join(fields))
     return lines
 
 
-def translate_stream(translator: Translator, lines: Iterable[str], output: TextIO, *,
-                     nbest: bool = False, flush_each: bool = False) -> "SpeedReport":
+def _json_object(translation: Translation, vocab: Vocab) -> dict[str, Any]:
+    """One translation as the JSON output lays it out."""
+    scores = translation.token_scores
+    result: dict[str, Any] = {
+        "text": translation.text, "tokens": translation.pieces(vocab),
+        "token_scores": None if scores is None else [round(score, 4) for score in scores],
+        "score": round(translation.score, 4)}
+    if translation.alignment is not None:
+        result["alignment"] = [list(pair) for pair in translation.alignment]
+    return result
+
+
+def translate_stream(translator: Translator, lines: Iterable[str | TranslationRequest],
+                     output: TextIO, *,
+                     nbest: bool = False, flush_each: bool = False,
+                     as_json: bool = False) -> "SpeedReport":
     """Translate `lines` into the text stream `output`, in input order, as
-    `format_translations` lays them out; returns what was translated and how fast.
+    `format_translations` lays them out (as JSON with `as_json`); returns what was
+    translated and how fast.
 
     flush_each: flush `output` after each input line's translations, so that a reader
     gets every answer at once (interactive use; give the translator buffer_size 1 too,
     or it waits for a full buffer of lines before translating any).
     """
     speed = SpeedReport()
+    vocab = translator.vocab if as_json else None
     for index, result in enumerate(speed.counted(translator.translate_nbest(lines))):
-        for line in format_translations(index, result, nbest):
+        for line in format_translations(index, result, nbest, vocab):
             output.write(line + "\n")
         if flush_each:
             output.flush()
@@ -54,8 +111,10 @@ def translate_stream(translator: Translator, lines: Iterable[str], output: TextI
     return speed
 
 
-def translate_file(translator: Translator, lines: Iterable[str], output_path: str | Path, *,
-                   nbest: bool = False, total: int | None = None) -> "SpeedReport":
+def translate_file(translator: Translator, lines: Iterable[str | TranslationRequest],
+                   output_path: str | Path, *,
+                   nbest: bool = False, total: int | None = None,
+                   as_json: bool = False) -> "SpeedReport":
     """Translate `lines` into the file at `output_path`, as `translate_stream` does, with
     a progress bar on stderr (out of `total` lines, when known); returns what was
     translated and how fast.
@@ -64,12 +123,13 @@ def translate_file(translator: Translator, lines: Iterable[str], output_path: st
     appears whole or not at all; missing parent directories are created.
     """
     speed = SpeedReport()
+    vocab = translator.vocab if as_json else None
     translations = speed.counted(translator.translate_nbest(lines))
     # Warnings (a truncated line) print above the progress bar, not through it.
     with LineWriter(output_path) as writer, logging_redirect_tqdm():
         for index, result in enumerate(tqdm(translations, total=total, unit=" lines",
                                             desc="translating")):
-            for line in format_translations(index, result, nbest):
+            for line in format_translations(index, result, nbest, vocab):
                 writer.write(line)
     return speed
 

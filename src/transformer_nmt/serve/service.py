@@ -4,11 +4,10 @@ into sentences, have the batcher translate them, and put the translations back t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from transformer_nmt.attention_plot import compute_attention_of_ids
-from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import normalize
 from transformer_nmt.decode.translator import Translation, Translator
 from transformer_nmt.errors import UserError
@@ -72,8 +71,8 @@ class TranslationService:
         if not -10 <= alpha <= 10:
             raise BadOption("alpha", f"alpha must be between -10 and 10, not {alpha}")
         try:
-            decode = DecodeConfig(beam=beam, alpha=alpha, max_len_a=self.defaults.max_len_a,
-                                  max_len_b=self.defaults.max_len_b, nbest=nbest)
+            # Everything else (length limits, sampling, n-gram blocking) as the server runs.
+            decode = replace(self.defaults, beam=beam, alpha=alpha, nbest=nbest)
         except UserError as error:
             raise BadOption("alpha", str(error)) from None
         return SearchKey(decode, search.alignments)
