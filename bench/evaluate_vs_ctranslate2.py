@@ -63,7 +63,7 @@ def ctranslate2_side(args: argparse.Namespace, model_dir: Path, alpha: float,
     from transformer_nmt.data.text import normalize
 
     manifest = json.loads((args.data / "manifest.json").read_text())
-    src_lang, tgt_lang = manifest["src"], manifest["tgt"]
+    src_lang, tgt_lang = manifest["src_lang"], manifest["tgt_lang"]
     processor = sentencepiece.SentencePieceProcessor(model_file=str(args.data / "spm.model"))
     lines = (args.data / f"{args.split}.{src_lang}").read_text(encoding="utf-8").splitlines()
     pieces = [processor.encode(normalize(line), out_type=str) for line in lines]
