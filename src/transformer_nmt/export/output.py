@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -35,7 +34,10 @@ def export_directory(out: str | Path, force: bool = False) -> Iterator[Path]:
     out = Path(out)
     check_destination(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    # Made by mkdir, not mkdtemp, so that the export gets the user's usual permissions.
+    building = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    shutil.rmtree(building, ignore_errors=True)  # a crashed export's leftovers
+    building.mkdir()
     try:
         yield building
         replace_path(building, out)
