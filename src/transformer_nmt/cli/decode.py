@@ -92,7 +92,7 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model", required=True, metavar="MODEL.pt",
                         help="model file: a checkpoint of `nmt train` or the output of "
-                        "`nmt average`")
+                        "`nmt average`; or a directory of `nmt export --to safetensors`")
     parser.add_argument("--input", metavar="FILE",
                         help="text to translate, UTF-8, optionally gzipped (default: stdin)")
     parser.add_argument("--output", metavar="FILE",

@@ -28,7 +28,8 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
         "records the model's preset, training steps and languages (CTranslate2: "
         "transformer_nmt.json; argos: metadata.json; safetensors: config.json). OUT is "
         "built aside and appears complete or not at all; an existing OUT is replaced only "
-        "with --force. ctranslate2 and argos need `pip install "
+        "with --force. A model the runtime cannot run (CTranslate2: attention heads whose "
+        "d_v differs from d_k) is refused in one line. ctranslate2 and argos need `pip install "
         "'transformer-nmt[ctranslate2]'`, safetensors `[safetensors]`.",
         epilog="examples: nmt export --model run/model.pt --to ctranslate2 model-ct2; "
         "nmt export --model run/model.pt --to ctranslate2 model-int8 --quantization int8; "
@@ -36,8 +37,8 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
         "nmt export --model run/model.pt --to safetensors model-st",
     )
     parser.add_argument("--model", required=True, metavar="MODEL.pt",
-                        help="model file: a checkpoint of `nmt train` or the output of "
-                        "`nmt average`")
+                        help="model file: a checkpoint of `nmt train`, the output of "
+                        "`nmt average`, or a safetensors export")
     parser.add_argument("--to", required=True, choices=FORMATS, help="the format to write")
     parser.add_argument("out", metavar="OUT", help="the directory (argos: the .argosmodel "
                         "file) to write")

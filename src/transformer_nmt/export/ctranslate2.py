@@ -140,7 +140,8 @@ def _converter(model: Transformer, vocab: Vocab) -> Any:
     return TransformerNmtConverter()
 
 
-def write_ctranslate2(model: InferenceModel, directory: Path, quantization: str = "float32") -> None:
+def write_ctranslate2(model: InferenceModel, directory: Path,
+                      quantization: str = "float32") -> None:
     """Write `model` as a CTranslate2 model into `directory` (replacing whatever it holds:
     callers pass a directory of their own making), its weights stored as `quantization`,
     with the source model's record beside CTranslate2's files."""

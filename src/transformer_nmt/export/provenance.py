@@ -16,7 +16,8 @@ EXPORT_FORMAT_VERSION = 1
 def training_steps(meta: dict[str, Any]) -> int | None:
     """The optimizer steps behind a model file: a checkpoint's step, or for an average
     the step of its newest checkpoint (an export: what it recorded); None when the file does not say."""
-    for key in ("step", "training_steps"):  # a checkpoint's; an export's record
+    # A checkpoint's step; an export's record of its source's.
+    for key in ("step", "training_steps"):
         if isinstance(meta.get(key), int):
             return meta[key]
     steps = [entry.get("step") for entry in meta.get("averaged_from") or []
