@@ -15,7 +15,8 @@ EXPORT_FORMAT_VERSION = 1
 
 def training_steps(meta: dict[str, Any]) -> int | None:
     """The optimizer steps behind a model file: a checkpoint's step, or for an average
-    the step of its newest checkpoint (an export: what it recorded); None when the file does not say."""
+    the step of its newest checkpoint (an export: what it recorded); None when the file
+    does not say."""
     # A checkpoint's step; an export's record of its source's.
     for key in ("step", "training_steps"):
         if isinstance(meta.get(key), int):
