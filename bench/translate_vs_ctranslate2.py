@@ -2,8 +2,8 @@
 
 bench/translate_speed.py measures us alone; the issue's goals quote CTranslate2's speed
 on another machine. This measures CTranslate2 here (pip install ctranslate2), decoding the
-very same random base-shape model (bench/ctranslate2_reference.py hands it the weights),
-and prints the ratios.
+very same random base-shape model (bench/ctranslate2_reference.py hands it the weights
+through `nmt export`'s exporter), and prints the ratios.
 
 Protocol, the same for both: the first --sentences of newstest2014 (English), sorted by
 length into batches of --batch-size, --workers batches at a time (default 1), each on

@@ -10,7 +10,7 @@ import torch
 
 from corpus_paths import WMT14
 from decode_fixtures import make_model_file
-from train_fixtures import make_tiny_data
+from train_fixtures import make_tiny_data, tiny_overrides
 
 # Tiny models run 5-20x slower on 2 threads than on 1 when the 2 cores are shared with
 # other processes (OpenMP threads wait on each other): the whole session uses one, set
@@ -21,6 +21,8 @@ from transformer_nmt.data.manifest import SPM_MODEL
 from transformer_nmt.data.text import read_lines
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, save_model_file
+from transformer_nmt.train.checkpoint import LAST
+from transformer_nmt.train.session import train
 
 
 @pytest.fixture
@@ -76,3 +78,15 @@ def tiny_model_file(tmp_path_factory, tiny_data) -> Path:
     path = tmp_path_factory.mktemp("tiny-model") / "model.pt"
     save_model_file(model_payload(model, (tiny_data / SPM_MODEL).read_bytes()), path)
     return path
+
+
+@pytest.fixture(scope="session")
+def trained_model_file(tiny_data, tmp_path_factory) -> Path:
+    """A tiny model trained for a few seconds on `tiny_data`'s copy-and-reverse task, made
+    once per test session: its outputs vary with the source and end by themselves, and
+    most of its choices are clear enough to survive a reduced precision, unlike a random
+    model's."""
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    train(out=run_dir, data=tiny_data, preset="tiny", progress=False,
+          overrides=tiny_overrides(max_steps=300, batch_tokens=256, dropout=0.0))
+    return run_dir / LAST

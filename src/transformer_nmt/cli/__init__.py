@@ -2,8 +2,8 @@
 
 Each subcommand has an `add_<name>_parser(subparsers)` function that defines its
 arguments and sets `func` to a small `run_<name>(args)` that calls the library; they live
-in one module per group of subcommands (info, prepare, train, decode, serve, quickstart), and
-this module puts them together and turns errors into exit statuses. The `run_*`
+in one module per group of subcommands (info, prepare, train, decode, serve, export,
+quickstart), and this module puts them together and turns errors into exit statuses. The `run_*`
 functions import the library inside themselves, so that `nmt --help` starts without
 importing torch.
 """
@@ -18,6 +18,7 @@ import sys
 from transformer_nmt import __version__
 from transformer_nmt.cli.decode import (add_attention_parser, add_evaluate_parser,
                                         add_translate_parser)
+from transformer_nmt.cli.export import add_export_parser
 from transformer_nmt.cli.info import add_params_parser, add_presets_parser
 from transformer_nmt.cli.prepare import add_prepare_parser
 from transformer_nmt.cli.quickstart import add_quickstart_parser
@@ -38,6 +39,7 @@ PARSERS = [
     add_evaluate_parser,
     add_score_parser,
     add_serve_parser,
+    add_export_parser,
     add_plot_parser,
     add_attention_parser,
 ]

@@ -114,8 +114,9 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model", required=True, nargs="+", metavar="MODEL.pt",
                         help="model file: a checkpoint of `nmt train` or the output of "
-                        "`nmt average`; several make an ensemble, averaging their "
-                        "log-probabilities at every step (they must share a vocabulary)")
+                        "`nmt average`, or a directory of `nmt export --to safetensors`; "
+                        "several make an ensemble, averaging their log-probabilities at "
+                        "every step (they must share a vocabulary)")
     parser.add_argument("--input", metavar="FILE",
                         help="text to translate, UTF-8, optionally gzipped (default: stdin)")
     parser.add_argument("--output", metavar="FILE",

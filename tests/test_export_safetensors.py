@@ -1,0 +1,62 @@
+"""Export to safetensors (export/safetensors.py, model_dir.py): the directory translates
+exactly as the model file it came from, through the same commands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from export_fixtures import task_sentences
+from transformer_nmt.cli import main
+from transformer_nmt.model_file import read_model_file
+
+pytest.importorskip("safetensors", reason="the safetensors extra is not installed")
+
+from safetensors.torch import load_file  # noqa: E402
+
+from transformer_nmt.export.safetensors import export_safetensors  # noqa: E402
+
+
+def translate(model, source, tmp_path, name, capsys) -> str:
+    out = tmp_path / name
+    assert main(["translate", "--model", str(model), "--input", str(source), "--output",
+                 str(out), "--beam", "3"]) == 0
+    capsys.readouterr()
+    return out.read_text()
+
+
+def test_the_directory_translates_exactly_as_the_model_file(trained_model_file, tiny_data,
+                                                            tmp_path, capsys):
+    out = tmp_path / "exported"
+    assert main(["export", "--model", str(trained_model_file), "--to", "safetensors",
+                 str(out)]) == 0
+    assert f"nmt translate --model {out}" in capsys.readouterr().out
+    source = tmp_path / "source.en"
+    source.write_text("\n".join(task_sentences(tiny_data)) + "\n")
+    ours = translate(trained_model_file, source, tmp_path, "from-pt.xx", capsys)
+    assert translate(out, source, tmp_path, "from-dir.xx", capsys) == ours
+    assert len(set(ours.splitlines())) > 10
+
+
+def test_it_records_the_source_and_stores_tied_embeddings_once(trained_model_file, tmp_path):
+    out = export_safetensors(trained_model_file, tmp_path / "exported")
+    config = json.loads((out / "config.json").read_text())
+    assert config["preset"] == "tiny" and config["training_steps"] == 300
+    assert (config["src_lang"], config["tgt_lang"]) == ("en", "xx")
+    assert config["tied"] == {"src_embed.weight": "tgt_embed.weight"}
+    assert "src_embed.weight" not in load_file(str(out / "model.safetensors"))
+    payload = read_model_file(out)
+    original = read_model_file(trained_model_file)
+    assert payload["vocab"] == original["vocab"]
+    assert all(payload["model"][name].equal(tensor) for name, tensor in original["model"].items())
+    # An export of the export keeps the record.
+    again = export_safetensors(out, tmp_path / "again")
+    assert json.loads((again / "config.json").read_text())["training_steps"] == 300
+
+
+def test_quantization_is_refused_for_safetensors(trained_model_file, tmp_path, capsys):
+    assert main(["export", "--model", str(trained_model_file), "--to", "safetensors",
+                 str(tmp_path / "out"), "--quantization", "int8"]) == 2
+    assert "--quantization is for --to ctranslate2" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
