@@ -104,13 +104,13 @@ def test_validation_bleu_hook_and_greedy_default(tiny_data, tmp_path):
     seen = []
     train(out=tmp_path / "hook", data=tiny_data, preset="tiny", progress=False,
           overrides=tiny_overrides(max_steps=2, valid_every=1, valid_bleu=True),
-          valid_bleu=lambda model: seen.append(model) or 12.5)
+          valid_scores=lambda model: seen.append(model) or {"bleu": 12.5, "chrf": 30.0})
     valid = [r for r in metrics(tmp_path / "hook") if r["event"] == "valid"]
-    assert [r["bleu"] for r in valid] == [12.5, 12.5]
+    assert [(r["bleu"], r["chrf"]) for r in valid] == [(12.5, 30.0), (12.5, 30.0)]
     assert isinstance(seen[0], Transformer)
     run(tiny_data, tmp_path / "greedy", max_steps=1, valid_bleu=True)
     (record,) = [r for r in metrics(tmp_path / "greedy") if r["event"] == "valid"]
-    assert 0 <= record["bleu"] <= 100
+    assert 0 <= record["bleu"] <= 100 and 0 <= record["chrf"] <= 100
 
 
 def test_mfu_recovers_from_a_peak_measured_while_the_cpu_was_busy(tiny_data, tmp_path,
