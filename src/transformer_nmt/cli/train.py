@@ -161,18 +161,25 @@ def run_train(args: argparse.Namespace) -> None:
 def add_average_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "average",
-        help="average the weights of a run's last checkpoints into one model file",
+        help="average the weights of a run's last or best checkpoints into one model file",
         description="Average the parameters of the newest N numbered checkpoints of a run "
         "directory (the paper: the last 5 for base models, the last 20 for big ones, "
-        "written at 10-minute intervals), or of the checkpoint files given. All must share "
+        "written at 10-minute intervals), or of the checkpoint files given; or, with "
+        "--best K, of the K with the best recorded validation. All must share "
         "one architecture and vocabulary. The output is a model file without optimizer "
         "state, for `nmt translate` and `nmt evaluate`.",
     )
     parser.add_argument("inputs", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT",
                         help="one run directory, or checkpoint files")
-    parser.add_argument("--last", type=int, metavar="N",
-                        help="average the newest N numbered checkpoints (required for a run "
-                        "directory; with files, their last N)")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--last", type=int, metavar="N",
+                        help="average the newest N numbered checkpoints (this or --best is "
+                        "required for a run directory; with files, their last N)")
+    choice.add_argument("--best", type=int, metavar="K",
+                        help="average the K checkpoints with the best validation by the "
+                        "run's --valid-metric, which each checkpoint written at a validated "
+                        "step records (train with --save-every equal to --valid-every so "
+                        "that every validation keeps one)")
     parser.add_argument("--out", required=True, metavar="MODEL.pt", help="model file to write")
     parser.set_defaults(func=run_average)
 
@@ -182,9 +189,11 @@ def run_average(args: argparse.Namespace) -> None:
     from transformer_nmt.train.checkpoint import (average_checkpoints, check_average_output,
                                                   checkpoints_to_average)
 
-    if args.last is not None and args.last < 1:
-        raise UserError(f"--last must be at least 1, not {args.last}")
-    paths = checkpoints_to_average(args.inputs, args.last)
+    for name in ("last", "best"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UserError(f"--{name} must be at least 1, not {value}")
+    paths = checkpoints_to_average(args.inputs, args.last, args.best)
     check_average_output(args.out, paths)
     save_model_file(average_checkpoints(paths), args.out)
     print(f"averaged {len(paths)} checkpoint(s) ({', '.join(path.name for path in paths)}) "
