@@ -13,7 +13,7 @@ from transformer_nmt.data.binarize import load_split
 from transformer_nmt.model_file import build_model, read_model_file, vocab_source
 from transformer_nmt.train.checkpoint import LAST
 from transformer_nmt.train.distributed import Distributed
-from transformer_nmt.train.init_from import (FINETUNE_LR_PEAK, FINETUNE_WARMUP, file_sha256)
+from transformer_nmt.train.init_from import FINETUNE_LR_PEAK, FINETUNE_WARMUP, file_sha256
 from transformer_nmt.train.session import train
 from transformer_nmt.train.trainer import Trainer
 from transformer_nmt.train.validation import validation_batches
@@ -102,7 +102,8 @@ def test_a_fine_tuning_run_resumes_exactly(pretrained, copy_data, tmp_path):
     a = read_model_file(tmp_path / "straight" / LAST)
     b = read_model_file(tmp_path / "resumed" / LAST)
     assert all(torch.equal(a["model"][name], b["model"][name]) for name in a["model"])
-    optimizer_a, optimizer_b = a["trainer"]["optimizer"]["state"], b["trainer"]["optimizer"]["state"]
+    optimizer_a = a["trainer"]["optimizer"]["state"]
+    optimizer_b = b["trainer"]["optimizer"]["state"]
     assert all(torch.equal(optimizer_a[k]["exp_avg_sq"], optimizer_b[k]["exp_avg_sq"])
                for k in optimizer_a)
     # --resume with the run directory alone continues it too.

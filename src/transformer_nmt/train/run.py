@@ -42,10 +42,13 @@ CONFIG_FILE = "config.json"
 
 CHANGEABLE_ON_RESUME = frozenset({
     "max_steps", "max_epochs", "max_time", "max_bad_steps", "precision", "compile",
-    "valid_every", "valid_bleu", "patience", "save_every", "save_every_minutes", "keep_last", "log_every",
+    "valid_every", "valid_bleu", "patience", "save_every", "save_every_minutes", "keep_last",
+    "log_every",
 })
-"""TrainConfig fields a resumed run may change: when to stop, validate, save and log, and
-how to compute on the hardware at hand. Everything else shapes the result and must match."""
+"""TrainConfig fields a resumed run may change: when to stop (patience included), validate,
+save and log, and how to compute on the hardware at hand. Everything else shapes the result
+and must match (valid_metric, valid_beam and valid_sentences among them: they decide which
+checkpoint is best)."""
 
 BATCH_SPLIT = frozenset({"max_tokens", "update_freq"})
 """How each process makes up its share of the global batch (a memory cap and the
