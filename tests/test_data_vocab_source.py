@@ -84,12 +84,6 @@ def test_wrong_vocabularies_get_one_line_errors(make, message, tmp_path, capsys)
     assert not out.exists()
 
 
-def test_vocab_and_vocab_size_together_are_refused(tiny_data, tmp_path, capsys):
-    args = prepare_args(tmp_path, tmp_path / "out", "--vocab", tiny_data, "--vocab-size", "64")
-    assert main([str(a) for a in args]) == 2
-    assert "leave out --vocab-size" in capsys.readouterr().err
-
-
 def test_help_names_the_option(capsys):
     with pytest.raises(SystemExit):
         main(["prepare", "--help"])

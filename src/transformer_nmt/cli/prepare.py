@@ -30,9 +30,10 @@ def add_prepare_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tgt", required=True, help="target language code, e.g. de")
     parser.add_argument("--out", required=True, metavar="DATA_DIR",
                         help="data directory to create (or to find already prepared)")
-    parser.add_argument("--vocab-size", type=int, metavar="N",
+    parser.add_argument("--vocab-size", type=int, default=8000, metavar="N",
                         help="pieces of the shared BPE vocabulary, 4 specials included "
-                        "(default 8000; the paper's WMT14 en-de: 37000)")
+                        "(default 8000; the paper's WMT14 en-de: 37000; not used with "
+                        "--vocab, whose vocabulary has its own size)")
     parser.add_argument("--vocab", metavar="FROM",
                         help="encode with an existing vocabulary instead of learning one, as "
                         "fine-tuning a trained model needs (`nmt train --init-from`): FROM is "
@@ -78,16 +79,13 @@ def run_prepare(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from transformer_nmt.data.prepare import PrepareOptions, prepare
-    from transformer_nmt.errors import UserError
     from transformer_nmt.model_file import vocab_source
 
-    if args.vocab is not None and args.vocab_size is not None:
-        raise UserError("--vocab reuses a vocabulary of its own size; leave out --vocab-size")
     vocab = vocab_source(args.vocab) if args.vocab is not None else None
     files = {dest: getattr(args, dest) for dest, _ in _PREPARE_FILES if getattr(args, dest)}
     options = PrepareOptions(
         corpus=args.corpus, src=args.src, tgt=args.tgt, out=Path(args.out),
-        vocab_size=8000 if args.vocab_size is None else args.vocab_size, vocab=vocab,
+        vocab_size=args.vocab_size, vocab=vocab,
         max_len=args.max_len, max_ratio=args.max_ratio,
         character_coverage=args.character_coverage, sample_sentences=args.spm_sample,
         seed=args.seed, errors=args.errors, mirror=args.mirror, files=files,

@@ -206,7 +206,7 @@ def add_plot_parser(subparsers: argparse._SubParsersAction) -> None:
         "plot",
         help="draw a run's training curves (loss, validation perplexity, rate) as a PNG",
         description="Read RUN_DIR/metrics.jsonl and draw training loss and NLL, validation "
-        "NLL, perplexity and greedy BLEU, learning rate and target tokens/s.",
+        "NLL, perplexity, BLEU and chrF, learning rate and target tokens/s.",
     )
     parser.add_argument("run", metavar="RUN_DIR", help="run directory (or its metrics.jsonl)")
     parser.add_argument("--out", metavar="FILE.png",

@@ -54,7 +54,11 @@ class ProgressState:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "ProgressState":
-        """The state `to_dict` saved."""
+        """The state `to_dict` saved. Checkpoints from before valid_metric existed ranked
+        by the NLL alone: their best NLL is their best value."""
+        values = dict(values)
+        if "best_valid" not in values:
+            values["best_valid"] = values.get("best_valid_nll")
         return cls(**values)
 
 

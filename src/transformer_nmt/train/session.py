@@ -290,6 +290,10 @@ class _Session:
                 precision=self.precision, batch=self.batch._asdict()))
             write_run_config(self.run_dir, self.plan.record)
             tqdm.write(describe_batch(self.batch, self.context.world_size), file=sys.stderr)
+            if self.resume_step is None and self.cfg.init_from:
+                tqdm.write(f"fine-tuning from the weights of {self.cfg.init_from}: fresh "
+                           f"optimizer, {self.cfg.warmup_steps} warm-up steps to a peak rate "
+                           f"of {self.trainer.schedule.peak:.3g}", file=sys.stderr)
             log = MetricsLog(self.run_dir, self.resume_step)
         peak = PeakFlops(self.context.device, DTYPES[self.precision])
         try:
