@@ -157,3 +157,13 @@ def test_help_states_the_fine_tuning_defaults(capsys):
         main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--init-from MODEL.pt" in text and "500 steps" in text and "1e-4" in text
+
+
+def test_an_average_records_its_newest_step_and_keeps_the_regime(pretrained, copy_data,
+                                                                  tmp_path, capsys):
+    code, _ = nmt(capsys, "average", pretrained, "--out", tmp_path / "average.pt")
+    assert code == 0
+    averaged = read_model_file(tmp_path / "average.pt")
+    assert averaged["preset"] == "tiny" and averaged["train_config"]["batch_tokens"] == 96
+    finetune(tmp_path / "ft", copy_data, tmp_path / "average.pt", max_steps=1)
+    assert read_model_file(tmp_path / "ft" / LAST)["init_from"]["step"] == 60

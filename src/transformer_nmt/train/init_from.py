@@ -45,7 +45,7 @@ class InitModel:
     sha256: str
     """SHA-256 of the file, so that the run records exactly which model it started from."""
     step: int | None
-    """The training steps behind it, where the file says."""
+    """The training steps behind it, where the file says (an average: its newest input's)."""
     preset: str | None
     model_config: dict[str, Any]
     train_config: dict[str, Any] | None
@@ -83,7 +83,11 @@ def read_init_model(path: str | Path) -> InitModel:
     """Read a model file or checkpoint to start from; UserError if it is not one."""
     path = Path(path).resolve()
     payload = read_model_file(path)
-    return InitModel(path, file_sha256(path), payload.get("step"), payload.get("preset"),
+    step = payload.get("step")
+    if step is None and payload.get("averaged_from"):
+        # An average of checkpoints: the training behind it is its newest checkpoint's.
+        step = max((entry.get("step") or 0) for entry in payload["averaged_from"]) or None
+    return InitModel(path, file_sha256(path), step, payload.get("preset"),
                      dict(payload["model_config"]), payload.get("train_config"),
                      vocab_digest(payload["vocab"]))
 
