@@ -120,3 +120,52 @@ def test_an_average_keeps_the_languages_its_checkpoints_record(tmp_path, tiny_da
         save_model_file(payload | {"step": step}, tmp_path / f"checkpoint_{step}.pt")
     averaged = average_checkpoints([tmp_path / "checkpoint_1.pt", tmp_path / "checkpoint_2.pt"])
     assert (averaged["src_lang"], averaged["tgt_lang"]) == ("en", "de")
+
+
+def validated_run(tmp_path, tiny_data, values, metric="bleu"):
+    """Numbered checkpoints at steps 1.. whose recorded validation is `values` of
+    `metric` (None: a step without validation)."""
+    for step, value in enumerate(values, 1):
+        payload = model_payload(tiny_model(step), vocab_bytes(tiny_data)) | {"step": step}
+        if value is not None:
+            payload["validation"] = {"step": step, "metric": metric, "value": value}
+        save_numbered(tmp_path, payload, step, keep_last=0)
+    return [path for _, path in numbered_checkpoints(tmp_path)]
+
+
+@pytest.mark.parametrize("metric, values, chosen", [
+    ("bleu", [10.0, 14.0, None, 12.0, 13.0], [2, 5]),
+    ("loss", [3.0, 2.0, None, 2.5, 1.5], [2, 5]),
+    ("chrf", [40.0, 39.0, 41.0, None, 38.0], [1, 3]),
+])
+def test_best_k_are_ranked_by_their_recorded_validation(tmp_path, tiny_data, metric, values,
+                                                        chosen):
+    paths = validated_run(tmp_path, tiny_data, values, metric)
+    best = checkpoints_to_average([tmp_path], last=None, best=2)
+    assert best == [paths[step - 1] for step in chosen]
+    assert checkpoints_to_average(paths, last=None, best=2) == best
+    averaged = average_checkpoints(best)
+    assert [entry["step"] for entry in averaged["averaged_from"]] == chosen
+
+
+def test_best_k_needs_enough_validated_checkpoints_of_one_metric(tmp_path, tiny_data):
+    validated_run(tmp_path, tiny_data, [10.0, None, None])
+    with pytest.raises(UserError, match="only 1 of the 3 checkpoint.s. record a validation"):
+        checkpoints_to_average([tmp_path], last=None, best=2)
+    with pytest.raises(UserError, match="not both"):
+        checkpoints_to_average([tmp_path], last=1, best=1)
+    other = tmp_path / "other"
+    other.mkdir()
+    files = validated_run(other, tiny_data, [1.0], "loss")
+    with pytest.raises(UserError, match="different metrics .bleu, loss."):
+        checkpoints_to_average([tmp_path / "checkpoint_1.pt", *files], last=None, best=1)
+
+
+def test_nmt_average_best(tmp_path, tiny_data, capsys):
+    validated_run(tmp_path, tiny_data, [10.0, 14.0, 12.0])
+    assert main(["average", str(tmp_path), "--best", "2", "--out",
+                 str(tmp_path / "best.pt")]) == 0
+    assert "checkpoint_2.pt, checkpoint_3.pt" in capsys.readouterr().out
+    assert main(["average", str(tmp_path), "--best", "0", "--out",
+                 str(tmp_path / "best.pt")]) == 2
+    assert "--best must be at least 1" in capsys.readouterr().err

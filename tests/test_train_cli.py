@@ -39,7 +39,9 @@ def test_help_explains_the_settings(capsys):
     text = capsys.readouterr().out
     assert exit_info.value.code == 0
     for flag in ("--resume", "--set FIELD=VALUE", "--max-time", "--batch-tokens", "--update-freq",
-                 "--save-every-minutes", "--keep-last", "--precision", "torchrun"):
+                 "--save-every-minutes", "--keep-last", "--precision", "torchrun",
+                 "--init-from MODEL.pt", "--lr-peak", "--valid-metric {loss,bleu,chrf}",
+                 "--patience N", "--valid-beam K", "--valid-sentences N"):
         assert flag in text
 
 
@@ -223,3 +225,21 @@ def test_a_damaged_last_checkpoint_falls_back_to_the_newest_readable_one(tiny_da
     assert f"skipping {run / LAST}: {run / LAST}: not a readable transformer-nmt" in err
     assert f"resuming from {run / 'checkpoint_2.pt'}" in err
     assert read_model_file(run / LAST)["step"] == 4
+
+
+def test_early_stopping_by_chrf_then_average_the_best(tiny_data, tmp_path, capsys):
+    run = tmp_path / "run"
+    code, out, err = nmt(capsys, *train_args(tiny_data, run, "--max-steps", "12",
+                                             "--valid-every", "2", "--save-every", "2",
+                                             "--valid-metric", "chrf", "--valid-beam", "2",
+                                             "--valid-sentences", "6", "--patience", "100"))
+    assert code == 0 and "best validation chrf" in out
+    valid = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["event"] == "valid"]
+    assert [r["step"] for r in valid] == [2, 4, 6, 8, 10, 12]
+    assert all(r["metric"] == "chrf" and 0 <= r["chrf"] <= 100 for r in valid)
+    best = max(valid, key=lambda r: r["chrf"])
+    assert read_model_file(run / "checkpoint_best.pt")["validation"]["value"] == best["chrf"]
+    code, out, _ = nmt(capsys, "average", run, "--best", "3", "--out", tmp_path / "best3.pt")
+    assert code == 0 and f"checkpoint_{best['step']}.pt" in out
+    assert config(run)["train"]["valid_beam"] == 2

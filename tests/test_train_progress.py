@@ -54,3 +54,10 @@ def test_the_report_says_why_training_stopped_and_how_to_go_on():
     by_signal = "\n".join(report_lines(summary("SIGTERM"), "cpu", "fp32", None))
     assert "continue with: nmt train --resume runs/x" in by_signal
     assert "nothing to do" in finished_lines(summary("finished"), "max_steps")[0]
+
+
+def test_state_of_an_older_checkpoint_ranks_by_its_best_nll():
+    state = ProgressState.from_dict({"wall": 1.0, "tgt_tokens": 2, "src_tokens": 2,
+                                     "flops": 3.0, "best_valid_nll": 2.5})
+    assert (state.best_valid, state.best_valid_step, state.bad_validations) == (2.5, None, 0)
+    assert ProgressState.from_dict(state.to_dict()) == state

@@ -35,3 +35,10 @@ def test_apply_sets_every_group():
 def test_steps_count_from_one():
     with pytest.raises(ValueError):
         InverseSqrtSchedule(512, 10)(0)
+
+
+def test_a_given_peak_keeps_the_shape():
+    schedule = InverseSqrtSchedule(d_model=512, warmup_steps=500, lr_scale=3.0, peak=1e-4)
+    assert schedule.peak == pytest.approx(1e-4)
+    assert schedule(250) == pytest.approx(5e-5)
+    assert schedule(2000) == pytest.approx(5e-5)

@@ -3,6 +3,7 @@ limits, divergence, validation hooks and the MFU's measured peak."""
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -104,13 +105,13 @@ def test_validation_bleu_hook_and_greedy_default(tiny_data, tmp_path):
     seen = []
     train(out=tmp_path / "hook", data=tiny_data, preset="tiny", progress=False,
           overrides=tiny_overrides(max_steps=2, valid_every=1, valid_bleu=True),
-          valid_bleu=lambda model: seen.append(model) or 12.5)
+          valid_scores=lambda model: seen.append(model) or {"bleu": 12.5, "chrf": 30.0})
     valid = [r for r in metrics(tmp_path / "hook") if r["event"] == "valid"]
-    assert [r["bleu"] for r in valid] == [12.5, 12.5]
+    assert [(r["bleu"], r["chrf"]) for r in valid] == [(12.5, 30.0), (12.5, 30.0)]
     assert isinstance(seen[0], Transformer)
     run(tiny_data, tmp_path / "greedy", max_steps=1, valid_bleu=True)
     (record,) = [r for r in metrics(tmp_path / "greedy") if r["event"] == "valid"]
-    assert 0 <= record["bleu"] <= 100
+    assert 0 <= record["bleu"] <= 100 and 0 <= record["chrf"] <= 100
 
 
 def test_mfu_recovers_from_a_peak_measured_while_the_cpu_was_busy(tiny_data, tmp_path,
@@ -123,3 +124,63 @@ def test_mfu_recovers_from_a_peak_measured_while_the_cpu_was_busy(tiny_data, tmp
     mfu = {r["step"]: r["mfu"] for r in metrics(tmp_path / "run") if r["event"] == "train"}
     assert mfu[1] > 1 and mfu[2] > 1
     assert mfu[3] < 1e-6 and mfu[4] < 1e-6
+
+
+def scripted(values, metric="bleu"):
+    """A validation hook returning `values` of `metric` in turn (the other metric 0)."""
+    values = iter(values)
+    other = "chrf" if metric == "bleu" else "bleu"
+    return lambda model: {metric: next(values), other: 0.0}
+
+
+@pytest.mark.parametrize("metric", ["bleu", "chrf"])
+def test_patience_stops_training_and_keeps_the_best_checkpoint(tiny_data, tmp_path, metric):
+    run_dir = tmp_path / "run"
+    settings = tiny_overrides(max_steps=50, valid_every=1, save_every=1, patience=2,
+                              valid_metric=metric)
+    summary = train(out=run_dir, data=tiny_data, preset="tiny", overrides=settings,
+                    progress=False, valid_scores=scripted([10.0, 12.0, 11.0, 12.0], metric))
+    assert summary.stopped_by == "patience" and summary.step == 4
+    assert (summary.best_valid, summary.best_valid_step) == (12.0, 2)
+    text = "\n".join(summary.lines)
+    assert "stopped early at step 4" in text and "in 2 validations in a row" in text
+    best = read_model_file(run_dir / "checkpoint_best.pt")
+    assert best["step"] == 2
+    assert (best["validation"]["step"], best["validation"]["metric"],
+            best["validation"]["value"], best["validation"][metric]) == (2, metric, 12.0, 12.0)
+    assert read_model_file(run_dir / "checkpoint_4.pt")["validation"]["value"] == 12.0
+    valid = [r for r in metrics(run_dir) if r["event"] == "valid"]
+    assert [(r["best"], r["bad_validations"], r[metric]) for r in valid] == [
+        (True, 0, 10.0), (True, 0, 12.0), (False, 1, 11.0), (False, 2, 12.0)]
+
+    # The same run again has nothing to do; more patience continues it with its best.
+    again = train(out=run_dir, data=tiny_data, preset="tiny", overrides=settings,
+                  progress=False, valid_scores=scripted([]))
+    assert again.stopped_by == "finished" and "--patience" in again.lines[0]
+    # The count goes on across sessions: 11.5 is the third validation without improvement.
+    more = train(resume=run_dir, overrides=[("patience", 4)], progress=False,
+                 valid_scores=scripted([11.5, 13.0, 1.0, 1.0, 1.0, 1.0], metric))
+    assert more.stopped_by == "patience" and more.step == 10
+    assert (more.best_valid, more.best_valid_step) == (13.0, 6)
+    assert read_model_file(run_dir / "checkpoint_best.pt")["step"] == 6
+
+
+def test_loss_is_the_default_metric_and_lower_is_better(tiny_data, tmp_path):
+    summary = run(tiny_data, tmp_path / "run", max_steps=4, valid_every=1)
+    valid = [r for r in metrics(tmp_path / "run") if r["event"] == "valid"]
+    assert all(r["metric"] == "loss" and r["bleu"] is None for r in valid)
+    best = min(valid, key=lambda r: r["nll"])
+    assert summary.best_valid == pytest.approx(best["nll"])
+    assert summary.best_valid_step == best["step"]
+    assert read_model_file(tmp_path / "run" / "checkpoint_best.pt")["validation"][
+        "value"] == pytest.approx(best["nll"])
+
+
+def test_early_stopping_without_a_valid_split_is_refused(tiny_data, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    manifest = json.loads((data / "manifest.json").read_text())
+    del manifest["splits"]["valid"]
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match="has no valid split"):
+        run(data, tmp_path / "run", max_steps=2, patience=2)

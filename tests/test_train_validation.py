@@ -1,22 +1,23 @@
 """What training measures on the validation split (train/validation.py): every pair in one
-process's batches exactly once, and greedy BLEU that rewards a trained model and scores
-its own translations 100 however the sentences are batched."""
+process's batches exactly once, BLEU and chrF that reward a trained model and score its
+own translations 100 however the sentences are batched, the bounded and beam variants,
+and which metric values count as better."""
 
 import shutil
 
 import pytest
 import torch
 
-from transformer_nmt.config import PRESETS
+from transformer_nmt.config import PRESETS, DecodeConfig
 from transformer_nmt.data.binarize import load_split
 from transformer_nmt.data.manifest import SPM_MODEL, text_path
 from transformer_nmt.data.vocab import Vocab
-from transformer_nmt.decode.search import SpecialIds, greedy_search
+from transformer_nmt.decode.search import SpecialIds, greedy_search, search
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.train.checkpoint import LAST
 from transformer_nmt.train.session import train
-from transformer_nmt.train.validation import greedy_bleu, validation_batches
+from transformer_nmt.train.validation import better, translation_scores, validation_batches
 
 from train_fixtures import tiny_overrides
 
@@ -33,15 +34,20 @@ def trained(tiny_data, tmp_path_factory):
     return load_for_inference(out / LAST).model
 
 
-def one_by_one(model, data, vocab):
-    """Greedy translations of every source sentence, each decoded alone (no padding)."""
+def one_by_one(model, data, vocab, beam=1):
+    """Translations of every source sentence, each decoded alone (no padding), greedy
+    or with a beam."""
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     translations = []
     for index in range(len(data)):
         source, _ = data.pair(index)
         src = torch.tensor([[int(token) for token in source] + [vocab.eos_id]])  # (1, src_len)
-        (found,) = greedy_search(model, src, special=special,
-                                 max_len_limit=model.cfg.max_positions - 1)
+        if beam == 1:
+            (found,) = greedy_search(model, src, special=special,
+                                     max_len_limit=model.cfg.max_positions - 1)
+        else:
+            ((found, *_),) = search(model, src, DecodeConfig(beam=beam), special,
+                                    max_len_limit=model.cfg.max_positions - 1)
         translations.append(vocab.decode(found.tokens))
     return translations
 
@@ -62,9 +68,10 @@ def test_a_trained_model_scores_above_an_untrained_one(tiny_data, trained):
     data, vocab = load_split(tiny_data, "valid"), Vocab.load(tiny_data / SPM_MODEL)
     torch.manual_seed(0)
     untrained = Transformer(PRESETS["tiny"].model, len(vocab), vocab.pad_id)
-    before = greedy_bleu(untrained, data, vocab, 96, CPU, "fp32")
-    after = greedy_bleu(trained, data, vocab, 96, CPU, "fp32")
-    assert 0 < after <= 100 and after > before
+    before = translation_scores(untrained, data, vocab, 96, CPU, "fp32")
+    after = translation_scores(trained, data, vocab, 96, CPU, "fp32")
+    assert 0 < after["bleu"] <= 100 and after["bleu"] > before["bleu"]
+    assert 0 < after["chrf"] <= 100 and after["chrf"] > before["chrf"]
 
 
 @pytest.mark.parametrize("max_tokens", [48, 400])
@@ -79,15 +86,52 @@ def test_references_equal_to_the_greedy_translations_score_100(tiny_data, traine
     shutil.copytree(tiny_data, copy)
     text_path(copy, "valid", data.tgt_lang).write_text(
         "".join(line + "\n" for line in references), encoding="utf-8")
-    assert greedy_bleu(trained, load_split(copy, "valid"), vocab, max_tokens, CPU,
-                       "fp32") == pytest.approx(100.0)
+    scores = translation_scores(trained, load_split(copy, "valid"), vocab, max_tokens, CPU,
+                                "fp32")
+    assert scores["bleu"] == pytest.approx(100.0) and scores["chrf"] == pytest.approx(100.0)
+
+
+def test_a_bounded_validation_scores_the_first_sentences_only(tiny_data, trained, tmp_path):
+    data, vocab = load_split(tiny_data, "valid"), Vocab.load(tiny_data / SPM_MODEL)
+    references = one_by_one(trained, data, vocab)
+    # Every reference after the fifth is wrong: only a score of the first five is 100.
+    wrong = references[:5] + ["zzz qqq"] * (len(references) - 5)
+    copy = tmp_path / "data"
+    shutil.copytree(tiny_data, copy)
+    text_path(copy, "valid", data.tgt_lang).write_text(
+        "".join(line + "\n" for line in wrong), encoding="utf-8")
+    bounded = translation_scores(trained, load_split(copy, "valid"), vocab, 96, CPU, "fp32",
+                                 sentences=5)
+    assert bounded["bleu"] == pytest.approx(100.0)
+    assert translation_scores(trained, load_split(copy, "valid"), vocab, 96, CPU,
+                              "fp32")["bleu"] < 100
+
+
+def test_beam_validation_scores_the_beam_translations(tiny_data, trained, tmp_path):
+    data, vocab = load_split(tiny_data, "valid"), Vocab.load(tiny_data / SPM_MODEL)
+    copy = tmp_path / "data"
+    shutil.copytree(tiny_data, copy)
+    text_path(copy, "valid", data.tgt_lang).write_text(
+        "".join(line + "\n" for line in one_by_one(trained, data, vocab, beam=4)),
+        encoding="utf-8")
+    scores = translation_scores(trained, load_split(copy, "valid"), vocab, 96, CPU, "fp32",
+                                beam=4)
+    # chrF: the beam's translations of this barely trained model are mostly shorter than
+    # four words, which BLEU scores 0 whatever they are.
+    assert scores["chrf"] == pytest.approx(100.0)
+
+
+def test_better_is_lower_for_loss_and_higher_for_translation_metrics():
+    assert better("loss", 1.0, None) and better("bleu", 0.0, None)
+    assert better("loss", 1.0, 2.0) and not better("loss", 2.0, 2.0)
+    assert better("bleu", 20.0, 10.0) and not better("chrf", 10.0, 10.0)
 
 
 def test_the_models_training_mode_is_left_as_it_was(tiny_data, trained):
     data, vocab = load_split(tiny_data, "valid"), Vocab.load(tiny_data / SPM_MODEL)
     trained.train()
-    greedy_bleu(trained, data, vocab, 96, CPU, "fp32")
+    translation_scores(trained, data, vocab, 96, CPU, "fp32")
     assert trained.training
     trained.eval()
-    greedy_bleu(trained, data, vocab, 96, CPU, "fp32")
+    translation_scores(trained, data, vocab, 96, CPU, "fp32", beam=2)
     assert not trained.training

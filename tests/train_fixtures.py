@@ -42,3 +42,19 @@ def make_tiny_data(root: Path) -> Path:
     prepare(PrepareOptions(corpus="files", src="en", tgt="xx", out=out, vocab_size=64,
                            files=files, threads=1), progress=False, log=lambda message: None)
     return out
+
+
+def make_copy_task_data(root: Path, vocab) -> Path:
+    """Another domain for fine-tuning tests: the toy task's words copied in order (not
+    reversed), 240 train and 24 valid pairs encoded with `vocab` (a VocabSource), in
+    ROOT/copy-data."""
+    rng = random.Random(11)
+    sentences = [" ".join(rng.choices(WORDS, k=rng.randint(2, 9))) for _ in range(264)]
+    files = {}
+    for split, chunk in (("train", sentences[:240]), ("valid", sentences[240:])):
+        files[f"{split}_src"] = _write(root / f"copy-{split}.src.txt", chunk)
+        files[f"{split}_tgt"] = _write(root / f"copy-{split}.tgt.txt", chunk)
+    out = root / "copy-data"
+    prepare(PrepareOptions(corpus="files", src="en", tgt="xx", out=out, vocab=vocab,
+                           files=files, threads=1), progress=False, log=lambda message: None)
+    return out

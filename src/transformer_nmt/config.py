@@ -59,6 +59,10 @@ def _require_choice(config: object, name: str, choices: tuple) -> None:
         raise UserError(f"{name} must be one of {', '.join(map(repr, choices))}, not {value!r}")
 
 
+VALID_METRICS = ("loss", "bleu", "chrf")
+"""What validation can rank checkpoints by (TrainConfig.valid_metric)."""
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The architecture of one Transformer (sections 3.1-3.5 of the paper)."""
@@ -113,6 +117,12 @@ class TrainConfig:
     """Steps of linear warm-up in lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
     lr_scale: float = 1.0
     """Factor on the learning rate of eq. (3)."""
+    lr_peak: float = 0.0
+    """The rate at step warmup_steps, with the same linear warm-up and inverse-square-root
+    decay (0: eq. (3)'s own peak, lr_scale * (d_model * warmup_steps)^-0.5)."""
+    init_from: str = ""
+    """A model file or checkpoint whose weights start the run (fine-tuning), with a fresh
+    optimizer, step counter and schedule ('': random initialisation)."""
     adam_beta1: float = 0.9
     """Adam beta1."""
     adam_beta2: float = 0.98
@@ -148,7 +158,16 @@ class TrainConfig:
     valid_every: int = 1000
     """Validate every this many steps, and at the end (0: at the end only)."""
     valid_bleu: bool = False
-    """Also report greedy-search BLEU on the validation set when validating."""
+    """Also report BLEU and chrF of the validation set's translations when validating."""
+    valid_metric: str = "loss"
+    """What picks checkpoint_best.pt and drives patience: 'loss' (validation NLL per
+    token, lower is better), 'bleu' or 'chrf' (sacreBLEU of the translations, higher)."""
+    valid_beam: int = 1
+    """Beam of the validation translations (1: greedy search)."""
+    valid_sentences: int = 1000
+    """Validation sentences translated for BLEU/chrF, the first of the split (0: all)."""
+    patience: int = 0
+    """Stop after this many validations in a row without a better valid_metric (0: never)."""
     save_every: int = 0
     """Write a numbered checkpoint every this many steps (0: by time and at the end only)."""
     save_every_minutes: float = 10.0
@@ -162,12 +181,16 @@ class TrainConfig:
         _require_at_least(self, 1, "warmup_steps", "batch_tokens", "max_steps", "log_every")
         _require_at_least(self, 0, "max_tokens", "update_freq", "seed", "max_epochs", "max_time",
                           "clip_norm", "valid_every", "save_every", "save_every_minutes",
-                          "keep_last", "max_bad_steps")
+                          "keep_last", "max_bad_steps", "lr_peak", "valid_sentences", "patience")
+        _require_at_least(self, 1, "valid_beam")
+        if self.valid_beam > MAX_BEAM:
+            raise UserError(f"valid_beam must be at most {MAX_BEAM}, not {self.valid_beam}")
         _require_fraction(self, "label_smoothing", "adam_beta1", "adam_beta2")
         _require_positive(self, "lr_scale", "adam_eps")
         _require_choice(self, "precision", TRAIN_PRECISIONS)
         _require_choice(self, "compile", (False, True))
         _require_choice(self, "valid_bleu", (False, True))
+        _require_choice(self, "valid_metric", VALID_METRICS)
 
 
 @dataclass(frozen=True)

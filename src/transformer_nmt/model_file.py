@@ -24,6 +24,7 @@ import torch
 
 from transformer_nmt.config import ModelConfig, config_from_dict
 from transformer_nmt.data.vocab import Vocab
+from transformer_nmt.data.vocab_source import VocabSource, read_vocab_file_or_dir
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import atomic_write, check_format
 from transformer_nmt.model_dir import is_model_dir, read_model_dir
@@ -31,6 +32,8 @@ from transformer_nmt.model.transformer import Transformer
 
 FORMAT = "transformer-nmt"
 VERSION = 1
+_ZIP_MAGIC = b"PK\x03\x04"
+"""How a file written by torch.save begins (a zip archive); a sentencepiece model never does."""
 REQUIRED_KEYS = ("model", "model_config", "vocab_size", "vocab")
 """Keys without which a file cannot be a model, whatever its format tag says."""
 
@@ -133,3 +136,19 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu") -> 
     vocab = Vocab.from_bytes(payload["vocab"])
     meta = {key: value for key, value in payload.items() if key not in ("model", "vocab")}
     return InferenceModel(model, vocab, Path(path), meta)
+
+
+def vocab_source(path: str | Path) -> VocabSource:
+    """The vocabulary to reuse from `path`: a model file or checkpoint (its embedded
+    sentencepiece model), a data directory of `nmt prepare`, or a sentencepiece .model
+    file; UserError naming `path` for anything else."""
+    path = Path(path)
+    if path.is_file():
+        with open(path, "rb") as handle:
+            is_torch_file = handle.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC
+        if is_torch_file:
+            source = VocabSource(read_model_file(path)["vocab"], "model file",
+                                 str(path.resolve()))
+            source.vocab()
+            return source
+    return read_vocab_file_or_dir(path)

@@ -32,7 +32,13 @@ def add_prepare_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="data directory to create (or to find already prepared)")
     parser.add_argument("--vocab-size", type=int, default=8000, metavar="N",
                         help="pieces of the shared BPE vocabulary, 4 specials included "
-                        "(default 8000; the paper's WMT14 en-de: 37000)")
+                        "(default 8000; the paper's WMT14 en-de: 37000; not used with "
+                        "--vocab, whose vocabulary has its own size)")
+    parser.add_argument("--vocab", metavar="FROM",
+                        help="encode with an existing vocabulary instead of learning one, as "
+                        "fine-tuning a trained model needs (`nmt train --init-from`): FROM is "
+                        "a model file, a data directory of `nmt prepare` or a sentencepiece "
+                        ".model file; the manifest records where it came from and its SHA-256")
     parser.add_argument("--max-len", type=int, default=250, metavar="TOKENS",
                         help="drop training pairs with more subword tokens than this on a "
                         "side; valid and test are never filtered (default 250; 0: no limit)")
@@ -73,11 +79,14 @@ def run_prepare(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from transformer_nmt.data.prepare import PrepareOptions, prepare
+    from transformer_nmt.model_file import vocab_source
 
+    vocab = vocab_source(args.vocab) if args.vocab is not None else None
     files = {dest: getattr(args, dest) for dest, _ in _PREPARE_FILES if getattr(args, dest)}
     options = PrepareOptions(
         corpus=args.corpus, src=args.src, tgt=args.tgt, out=Path(args.out),
-        vocab_size=args.vocab_size, max_len=args.max_len, max_ratio=args.max_ratio,
+        vocab_size=args.vocab_size, vocab=vocab,
+        max_len=args.max_len, max_ratio=args.max_ratio,
         character_coverage=args.character_coverage, sample_sentences=args.spm_sample,
         seed=args.seed, errors=args.errors, mirror=args.mirror, files=files,
         valid_size=args.valid_size, threads=args.threads)

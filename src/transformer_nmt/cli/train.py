@@ -17,6 +17,8 @@ _TRAIN_FLAGS = [
     ("save_every_minutes", "save_every_minutes"), ("keep_last", "keep_last"),
     ("precision", "precision"), ("lr_scale", "lr_scale"), ("warmup", "warmup_steps"),
     ("compile", "compile"), ("valid_bleu", "valid_bleu"), ("max_bad_steps", "max_bad_steps"),
+    ("lr_peak", "lr_peak"), ("valid_metric", "valid_metric"), ("valid_beam", "valid_beam"),
+    ("valid_sentences", "valid_sentences"), ("patience", "patience"),
 ]
 """(argparse dest, config field) of the dedicated `nmt train` flags."""
 
@@ -31,10 +33,13 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         "receives config.json (every setting used), metrics.jsonl, TensorBoard events and "
         "checkpoints: "
         "checkpoint_<step>.pt every --save-every-minutes and --save-every steps (the newest "
-        "--keep-last kept), checkpoint_last.pt and checkpoint_best.pt (lowest validation "
-        "NLL). Ctrl-C or SIGTERM finishes the current step, writes a checkpoint and exits 0. "
+        "--keep-last kept), checkpoint_last.pt and checkpoint_best.pt (best by "
+        "--valid-metric, lowest validation NLL by default). Ctrl-C or SIGTERM finishes the "
+        "current step, writes a checkpoint and exits 0. "
         "Running the same command again, or --resume RUN_DIR, continues exactly where the "
-        "run stopped; a run directory holding another run or other files is refused.",
+        "run stopped; a run directory holding another run or other files is refused. "
+        "Fine-tuning: --init-from MODEL.pt starts from a trained model's weights, on data "
+        "prepared with its vocabulary (nmt prepare ... --vocab MODEL.pt).",
         epilog="settings are applied in order: preset, --config file, --set, then the "
         "dedicated flags. Any ModelConfig or TrainConfig field can be --set (see "
         "`nmt presets`; e.g. --set dropout=0.2 --set label_smoothing=0). Several GPUs or "
@@ -52,6 +57,17 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                      "the flags below may change when to stop, validate, save and log, and "
                      "--max-tokens/--update-freq how each process makes up its share of "
                      "--batch-tokens")
+    run.add_argument("--init-from", metavar="MODEL.pt",
+                     help="fine-tune: start from this model file's or checkpoint's weights with "
+                     "a fresh optimizer, step counter and schedule; its architecture and regime "
+                     "are the defaults, except a short warm-up (500 steps) to a modest peak rate "
+                     "(--lr-peak 1e-4), then the inverse square root decay: fresh Adam moments "
+                     "need a few hundred steps to settle, and a rate of about a seventh of "
+                     "pre-training's adapts the model without erasing what it learned (as "
+                     "fairseq's inverse_sqrt fine-tuning recipes do). The data must be encoded "
+                     "with the model's vocabulary (nmt prepare --vocab MODEL.pt); another "
+                     "vocabulary or architecture is refused. Rerunning resumes from the run's "
+                     "own checkpoints")
     run.add_argument("--preset", metavar="NAME",
                      help="architecture and regime from `nmt presets` (default: base, or the "
                      "run's own when continuing)")
@@ -79,7 +95,11 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     regime.add_argument("--lr-scale", type=float, metavar="F",
                         help="factor on the learning rate of eq. (3) (default 1)")
     regime.add_argument("--warmup", type=int, metavar="STEPS",
-                        help="warm-up steps of eq. (3) (paper: 4000)")
+                        help="warm-up steps of eq. (3) (paper: 4000; --init-from: 500)")
+    regime.add_argument("--lr-peak", type=float, metavar="RATE",
+                        help="the rate at the end of the warm-up, the same inverse square "
+                        "root decay after it (default 0: eq. (3)'s own peak, lr_scale x "
+                        "(d_model x warmup)^-0.5; --init-from: 1e-4)")
     regime.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
                         help="auto (default): bf16 autocast where the device has native "
                         "bf16, else fp32; fp16 with a gradient scaler needs a GPU")
@@ -100,7 +120,21 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
     stop.add_argument("--valid-every", type=int, metavar="STEPS",
                       help="validate every STEPS steps and at the end (0: at the end only)")
     stop.add_argument("--valid-bleu", action="store_true", default=None,
-                      help="also report greedy BLEU on the validation set when validating")
+                      help="also report BLEU and chrF of the validation set's translations "
+                      "when validating")
+    stop.add_argument("--valid-metric", choices=["loss", "bleu", "chrf"],
+                      help="what picks checkpoint_best.pt and drives --patience: loss "
+                      "(validation NLL, the default), or sacreBLEU's bleu or chrf of the "
+                      "validation translations")
+    stop.add_argument("--valid-beam", type=int, metavar="K",
+                      help="beam of the validation translations (default 1: greedy)")
+    stop.add_argument("--valid-sentences", type=int, metavar="N",
+                      help="translate the first N validation sentences for bleu/chrf, which "
+                      "bounds the time each validation takes (default 1000; 0: all)")
+    stop.add_argument("--patience", type=int, metavar="N",
+                      help="early stopping: stop after N validations in a row without a "
+                      "better --valid-metric (default 0: never); checkpoint_best.pt holds "
+                      "the best")
     stop.add_argument("--save-every", type=int, metavar="STEPS",
                       help="also write a numbered checkpoint every STEPS steps (0: off)")
     stop.add_argument("--save-every-minutes", type=float, metavar="MIN",
@@ -119,7 +153,8 @@ def run_train(args: argparse.Namespace) -> None:
     overrides += [(name, getattr(args, dest)) for dest, name in _TRAIN_FLAGS
                   if getattr(args, dest) is not None]
     summary = train(out=args.out, resume=args.resume, data=args.data, preset=args.preset,
-                    config_file=args.config, overrides=overrides, device=args.device,
+                    config_file=args.config, overrides=overrides, init_from=args.init_from,
+                    device=args.device,
                     command=rerunnable_command(args, "train"))
     for line in summary.lines:
         print(line)
@@ -127,18 +162,25 @@ def run_train(args: argparse.Namespace) -> None:
 def add_average_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "average",
-        help="average the weights of a run's last checkpoints into one model file",
+        help="average the weights of a run's last or best checkpoints into one model file",
         description="Average the parameters of the newest N numbered checkpoints of a run "
         "directory (the paper: the last 5 for base models, the last 20 for big ones, "
-        "written at 10-minute intervals), or of the checkpoint files given. All must share "
+        "written at 10-minute intervals), or of the checkpoint files given; or, with "
+        "--best K, of the K with the best recorded validation. All must share "
         "one architecture and vocabulary. The output is a model file without optimizer "
         "state, for `nmt translate` and `nmt evaluate`.",
     )
     parser.add_argument("inputs", nargs="+", metavar="RUN_DIR_OR_CHECKPOINT",
                         help="one run directory, or checkpoint files")
-    parser.add_argument("--last", type=int, metavar="N",
-                        help="average the newest N numbered checkpoints (required for a run "
-                        "directory; with files, their last N)")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--last", type=int, metavar="N",
+                        help="average the newest N numbered checkpoints (this or --best is "
+                        "required for a run directory; with files, their last N)")
+    choice.add_argument("--best", type=int, metavar="K",
+                        help="average the K checkpoints with the best validation by the "
+                        "run's --valid-metric, which each checkpoint written at a validated "
+                        "step records (train with --save-every equal to --valid-every so "
+                        "that every validation keeps one)")
     parser.add_argument("--out", required=True, metavar="MODEL.pt", help="model file to write")
     parser.set_defaults(func=run_average)
 
@@ -148,9 +190,11 @@ def run_average(args: argparse.Namespace) -> None:
     from transformer_nmt.train.checkpoint import (average_checkpoints, check_average_output,
                                                   checkpoints_to_average)
 
-    if args.last is not None and args.last < 1:
-        raise UserError(f"--last must be at least 1, not {args.last}")
-    paths = checkpoints_to_average(args.inputs, args.last)
+    for name in ("last", "best"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UserError(f"--{name} must be at least 1, not {value}")
+    paths = checkpoints_to_average(args.inputs, args.last, args.best)
     check_average_output(args.out, paths)
     save_model_file(average_checkpoints(paths), args.out)
     print(f"averaged {len(paths)} checkpoint(s) ({', '.join(path.name for path in paths)}) "
@@ -162,7 +206,7 @@ def add_plot_parser(subparsers: argparse._SubParsersAction) -> None:
         "plot",
         help="draw a run's training curves (loss, validation perplexity, rate) as a PNG",
         description="Read RUN_DIR/metrics.jsonl and draw training loss and NLL, validation "
-        "NLL, perplexity and greedy BLEU, learning rate and target tokens/s.",
+        "NLL, perplexity, BLEU and chrF, learning rate and target tokens/s.",
     )
     parser.add_argument("run", metavar="RUN_DIR", help="run directory (or its metrics.jsonl)")
     parser.add_argument("--out", metavar="FILE.png",

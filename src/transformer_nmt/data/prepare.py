@@ -36,6 +36,7 @@ from transformer_nmt.data.manifest import (FORMAT_VERSION, MANIFEST, SPM_MODEL, 
 from transformer_nmt.data.text import ERRORS, CleaningFilters, LineWriter, normalize
 from transformer_nmt.data.vocab import (BOS_ID, DEFAULT_SAMPLE_SENTENCES, EOS_ID, PAD_ID, UNK_ID,
                                         Vocab, default_character_coverage, train_vocab)
+from transformer_nmt.data.vocab_source import VocabSource, vocab_digest
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import fsync_dir, write_json_atomic
 
@@ -82,6 +83,10 @@ class PrepareOptions:
     """files recipe without valid files: pairs of train held out (default 5%, <= 1000)."""
     threads: int | None = None
     """Threads for sentencepiece (default: every available core)."""
+    vocab: VocabSource | None = None
+    """An existing vocabulary to encode with instead of learning one (fine-tuning data
+    for a trained model); vocab_size, character_coverage and sample_sentences then do
+    not apply."""
 
 
 @dataclass
@@ -98,6 +103,14 @@ def _stderr(message: str) -> None:
 
 def _recipe(options: PrepareOptions, corpus: Corpus) -> dict:
     """Everything that determines the directory's contents, as JSON."""
+    if options.vocab is not None:
+        # The reused vocabulary, by checksum, replaces the settings that would learn one.
+        return {
+            "corpus": options.corpus, "src_lang": options.src, "tgt_lang": options.tgt,
+            "source": corpus.identity(), "vocab_sha256": options.vocab.sha256,
+            "max_len": options.max_len, "max_ratio": options.max_ratio, "seed": options.seed,
+            "errors": options.errors,
+        }
     return {
         "corpus": options.corpus, "src_lang": options.src, "tgt_lang": options.tgt,
         "source": corpus.identity(), "vocab_size": options.vocab_size,
@@ -315,13 +328,16 @@ def _make(options: PrepareOptions, corpus: Corpus, recipe: dict, filters: Cleani
     read = _read_corpus(corpus, work, src, tgt, progress)
     if read["train"] == 0:
         raise UserError(f"corpus {options.corpus} {src}-{tgt} gave no training pairs")
-    log(f"learning a {options.vocab_size}-piece BPE vocabulary from up to "
-        f"{options.sample_sentences} sentences of train")
-    vocab = train_vocab([work / f"train.unfiltered.{src}", work / f"train.unfiltered.{tgt}"],
-                        work / Path(SPM_MODEL).stem, options.vocab_size,
-                        character_coverage=recipe["character_coverage"],
-                        sample_sentences=options.sample_sentences, seed=options.seed,
-                        threads=options.threads)
+    if options.vocab is not None:
+        vocab = _reuse_vocab(options.vocab, work, log)
+    else:
+        log(f"learning a {options.vocab_size}-piece BPE vocabulary from up to "
+            f"{options.sample_sentences} sentences of train")
+        vocab = train_vocab([work / f"train.unfiltered.{src}", work / f"train.unfiltered.{tgt}"],
+                            work / Path(SPM_MODEL).stem, options.vocab_size,
+                            character_coverage=recipe["character_coverage"],
+                            sample_sentences=options.sample_sentences, seed=options.seed,
+                            threads=options.threads)
     if options.threads:
         vocab.threads = options.threads
     log(f"encoding {sum(read.values())} pairs with {vocab.threads} thread(s)")
@@ -359,12 +375,7 @@ def _make(options: PrepareOptions, corpus: Corpus, recipe: dict, filters: Cleani
             "read": read,
             "dropped_by_corpus": corpus.dropped,
         },
-        "vocab": {
-            "file": SPM_MODEL, "size": len(vocab), "model_type": "bpe",
-            "character_coverage": recipe["character_coverage"],
-            "sample_sentences": options.sample_sentences,
-            "pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID,
-        },
+        "vocab": _vocab_record(options, recipe, vocab),
         "dtype": dtype.str,
         "padding_efficiency": {"max_tokens": budget, "train": round(efficiency, 4)},
         "notes": corpus.notes,
@@ -372,3 +383,30 @@ def _make(options: PrepareOptions, corpus: Corpus, recipe: dict, filters: Cleani
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "transformer_nmt_version": __version__,
     }
+
+
+def _reuse_vocab(source: VocabSource, work: Path, log: Callable[[str], None]) -> Vocab:
+    """Write `source`'s sentencepiece model (and its piece list, as sentencepiece's own
+    .vocab file has it) into `work`; return the vocabulary."""
+    vocab = source.vocab()
+    log(f"encoding with the {len(vocab)}-piece vocabulary of {source.kind} {source.path}")
+    (work / SPM_MODEL).write_bytes(source.model)
+    processor = vocab.processor
+    (work / SPM_VOCAB).write_text(
+        "".join(f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}\n"
+                for i in range(len(vocab))), encoding="utf-8")
+    return vocab
+
+
+def _vocab_record(options: PrepareOptions, recipe: dict, vocab: Vocab) -> dict:
+    """The manifest's "vocab": the file, its size and ids, its checksum, and how it was
+    made: learned here with these settings, or reused from `options.vocab`."""
+    record = {"file": SPM_MODEL, "size": len(vocab), "model_type": "bpe",
+              "pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID,
+              "sha256": vocab_digest(vocab.to_bytes())}
+    if options.vocab is not None:
+        record["source"] = options.vocab.record()
+    else:
+        record.update(character_coverage=recipe["character_coverage"],
+                      sample_sentences=options.sample_sentences, source={"kind": "learned"})
+    return record

@@ -6,8 +6,14 @@ numbers and containers so that the file loads with `weights_only=True`.
 
 A run directory keeps numbered checkpoints `checkpoint_{step}.pt` (the newest
 `keep_last`), `checkpoint_last.pt` (a hard link to the newest numbered one, so that it
-costs no second copy) and `checkpoint_best.pt` (lowest validation loss). Every file
+costs no second copy) and `checkpoint_best.pt` (best by the run's valid_metric). Every file
 appears by an atomic rename, so a crash leaves the previous good file in place.
+
+A checkpoint written at a step that was validated carries that validation under
+"validation" ({step, metric, value, nll, bleu, chrf}): `nmt average --best K` ranks
+checkpoints by it. The checkpoint itself is the record, rather than metrics.jsonl, so
+that checkpoint files copied elsewhere can still be ranked and a truncated or deleted
+log cannot mismatch steps and files.
 """
 
 from __future__ import annotations
@@ -85,19 +91,58 @@ def set_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def checkpoints_to_average(inputs: list[str | Path], last: int | None) -> list[Path]:
+def recorded_validation(path: Path) -> dict[str, Any] | None:
+    """The validation a checkpoint records of its own step, or None. The file is memory
+    mapped, so that ranking many checkpoints reads little more than their metadata."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # torch raises many types; read_model_file says what is wrong
+        payload = read_model_file(path)
+    return payload.get("validation") if isinstance(payload, dict) else None
+
+
+def best_checkpoints(paths: list[Path], best: int) -> list[Path]:
+    """The `best` checkpoints of `paths` with the best recorded validation (see the module
+    docstring), in step order; UserError if fewer than `best` record one of a metric."""
+    validated = [(path, record) for path in paths
+                 if (record := recorded_validation(path)) is not None]
+    metrics = sorted({record["metric"] for _, record in validated})
+    if len(metrics) > 1:
+        raise UserError(f"the checkpoints were validated by different metrics "
+                        f"({', '.join(metrics)}); give the files of one run")
+    if len(validated) < best:
+        raise UserError(f"only {len(validated)} of the {len(paths)} checkpoint(s) record a "
+                        f"validation of their own step, fewer than best={best}; train with "
+                        "--save-every equal to --valid-every so that every validated step "
+                        "keeps a checkpoint, or lower best")
+    lower_is_better = metrics[0] == "loss"
+    ranked = sorted(validated, key=lambda item: item[1]["value"] if lower_is_better
+                    else -item[1]["value"])
+    chosen = {path for path, _ in ranked[:best]}
+    return [path for path in paths if path in chosen]
+
+
+def checkpoints_to_average(inputs: list[str | Path], last: int | None,
+                           best: int | None = None) -> list[Path]:
     """The files `nmt average` should read: the `last` newest numbered checkpoints of a
-    run directory, or the checkpoint files given (all of them, or their `last` newest)."""
+    run directory, or the checkpoint files given (all of them, or their `last` newest);
+    or, with `best`, the `best` of them by their recorded validation."""
     paths = [Path(item) for item in inputs]
     if not paths:
         raise UserError("give a run directory or checkpoint files to average")
+    if last is not None and best is not None:
+        raise UserError("give either last (the newest checkpoints) or best (the best "
+                        "validated ones), not both")
     if len(paths) == 1 and paths[0].is_dir():
         numbered = [path for _, path in numbered_checkpoints(paths[0])]
         if not numbered:
             raise UserError(f"{paths[0]}: no checkpoint_<step>.pt files to average")
+        if best is not None:
+            return best_checkpoints(numbered, best)
         if last is None:
             raise UserError(f"{paths[0]} is a run directory: set last to how many of its "
-                            "newest checkpoints to average (paper: 5 base, 20 big)")
+                            "newest checkpoints to average (paper: 5 base, 20 big), or best "
+                            "to how many of its best validated ones")
         if last > len(numbered):
             raise UserError(f"{paths[0]} holds {len(numbered)} numbered checkpoint(s), fewer "
                             f"than last={last}; lower last, or train with a higher keep_last "
@@ -108,6 +153,8 @@ def checkpoints_to_average(inputs: list[str | Path], last: int | None) -> list[P
             raise UserError(f"{path} is a directory; give either one run directory or files")
         if not path.exists():
             raise UserError(f"{path}: no such run directory or checkpoint file")
+    if best is not None:
+        return best_checkpoints(paths, best)
     if last is not None:
         if last > len(paths):
             raise UserError(f"last={last} but only {len(paths)} checkpoint files are given; "
@@ -159,5 +206,9 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
     result = model_payload(model, first["vocab"], model_languages(first))
     result["averaged_from"] = [{"file": str(path), "step": step}
                                for path, step in zip(paths, steps)]
+    # What `nmt train --init-from` takes as the defaults of a fine-tuning run.
+    for key in ("preset", "train_config"):
+        if key in first:
+            result[key] = first[key]
     return result
 

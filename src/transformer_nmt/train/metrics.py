@@ -183,8 +183,12 @@ def plot_metrics(metrics_path: str | Path, out: str | Path, x_axis: str = "step"
         if bleu:
             bleu_ax = ppl_ax.twinx()
             bleu_ax.plot(xs(bleu), [r["bleu"] for r in bleu], "s-", color="C3",
-                         label="valid greedy BLEU")
-            bleu_ax.set_ylabel("BLEU")
+                         label="valid BLEU")
+            chrf = [r for r in bleu if r.get("chrf") is not None]
+            if chrf:
+                bleu_ax.plot(xs(chrf), [r["chrf"] for r in chrf], "^-", color="C5",
+                             label="valid chrF")
+            bleu_ax.set_ylabel("BLEU, chrF")
             bleu_ax.legend(loc="upper right")
     loss_ax.set_ylabel("nats per target token")
     loss_ax.legend()

@@ -35,6 +35,12 @@ class ProgressState:
     """Analytic training FLOPs of the applied updates, all processes."""
     best_valid_nll: float | None = None
     """The lowest validation NLL per token so far (None before the first validation)."""
+    best_valid: float | None = None
+    """The best value of the run's valid_metric so far (the NLL for 'loss')."""
+    best_valid_step: int | None = None
+    """The step of best_valid, the step of checkpoint_best.pt."""
+    bad_validations: int = 0
+    """Validations in a row since the last that improved on best_valid (patience's count)."""
 
     def add(self, result: StepResult) -> None:
         """Count an applied update."""
@@ -48,7 +54,11 @@ class ProgressState:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "ProgressState":
-        """The state `to_dict` saved."""
+        """The state `to_dict` saved. Checkpoints from before valid_metric existed ranked
+        by the NLL alone: their best NLL is their best value."""
+        values = dict(values)
+        if "best_valid" not in values:
+            values["best_valid"] = values.get("best_valid_nll")
         return cls(**values)
 
 
@@ -125,8 +135,13 @@ class TrainSummary:
     """Measured matmul FLOP/s of one device in the training precision."""
     world_size: int
     stopped_by: str
-    """'max_steps', 'max_epochs', 'max_time', 'SIGINT', 'SIGTERM' or 'finished' (nothing to do)."""
+    """'max_steps', 'max_epochs', 'max_time', 'patience' (early stopping), 'SIGINT',
+    'SIGTERM' or 'finished' (nothing to do)."""
     best_valid_nll: float | None = None
+    valid_metric: str = "loss"
+    best_valid: float | None = None
+    """The best value of valid_metric, at step best_valid_step."""
+    best_valid_step: int | None = None
     checkpoint: Path | None = None
     """The last checkpoint written (None if none was)."""
     lines: list[str] = field(default_factory=list)
@@ -136,8 +151,8 @@ class TrainSummary:
 def finished_lines(summary: TrainSummary, limit: str) -> list[str]:
     """The report of a session that found its run already at `limit`."""
     return [f"{summary.run_dir} has finished training ({limit} reached at step "
-            f"{summary.step}); nothing to do. Raise --max-steps, --max-epochs or --max-time "
-            "to train further, or train into a new --out"]
+            f"{summary.step}); nothing to do. Raise --max-steps, --max-epochs, --max-time or "
+            "--patience to train further, or train into a new --out"]
 
 
 def report_lines(summary: TrainSummary, device_type: str, precision: str,
@@ -158,7 +173,16 @@ def report_lines(summary: TrainSummary, device_type: str, precision: str,
         lines.append(f"best validation NLL {summary.best_valid_nll:.3f} (ppl "
                      f"{perplexity(summary.best_valid_nll):.2f}); checkpoints in "
                      f"{summary.run_dir}")
-    if summary.stopped_by in SIGNALS:
+    if summary.valid_metric != "loss" and summary.best_valid is not None:
+        lines.append(f"best validation {summary.valid_metric} {summary.best_valid:.2f} at "
+                     f"step {summary.best_valid_step} (checkpoint_best.pt)")
+    if summary.stopped_by == "patience":
+        lines.append(f"stopped early at step {summary.step}: validation {summary.valid_metric} "
+                     f"did not improve in {limit_value} validations in a row; the best is "
+                     f"{summary.best_valid:.4g} at step {summary.best_valid_step} in "
+                     f"{summary.run_dir / 'checkpoint_best.pt'}; last checkpoint "
+                     f"{summary.checkpoint}")
+    elif summary.stopped_by in SIGNALS:
         lines.append(f"stopped by {summary.stopped_by} at step {summary.step}; checkpoint "
                      f"{summary.checkpoint}; continue with: nmt train --resume {summary.run_dir}")
     else:

@@ -31,6 +31,9 @@ from transformer_nmt.files import write_json_atomic
 from transformer_nmt.errors import UserError
 from transformer_nmt.train.batch_size import fixes_batch_per_process
 from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints
+from transformer_nmt.train.init_from import (FINETUNE_LR_PEAK, FINETUNE_WARMUP,
+                                             check_init_architecture, check_init_vocab,
+                                             read_init_model)
 from transformer_nmt.train.run_lock import LOCK_FILE
 
 RUN_FORMAT = "transformer-nmt-run"
@@ -39,10 +42,13 @@ CONFIG_FILE = "config.json"
 
 CHANGEABLE_ON_RESUME = frozenset({
     "max_steps", "max_epochs", "max_time", "max_bad_steps", "precision", "compile",
-    "valid_every", "valid_bleu", "save_every", "save_every_minutes", "keep_last", "log_every",
+    "valid_every", "valid_bleu", "patience", "save_every", "save_every_minutes", "keep_last",
+    "log_every",
 })
-"""TrainConfig fields a resumed run may change: when to stop, validate, save and log, and
-how to compute on the hardware at hand. Everything else shapes the result and must match."""
+"""TrainConfig fields a resumed run may change: when to stop (patience included), validate,
+save and log, and how to compute on the hardware at hand. Everything else shapes the result
+and must match (valid_metric, valid_beam and valid_sentences among them: they decide which
+checkpoint is best)."""
 
 BATCH_SPLIT = frozenset({"max_tokens", "update_freq"})
 """How each process makes up its share of the global batch (a memory cap and the
@@ -236,12 +242,24 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
 
 def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | Path | None,
              preset: str | None, config_file: str | Path | None,
-             overrides: Iterable[tuple[str, Any]]) -> RunPlan:
+             overrides: Iterable[tuple[str, Any]], init_from: str | Path | None = None
+             ) -> RunPlan:
     """Decide the run directory, data, configuration and starting checkpoint.
 
     out: the run directory of a new run, or of one to continue if it holds the same run;
-    resume: a run directory to continue (its config.json gives what is not overridden).
+    resume: a run directory to continue (its config.json gives what is not overridden);
+    init_from: a model file whose weights start a new run (also the TrainConfig field
+    init_from). A new run from a model takes the model's architecture and regime unless
+    a preset or config file is given, with FINETUNE_WARMUP and FINETUNE_LR_PEAK unless
+    set, and is refused if the data's vocabulary or the architecture is not the model's.
     """
+    overrides = list(overrides)
+    if init_from is not None:
+        overrides.append(("init_from", str(init_from)))
+    requested = [value for name, value in overrides if name == "init_from"]
+    if requested and requested[-1]:
+        # One spelling of the path, so that rerunning from another directory is the same run.
+        overrides.append(("init_from", str(Path(requested[-1]).resolve())))
     if resume is not None and out is not None and Path(resume).resolve() != Path(out).resolve():
         raise UserError(f"resume {resume} and out {out} name different run directories; "
                         "give one of them")
@@ -255,10 +273,16 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
                         "prepared data and a new run directory")
 
     file_values = _read_config_file(Path(config_file)) if config_file else {}
-    preset_name = preset or file_values.get("preset") or (stored or {}).get("preset") or "base"
+    init = read_init_model(requested[-1]) if requested and requested[-1] and stored is None \
+        else None
+    preset_name = (preset or file_values.get("preset") or (stored or {}).get("preset")
+                   or (init.preset if init else None) or "base")
     if stored is not None and not preset and not config_file:
         model = config_from_dict(ModelConfig, stored["model"])
         train = config_from_dict(TrainConfig, _train_record(stored))
+    elif init is not None and not preset and not config_file:
+        model = init.model()
+        train = init.train() or get_preset(preset_name).train
     else:
         chosen = get_preset(preset_name)
         model, train = chosen.model, chosen.train
@@ -266,6 +290,11 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
                                                **file_values.get("model", {})})
         train = config_from_dict(TrainConfig, {**dataclasses.asdict(train),
                                                **file_values.get("train", {})})
+    if init is not None:
+        regime = file_values.get("train", {})
+        train = dataclasses.replace(
+            train, warmup_steps=regime.get("warmup_steps", FINETUNE_WARMUP),
+            lr_peak=regime.get("lr_peak", FINETUNE_LR_PEAK))
     model, train = apply_overrides(model, train, overrides)
 
     if data is None:
@@ -299,6 +328,9 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
                             f"{digest[:12]}); resume with the same prepared data, or train "
                             "into a new run directory")
         resume_from = resume_checkpoint(run_dir)
+    if init is not None:
+        check_init_architecture(init.path, init.model_config, model)
+        check_init_vocab(init.path, init.vocab_sha256, data_dir)
 
     record = {
         "format": RUN_FORMAT,
@@ -310,6 +342,9 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
                  "tgt_lang": manifest["tgt_lang"], "vocab_size": manifest["vocab"]["size"]},
         "sessions": list((stored or {}).get("sessions", [])),
     }
+    started_from = init.record() if init is not None else (stored or {}).get("init_from")
+    if started_from is not None:
+        record["init_from"] = started_from
     return RunPlan(run_dir, data_dir, preset_name, model, train, digest, resume_from, record)
 
 

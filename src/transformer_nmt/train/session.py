@@ -32,6 +32,7 @@ from transformer_nmt.runtime import resolve_precision
 from transformer_nmt.train.batch_size import describe_batch, plan_batch
 from transformer_nmt.train.checkpoint import BEST, rng_states, save_numbered, set_rng_states
 from transformer_nmt.train.distributed import Distributed, init_distributed, shutdown
+from transformer_nmt.train.init_from import read_init_weights
 from transformer_nmt.train.loss import perplexity
 from transformer_nmt.train.metrics import MetricsLog, PeakFlops, format_duration
 from transformer_nmt.train.precision import DTYPES
@@ -42,14 +43,15 @@ from transformer_nmt.train.run import (RunPlan, check_checkpoint, may_hold_run, 
 from transformer_nmt.train.run_lock import RunLock
 from transformer_nmt.train.signals import StopSignals
 from transformer_nmt.train.trainer import StepResult, Trainer
-from transformer_nmt.train.validation import greedy_bleu, validation_batches
+from transformer_nmt.train.validation import better, translation_scores, validation_batches
 
 
 class _Session:
     """The state of one `train` call: the loop, its bookkeeping and its files."""
 
     def __init__(self, plan: RunPlan, context: Distributed, progress: bool,
-                 valid_bleu: Callable[[Transformer], float] | None, command: str) -> None:
+                 valid_scores: Callable[[Transformer], dict[str, float]] | None,
+                 command: str) -> None:
         self.plan, self.context, self.cfg = plan, context, plan.train
         self.main = context.is_main
         self.run_dir = plan.run_dir
@@ -74,6 +76,8 @@ class _Session:
         checkpoint = self._read_checkpoint()
         if checkpoint is not None:
             model.load_state_dict(checkpoint["model"])
+        elif self.cfg.init_from:
+            model.load_state_dict(self._read_init_weights()["model"])
         self.trainer = Trainer(model, self.cfg, context, self.precision, self.cfg.compile)
         self.batch = plan_batch(self.cfg.batch_tokens, self.cfg.max_tokens,
                                 self.cfg.update_freq, context.world_size)
@@ -85,11 +89,16 @@ class _Session:
         if checkpoint is not None:
             self._restore(checkpoint)
         self.resume_step = None if checkpoint is None else self.trainer.step
-        self.valid_bleu = valid_bleu
-        if valid_bleu is None and self.cfg.valid_bleu and self.valid_data is not None:
-            self.valid_bleu = lambda m: greedy_bleu(m, self.valid_data, self.vocab,
-                                                    self.batch.per_batch_tokens,
-                                                    context.device, self.precision)
+        if self.valid_data is None and (self.cfg.patience or self.cfg.valid_metric != "loss"):
+            raise UserError(f"{plan.data_dir} has no valid split, which valid_metric "
+                            f"{self.cfg.valid_metric!r} and patience need; prepare the data "
+                            "with valid files or a held-out --valid-size")
+        self.valid_scores = None
+        if self.cfg.valid_bleu or self.cfg.valid_metric != "loss":
+            self.valid_scores = valid_scores or (lambda m: translation_scores(
+                m, self.valid_data, self.vocab, self.batch.per_batch_tokens, context.device,
+                self.precision, self.cfg.valid_beam, self.cfg.valid_sentences))
+        self.last_validation: dict[str, Any] | None = None
         self.command = command
         self.show_progress = progress and self.main
         self.last_saved: Path | None = None
@@ -109,6 +118,22 @@ class _Session:
         if error is not None:
             raise error
         return checkpoint
+
+    def _read_init_weights(self) -> dict[str, Any]:
+        """Rank 0 reads the model a fine-tuning run starts from and hands it to every
+        process (a run resumed from its own checkpoints never reads it again)."""
+        payload, error = None, None
+        if self.main:
+            try:
+                payload = read_init_weights(Path(self.cfg.init_from),
+                                            self.plan.record.get("init_from"),
+                                            self.plan.model, self.plan.data_dir)
+            except UserError as caught:
+                error = caught
+        payload, error = self.context.broadcast((payload, error))
+        if error is not None:
+            raise error
+        return payload
 
     def _newest_readable_checkpoint(self) -> dict[str, Any]:
         """The newest checkpoint of the run that can be read, saying which damaged ones
@@ -162,6 +187,8 @@ class _Session:
             return "max_epochs"
         if cfg.max_time and wall >= cfg.max_time:
             return "max_time"
+        if cfg.patience and self.progress_state.bad_validations >= cfg.patience:
+            return "patience"
         return None
 
     def _next_batches(self, iterator: Iterator[list[int]]) -> list[Batch | None]:
@@ -187,6 +214,11 @@ class _Session:
             sampler=self.sampler.state_dict(), rng=states,
             progress=self.progress_state.to_dict(),
         )
+        if "init_from" in self.plan.record:
+            payload["init_from"] = self.plan.record["init_from"]
+        if self.last_validation is not None and self.last_validation["step"] == self.trainer.step:
+            # `nmt average --best K` ranks numbered checkpoints by this.
+            payload["validation"] = dict(self.last_validation)
         return payload
 
     def _save(self, best: bool = False, numbered: bool = True) -> None:
@@ -204,31 +236,45 @@ class _Session:
             else:
                 save_model_file(payload, self.run_dir / BEST)
 
-    def _validate(self, log: MetricsLog | None, wall: float) -> float:
-        """Validate, log, and return the validation NLL per token."""
+    def _validate(self, log: MetricsLog | None, wall: float) -> bool:
+        """Validate, log, and return whether the run's valid_metric improved."""
         started = time.perf_counter()
+        cfg, state, step = self.cfg, self.progress_state, self.trainer.step
         result = self.trainer.evaluate(validation_batches(
             self.valid_data, self.batch.per_batch_tokens, self.plan.model.max_positions,
-            seed=self.cfg.seed, rank=self.context.rank, world_size=self.context.world_size))
-        bleu = None
-        if self.valid_bleu is not None:
-            bleu = self.valid_bleu(self.trainer.raw_model) if self.main else None
-            bleu = self.context.broadcast(bleu)
-        best_before = self.progress_state.best_valid_nll
-        improved = best_before is None or result["nll"] < best_before
+            seed=cfg.seed, rank=self.context.rank, world_size=self.context.world_size))
+        scores: dict[str, float] = {}
+        if self.valid_scores is not None:
+            scores = self.valid_scores(self.trainer.raw_model) if self.main else None
+            scores = self.context.broadcast(scores)
+        if better("loss", result["nll"], state.best_valid_nll):
+            state.best_valid_nll = result["nll"]
+        value = result["nll"] if cfg.valid_metric == "loss" else scores[cfg.valid_metric]
+        improved = better(cfg.valid_metric, value, state.best_valid)
         if improved:
-            self.progress_state.best_valid_nll = result["nll"]
+            state.best_valid, state.best_valid_step, state.bad_validations = value, step, 0
+        else:
+            state.bad_validations += 1
+        self.last_validation = {"step": step, "metric": cfg.valid_metric, "value": value,
+                                "nll": result["nll"], "bleu": scores.get("bleu"),
+                                "chrf": scores.get("chrf")}
         if log is not None:
-            log.write("valid", self.trainer.step, wall, epoch=round(self.epoch, 4),
+            log.write("valid", step, wall, epoch=round(self.epoch, 4),
                       loss=result["loss"], nll=result["nll"], ppl=result["ppl"],
-                      tokens=result["tokens"], bleu=bleu, best=improved,
+                      tokens=result["tokens"], bleu=scores.get("bleu"), chrf=scores.get("chrf"),
+                      metric=cfg.valid_metric, best=improved,
+                      bad_validations=state.bad_validations,
                       seconds=round(time.perf_counter() - started, 3))
-            text = (f"valid step {self.trainer.step}: loss {result['loss']:.3f} nll "
+            text = (f"valid step {step}: loss {result['loss']:.3f} nll "
                     f"{result['nll']:.3f} ppl {result['ppl']:.2f}"
-                    + (f" BLEU {bleu:.2f}" if bleu is not None else "")
-                    + (" (best)" if improved else ""))
+                    + "".join(f" {name} {scores[name]:.2f}" for name in ("bleu", "chrf")
+                              if name in scores)
+                    + (" (best)" if improved else
+                       f" (best {cfg.valid_metric} {state.best_valid:.3f} at step "
+                       f"{state.best_valid_step}; {state.bad_validations} without improvement"
+                       + (f" of patience {cfg.patience})" if cfg.patience else ")")))
             tqdm.write(text, file=sys.stderr)
-        return result["nll"]
+        return improved
 
     def run(self) -> TrainSummary:
         """The loop, from the restored state to a limit or a signal."""
@@ -244,6 +290,10 @@ class _Session:
                 precision=self.precision, batch=self.batch._asdict()))
             write_run_config(self.run_dir, self.plan.record)
             tqdm.write(describe_batch(self.batch, self.context.world_size), file=sys.stderr)
+            if self.resume_step is None and self.cfg.init_from:
+                tqdm.write(f"fine-tuning from the weights of {self.cfg.init_from}: fresh "
+                           f"optimizer, {self.cfg.warmup_steps} warm-up steps to a peak rate "
+                           f"of {self.trainer.schedule.peak:.3g}", file=sys.stderr)
             log = MetricsLog(self.run_dir, self.resume_step)
         peak = PeakFlops(self.context.device, DTYPES[self.precision])
         try:
@@ -315,9 +365,8 @@ class _Session:
                 improved = False
                 pause_start = time.perf_counter()
                 if validate:
-                    before = state.best_valid_nll
-                    nll = self._validate(log, wall)
-                    improved = before is None or nll < before
+                    improved = self._validate(log, wall)
+                    stopped_by = stopped_by or self._limit(wall)
                 if (save_due or stopped_by is not None
                         or (step and cfg.save_every and step % cfg.save_every == 0)):
                     self._save(best=improved)
@@ -356,7 +405,7 @@ class _Session:
             self.run_dir, self.trainer.step, self.epoch, state.tgt_tokens, state.src_tokens,
             state.wall, state.flops, peak, self.context.world_size,
             "finished" if finished_already else stopped_by, state.best_valid_nll,
-            self.last_saved)
+            self.cfg.valid_metric, state.best_valid, state.best_valid_step, self.last_saved)
         if self.main:
             summary.lines = (finished_lines(summary, finished_already) if finished_already
                              else report_lines(summary, self.context.device.type,
@@ -367,15 +416,21 @@ class _Session:
 def train(*, out: str | Path | None = None, resume: str | Path | None = None,
           data: str | Path | None = None, preset: str | None = None,
           config_file: str | Path | None = None, overrides: Iterable[tuple[str, Any]] = (),
-          device: str | None = None, command: str = "", progress: bool = True,
-          valid_bleu: Callable[[Transformer], float] | None = None) -> TrainSummary:
+          init_from: str | Path | None = None, device: str | None = None, command: str = "",
+          progress: bool = True,
+          valid_scores: Callable[[Transformer], dict[str, float]] | None = None
+          ) -> TrainSummary:
     """`nmt train`: start, resume or refuse the run in `out` (or `resume`), then train.
 
     overrides: (field, value) pairs of ModelConfig/TrainConfig fields, applied in order
     over the preset and config file; values may be strings, as typed on a command line.
+    init_from: a model file or checkpoint whose weights start a new run (fine-tuning; see
+    train/init_from.py for its defaults and checks).
     device: 'cpu', 'cuda', 'cuda:N', or None for CUDA when present. Under torchrun every
-    process calls this; only rank 0 writes files. valid_bleu: a function of the model
-    returning a validation score to log (default: greedy BLEU when cfg.valid_bleu).
+    process calls this; only rank 0 writes files. valid_scores: a function of the model
+    returning its validation {'bleu', 'chrf'} (default: `translation_scores` of the
+    validation split with the run's valid_beam and valid_sentences), called when
+    cfg.valid_bleu or a valid_metric other than 'loss' asks for them.
     Returns the summary, whose `lines` the main process should print.
     """
     context = init_distributed(device)
@@ -390,13 +445,14 @@ def train(*, out: str | Path | None = None, resume: str | Path | None = None,
                 if run_dir is not None and may_hold_run(Path(run_dir)):
                     lock = RunLock(run_dir)
                 plan = plan_run(out=out, resume=resume, data=data, preset=preset,
-                                config_file=config_file, overrides=list(overrides))
+                                config_file=config_file, overrides=list(overrides),
+                                init_from=init_from)
             except UserError as caught:
                 error = caught
         plan, error = context.broadcast((plan, error))
         if error is not None:
             raise error
-        session = _Session(plan, context, progress, valid_bleu, command)
+        session = _Session(plan, context, progress, valid_scores, command)
         return session.run()
     finally:
         if lock is not None:

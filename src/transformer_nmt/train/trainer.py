@@ -69,7 +69,8 @@ class Trainer:
         self.cfg, self.context, self.precision = cfg, context, precision
         self.device = context.device
         self.raw_model = model.to(self.device)
-        self.schedule = InverseSqrtSchedule(model.cfg.d_model, cfg.warmup_steps, cfg.lr_scale)
+        self.schedule = InverseSqrtSchedule(model.cfg.d_model, cfg.warmup_steps, cfg.lr_scale,
+                                            cfg.lr_peak)
         # Fused Adam: one kernel over all parameters; on the CPU it is ~5x faster than the
         # foreach implementation (33 against 155 ms for the base model's parameters).
         self.optimizer = torch.optim.Adam(

@@ -1,8 +1,8 @@
-"""What training measures on the validation split: its batches, and the greedy-search BLEU
-of a model's translations of it.
+"""What training measures on the validation split: its batches, the BLEU and chrF of a
+model's translations of it, and which of two results of a metric is better.
 
 The loss and perplexity of those batches come from `Trainer.evaluate`, which shares the
-training step's precision and model; BLEU needs search and text, so it lives here.
+training step's precision and model; BLEU and chrF need search and text, so they live here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.collate import Batch, collate
 from transformer_nmt.data.binarize import ParallelData
 from transformer_nmt.data.vocab import Vocab
-from transformer_nmt.decode.search import SpecialIds, greedy_search
+from transformer_nmt.decode.search import SpecialIds, search
 from transformer_nmt.evaluate import read_text, score
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.train.precision import autocast
@@ -33,26 +33,39 @@ def validation_batches(data: ParallelData, max_tokens: int, max_len: int, *, see
         yield collate(data, indices, max_len=max_len) if indices else None
 
 
-def greedy_bleu(model: Transformer, data: ParallelData, vocab: Vocab, max_tokens: int,
-                device: torch.device, precision: str) -> float:
-    """sacreBLEU of greedy translations of a split against its reference text.
+def better(metric: str, value: float, best: float | None) -> bool:
+    """Whether `value` of validation metric `metric` beats `best` (None: nothing yet):
+    lower for 'loss' (the NLL per token), higher for 'bleu' and 'chrf'."""
+    if best is None:
+        return True
+    return value < best if metric == "loss" else value > best
 
-    The sentences are translated in batches of at most `max_tokens` tokens a side, in
-    `precision`; the model's training mode is left as it was found.
+
+def translation_scores(model: Transformer, data: ParallelData, vocab: Vocab, max_tokens: int,
+                       device: torch.device, precision: str, beam: int = 1,
+                       sentences: int = 0) -> dict[str, float]:
+    """sacreBLEU and chrF of a model's translations of a split against its reference text.
+
+    The first `sentences` pairs (0: all) are translated with beam search of width `beam`
+    (1: greedy) in batches of at most `max_tokens` tokens a side, in `precision`; the
+    model's training mode is left as it was found.
     """
+    count = len(data) if sentences <= 0 else min(sentences, len(data))
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     limit = model.cfg.max_positions
-    hypotheses = [""] * len(data)
-    sampler = TokenBatchSampler(data.src_lengths, data.tgt_lengths, max_tokens, seed=0,
-                                shuffle=False)
+    hypotheses = [""] * count
+    sampler = TokenBatchSampler(data.src_lengths[:count], data.tgt_lengths[:count],
+                                max_tokens, seed=0, shuffle=False)
+    settings = DecodeConfig(beam=beam)
     was_training = model.training
     model.eval()
     with torch.no_grad(), autocast(device, precision):
         for indices in sampler:
             batch = collate(data, indices, max_len=limit)
-            found = greedy_search(model, batch.src.to(device), DecodeConfig(beam=1), special,
-                                  max_len_limit=limit - 1)
-            for index, hypothesis in zip(indices, found):
-                hypotheses[index] = vocab.decode(hypothesis.tokens)
+            found = search(model, batch.src.to(device), settings, special,
+                           max_len_limit=limit - 1)
+            for index, best in zip(indices, found):
+                hypotheses[index] = vocab.decode(best[0].tokens)
     model.train(was_training)
-    return score(hypotheses, read_text(data.tgt_text_path))["bleu"]
+    result = score(hypotheses, read_text(data.tgt_text_path)[:count])
+    return {"bleu": result["bleu"], "chrf": result["chrf"]}

@@ -1,0 +1,73 @@
+"""An existing vocabulary to reuse (`nmt prepare --vocab FROM`), and its fingerprint.
+
+A fine-tuned model keeps its embeddings, so new data must be encoded with the very
+sentencepiece model the model was trained with. FROM may be a data directory of
+`nmt prepare` or a sentencepiece `.model` file (read here), or a model file, whose
+reading belongs to transformer_nmt.model_file (`vocab_source` there accepts all three).
+The SHA-256 of the serialized sentencepiece model identifies a vocabulary: data
+directories record it, and `nmt train --init-from` compares it with the model's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformer_nmt.data.manifest import MANIFEST, SPM_MODEL, read_manifest
+from transformer_nmt.data.vocab import Vocab
+from transformer_nmt.errors import UserError
+
+
+def vocab_digest(model: bytes) -> str:
+    """SHA-256 (hex) of a serialized sentencepiece model: the vocabulary's identity."""
+    return hashlib.sha256(model).hexdigest()
+
+
+@dataclass(frozen=True)
+class VocabSource:
+    """A vocabulary read from elsewhere: the sentencepiece model bytes and their origin."""
+
+    model: bytes
+    """The serialized sentencepiece model, as a data directory's spm.model holds it."""
+    kind: str
+    """'model file', 'data directory' or 'sentencepiece model'."""
+    path: str
+    """Where it was read, resolved."""
+
+    @property
+    def sha256(self) -> str:
+        return vocab_digest(self.model)
+
+    def vocab(self) -> Vocab:
+        """The vocabulary itself (UserError if the bytes are not a usable one)."""
+        try:
+            return Vocab.from_bytes(self.model)
+        except UserError as error:
+            raise UserError(f"{self.path}: {error}") from None
+
+    def record(self) -> dict[str, Any]:
+        """What a manifest keeps of it: kind, path and checksum."""
+        return {"kind": self.kind, "path": self.path, "sha256": self.sha256}
+
+
+def read_vocab_file_or_dir(path: str | Path) -> VocabSource:
+    """The vocabulary of a prepared data directory or of a sentencepiece model file;
+    UserError naming `path` for anything else."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / MANIFEST).exists():
+            raise UserError(f"{path} is a directory but not a prepared data directory (no "
+                            f"{MANIFEST}); give a data directory, a model file or a "
+                            "sentencepiece .model file as the vocabulary")
+        read_manifest(path)
+        source = VocabSource((path / SPM_MODEL).read_bytes(), "data directory",
+                             str(path.resolve()))
+    elif path.is_file():
+        source = VocabSource(path.read_bytes(), "sentencepiece model", str(path.resolve()))
+    else:
+        raise UserError(f"{path}: no such vocabulary; give a model file, a data directory "
+                        "of `nmt prepare` or a sentencepiece .model file")
+    source.vocab()
+    return source
