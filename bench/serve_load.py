@@ -71,7 +71,7 @@ def offline(model: Path, lines: list[str], decode: DecodeConfig) -> tuple[dict, 
         started = time.perf_counter()
         outputs = list(translator.translate(lines))
         seconds = time.perf_counter() - started
-    return latencies, {"sentences_per_s": len(lines) / seconds, "seconds": seconds}, outputs
+    return {"sentences_per_s": len(lines) / seconds, "seconds": seconds}, outputs
 
 
 def alone_latencies(model: Path, lines: list[str], decode: DecodeConfig) -> list[float]:
