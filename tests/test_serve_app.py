@@ -218,3 +218,14 @@ def test_hundreds_of_bad_requests_leave_a_working_server_and_bounded_memory(clie
     send_all()
     assert current_rss_kib() - before < 30 * 1024
     assert translate(client, text="the dog runs").status_code == 200
+
+
+def test_a_glossary_puts_its_target_terms_into_the_sentences_with_its_source_terms(client):
+    text = "the dog runs . a cat sleeps on a warm roof ."
+    plain = translate(client, text=text).json()["translations"][0]["sentences"]
+    termed = translate(client, text=text, glossary={"DOG": "green garden", "tree": "old"})
+    first, second = termed.json()["translations"][0]["sentences"]
+    assert "green garden" in first["text"]
+    assert second == plain[1]  # no source term: translated as without a glossary
+    too_big = translate(client, text="a", glossary={f"w{i}": "x" for i in range(101)})
+    assert too_big.status_code == 422 and "glossary" in too_big.json()["error"]

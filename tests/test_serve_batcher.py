@@ -127,7 +127,28 @@ def test_a_failing_batch_gives_its_requests_the_error_and_the_next_batch_works(
     assert len(found) == 2
 
 
-def test_spans_keep_each_piece_within_the_token_budget():
-    assert _spans([3, 3, 3, 3], 6) == [(0, 2), (2, 4)]
-    assert _spans([10, 1], 4) == [(0, 1), (1, 2)]  # a long sentence goes alone
-    assert _spans([1], 4) == [(0, 1)]
+def test_spans_keep_each_piece_within_the_token_and_sentence_budgets():
+    assert _spans([3, 3, 3, 3], 6, 10) == [(0, 2), (2, 4)]
+    assert _spans([10, 1], 4, 10) == [(0, 1), (1, 2)]  # a long sentence goes alone
+    assert _spans([1], 4, 10) == [(0, 1)]
+    assert _spans([1] * 5, 100, 2) == [(0, 2), (2, 4), (4, 5)]
+
+
+def test_two_slots_decode_side_by_side_and_keep_every_request_in_order(model_file):
+    two_slots = Translator(load_for_inference(model_file), replace(FAST, workers=2,
+                                                                   batch_size=2))
+    lines = sentences(9, seed=17)
+    key = SearchKey(SHORT, alignments=False)
+    alone = [next(two_slots.variant(SHORT, workers=1).translate([line])) for line in lines]
+
+    async def body(batcher):
+        assert batcher.slots == 2
+        return await asyncio.gather(
+            batcher.translate(lines, tokens_of(two_slots, lines), key),
+            *(batcher.translate([line], tokens_of(two_slots, [line]), key) for line in lines))
+
+    (document, *single), metrics = asyncio.run(with_batcher(two_slots, body))
+    assert [found[0].text for found in document] == alone
+    assert [found[0][0].text for found in single] == alone
+    # Batches of at most two sentences: the nine-sentence request was cut into pieces.
+    assert sample(metrics, "nmt_batch_sentences_count") >= 9

@@ -28,8 +28,8 @@ from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.search import (Hypothesis, Seq2Seq, SpecialIds, Stepper,
-                                           StepRules, fit_prefixes, length_penalty,
-                                           max_lengths, prefix_tensor)
+                                           length_penalty, max_lengths)
+from transformer_nmt.decode.step_rules import StepRules, fit_prefixes, prefix_tensor
 
 
 def phrase_tensors(constraints: list[list[list[int]]], device: torch.device
@@ -140,7 +140,7 @@ def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[
     batch, device = src.size(0), src.device
     phrases, lengths = phrase_tensors(constraints, device)  # (active, M, L), (active, M)
     prefix = prefix_tensor(prefixes, device)
-    rules = StepRules(cfg, special, prefix)
+    rules = StepRules(cfg, special.eos, prefix)
     limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
     limits = torch.maximum(limits, lengths.sum(1))
     if max_len_limit is not None:

@@ -18,16 +18,16 @@ Definitions used throughout:
   best extensions (by log P), those ending in EOS within the first `beam` ranks are
   finished, and the first `beam` that do not end in EOS stay open. A sentence is complete
   once it has `beam` finished hypotheses (fairseq's rule, so beam 1 is exactly greedy
-  search; tensor2tensor's runs until the bound below) or reaches its maximum length. It stops earlier, without changing the result, when no open
-  hypothesis can still beat the nbest-th finished one (see `_best_possible_scores`).
+  search; tensor2tensor's runs until the bound below) or reaches its maximum length.
+  It stops earlier, without changing the result, when no open hypothesis can still
+  beat the nbest-th finished one (see `_best_possible_scores`).
 - PAD and BOS are never generated.
 
-Beyond the model, every search obeys the same step rules (`StepRules`): EOS at the maximum
-length, an optional forced target prefix per sentence (its tokens only, scored by the
-model, then free search; the maximum length grows to fit it), and an optional ban on
-repeating an n-gram. `sample` draws tokens instead of choosing the likeliest, one
-seeded generator per sentence. Terminology constraints are transformer_nmt.decode.
-constrained's; scoring given outputs is `teacher_forced`.
+Beyond the model, every search obeys the same step rules (transformer_nmt.decode.
+step_rules): EOS at the maximum length, a forced prefix, no repeated n-grams. `sample`
+draws tokens instead of choosing the likeliest, one seeded generator per sentence.
+Terminology constraints are transformer_nmt.decode.constrained's; scoring given outputs
+is `teacher_forced`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.step_rules import StepRules, fit_prefixes, prefix_tensor
 from transformer_nmt.memory import release_free_memory
 
 
@@ -169,81 +170,6 @@ class Stepper:
             self.enc = self.enc.select(sentences)
 
 
-def _force_eos(log_probs: Tensor, at_limit: Tensor, eos: int) -> None:
-    """At a row's maximum length only EOS may follow: every other token gets -inf (in place)."""
-    if at_limit.any():
-        eos_scores = log_probs[at_limit, eos]
-        log_probs[at_limit] = float("-inf")
-        log_probs[at_limit, eos] = eos_scores
-
-
-def _ban_repeated_ngrams(log_probs: Tensor, history: Tensor, n: int) -> None:
-    """-inf (in place) for every token that would repeat an n-gram of its row's history
-    (rows, length), BOS first: the tokens that followed an earlier occurrence of the
-    last n - 1 tokens (fairseq's and CTranslate2's no_repeat_ngram_size)."""
-    length = history.size(1)
-    if length < n:
-        return
-    windows = history.unfold(1, n, 1)  # (rows, length - n + 1, n) every n-gram so far
-    context = history[:, length - n + 1:].unsqueeze(1)  # (rows, 1, n - 1) the last n - 1
-    repeats = windows[:, :, :-1].eq(context).all(dim=2)  # (rows, length - n + 1)
-    # Non-repeating windows point at BOS, which is banned anyway.
-    banned = torch.where(repeats, windows[:, :, -1], history[:, :1])
-    log_probs.scatter_(1, banned, float("-inf"))
-
-
-def prefix_tensor(prefixes: list[list[int]] | None, device: torch.device) -> Tensor | None:
-    """(batch, longest prefix) token ids that the outputs must start with, -1 after each
-    prefix's end; None when there is no prefix to force."""
-    if not prefixes or not any(prefixes):
-        return None
-    forced = torch.full((len(prefixes), max(len(prefix) for prefix in prefixes)), -1,
-                        dtype=torch.long)
-    for row, prefix in enumerate(prefixes):
-        forced[row, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
-    return forced.to(device)
-
-
-class StepRules:
-    """What a search imposes on each step's log-probabilities besides the model's: EOS
-    at the maximum length, a forced target prefix, no repeated n-grams."""
-
-    def __init__(self, cfg: DecodeConfig, special: SpecialIds, prefixes: Tensor | None) -> None:
-        self.no_repeat_ngram, self.eos = cfg.no_repeat_ngram, special.eos
-        self.prefixes = prefixes  # (sentences, longest prefix) or None
-
-    def apply(self, log_probs: Tensor, tokens: Tensor, step: int, width: int,
-              at_limit: Tensor) -> None:
-        """Restrict log_probs (sentences * width, vocab), in place, for rows whose
-        tokens (sentences * width, BOS + ...) are known up to `step`; at_limit (rows,)
-        marks rows at their maximum length."""
-        forced = None
-        if self.prefixes is not None and step < self.prefixes.size(1):
-            wanted = self.prefixes[:, step].repeat_interleave(width)  # (rows,)
-            rows = wanted.ge(0).nonzero().squeeze(1)
-            # Read before any ban: the forced token keeps the model's log-probability.
-            forced = rows, wanted[rows], log_probs[rows, wanted[rows]]
-        if self.no_repeat_ngram:
-            _ban_repeated_ngrams(log_probs, tokens[:, : step + 1], self.no_repeat_ngram)
-        _force_eos(log_probs, at_limit, self.eos)
-        if forced is not None:
-            rows, wanted_tokens, scores = forced
-            log_probs[rows] = float("-inf")
-            log_probs[rows, wanted_tokens] = scores
-
-    def keep(self, sentences: Tensor) -> None:
-        """Only sentences `sentences` (kept,) go on."""
-        if self.prefixes is not None:
-            self.prefixes = self.prefixes[sentences]
-
-
-def fit_prefixes(limits: Tensor, prefixes: Tensor | None) -> Tensor:
-    """limits (batch,) raised where needed so that each prefix fits."""
-    if prefixes is None:
-        return limits
-    return torch.maximum(limits, prefixes.ge(0).sum(1))
-
-
 def _sample(log_probs: Tensor, uniforms: Tensor, cfg: DecodeConfig) -> Tensor:
     """One token per row of log_probs (rows, vocab), drawn by inverse transform with one
     uniform number (rows,) per row, from the distribution that cfg's temperature, top-k
@@ -278,7 +204,7 @@ def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(
     prefix = prefix_tensor(prefixes, src.device)
     limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
     return _token_by_token(model, model.encode(src), limits, cfg, special, use_cache,
-                           StepRules(cfg, special, prefix))
+                           StepRules(cfg, special.eos, prefix))
 
 
 @torch.inference_mode()
@@ -307,7 +233,7 @@ def sample(model: Seq2Seq, src: Tensor, cfg: DecodeConfig, seeds: list[int],
                    generator=torch.Generator().manual_seed(_sentence_seed(cfg.seed, seed))).T
         for seed in seeds]).to(src.device)  # (batch * count, longest + 1)
     found = _token_by_token(model, model.encode(src).select(owner), limits, cfg, special,
-                            True, StepRules(cfg, special, prefix), uniforms)
+                            True, StepRules(cfg, special.eos, prefix), uniforms)
     return [sorted(found[i * count: (i + 1) * count], key=lambda hyp: -hyp.score)
             for i in range(batch)]
 
@@ -392,7 +318,7 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
     k, nbest = cfg.beam, cfg.nbest
     batch, device = src.size(0), src.device
     prefix = prefix_tensor(prefixes, device)
-    rules = StepRules(cfg, special, prefix)
+    rules = StepRules(cfg, special.eos, prefix)
     limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)  # (active,)
     # Every sentence starts with one empty prefix: step 0 decodes one row per sentence
     # (and computes the encoder-decoder keys/values once), later steps k rows.

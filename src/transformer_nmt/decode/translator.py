@@ -201,14 +201,17 @@ class Translator:
         return cls(InferenceModel(ensemble, first.vocab, first.path, first.payload_meta),
                    options)
 
-    def variant(self, decode: DecodeConfig, alignments: bool | None = None) -> "Translator":
-        """A Translator sharing this one's model, vocabulary and workers that searches with
-        `decode` (and aligns words when `alignments`, unchanged when None): a server holds
-        one model and decodes each request with the settings it asked for."""
+    def variant(self, decode: DecodeConfig, alignments: bool | None = None,
+                workers: int | None = None) -> "Translator":
+        """A Translator sharing this one's model and vocabulary that searches with `decode`
+        (and aligns words when `alignments`, with `workers` workers; each unchanged when
+        None): a server holds one model and decodes each request with the settings it
+        asked for."""
         other = copy.copy(self)
         if alignments is None:
             alignments = self.options.alignments
-        other.options = replace(self.options, decode=decode, alignments=alignments)
+        other.options = replace(self.options, decode=decode, alignments=alignments,
+                                workers=workers or self.options.workers)
         other.src_limit = source_limit(self.max_len_limit + 1, decode)
         return other
 
@@ -288,13 +291,23 @@ class Translator:
                                 [first_line + i for i in batch],
                                 [constraints[i] for i in batch] if constraints else None)
 
+        if self.options.workers == 1 or len(batches) == 1:
+            # In the calling thread, with the thread count it has (a server's decoding
+            # slot, or interactive use): no pool to start for one batch at a time.
+            found: Iterable[list[list[Hypothesis]]] = map(search_batch, batches)
+            self._collect(results, ids, batches, found)
+            return results
         with ThreadPoolExecutor(self.options.workers) as pool:
             # Tensor operations release the GIL, so the threads decode in parallel.
-            found = pool.map(search_batch, batches)
-            for batch, hyps_of_batch in zip(batches, found):
-                for index, hyps in zip(batch, hyps_of_batch):
-                    results[index] = [self._translation(ids[index], hyp) for hyp in hyps]
+            self._collect(results, ids, batches, pool.map(search_batch, batches))
         return results
+
+    def _collect(self, results: list[list[Translation]], ids: list[list[int]],
+                 batches: list[list[int]], found: Iterable[list[list[Hypothesis]]]) -> None:
+        """Each batch's hypotheses, as Translations, into `results` at their lines."""
+        for batch, hyps_of_batch in zip(batches, found):
+            for index, hyps in zip(batch, hyps_of_batch):
+                results[index] = [self._translation(ids[index], hyp) for hyp in hyps]
 
     def _constraint_ids(self, requests: list[TranslationRequest], first_line: int
                         ) -> list[list[list[int]]] | None:

@@ -135,7 +135,8 @@ def create_app(service: TranslationService, card: dict[str, Any],
     async def translate(body: TranslateRequest) -> dict[str, Any]:
         started = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else body.text
-        search = Search(body.beam, body.alpha, body.nbest, body.alignments, body.attention)
+        search = Search(body.beam, body.alpha, body.nbest, body.alignments, body.attention,
+                        body.glossary)
         results = await translate_within_limits(app, texts, search)
         return {"translations": results,
                 "elapsed_ms": round((time.perf_counter() - started) * 1000, 1)}

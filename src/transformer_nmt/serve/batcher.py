@@ -1,13 +1,16 @@
-"""Batching across requests: every request's sentences wait in one queue, and a single
-decoding thread translates them in batches that mix requests.
+"""Batching across requests: every request's sentences wait in one queue, and decoding
+slots translate them in batches that mix requests.
 
 A batch holds sentences searched with the same settings (beam, alpha, n-best,
-alignments), oldest first, up to a token budget. While the decoder is busy, newcomers
-gather in the queue and form the next batch; when it is idle, a sentence waits at most
-`max_wait_s` for company. Decoding runs on its own thread (the Translator's workers
-below it), never on the event loop, so the server keeps answering while it decodes. The
-Translator sorts a batch by length and pads, so a sentence's translation does not depend
-on what else was in its batch.
+alignments): the oldest waiting one, then those closest to its length (less padding,
+and no short sentence waiting for a long one), up to the Translator's batch size and a
+token budget. There are as many slots as the Translator has workers, each a thread on its
+share of the cores (a lone batch gets them all); a slot takes the next batch as soon as
+its last one is done, so new requests never wait for a whole round of batches. When a
+slot is free and the queue is short, a sentence waits at most `max_wait_s` for company.
+Decoding never runs on the event loop, so the server keeps answering while it decodes.
+The Translator pads each batch, so a sentence's translation does not depend on what else
+was in its batch.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any, Callable, TypeVar
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.threads import decoding_threads, torch_threads
-from transformer_nmt.decode.translator import Translation, Translator
+from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.serve.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -46,7 +49,7 @@ class _Piece:
     """Consecutive sentences of one request, all within one batch."""
 
     key: SearchKey
-    lines: list[str]
+    lines: list[str | TranslationRequest]
     tokens: int
     future: asyncio.Future
     arrived: float
@@ -60,13 +63,17 @@ class Batcher:
         self.translator = translator
         self.metrics = metrics
         self.max_batch_tokens = max_batch_tokens
+        self.max_batch_sentences = translator.options.batch_size
         self.max_wait_s = max_wait_s
         self.max_queue = max_queue
+        self.slots = translator.options.workers
         self.queued_sentences = 0
+        self._busy = 0
         self._pending: deque[_Piece] = deque()
-        self._arrival = asyncio.Event()
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="nmt-decode")
+        self._wakeup = asyncio.Event()
+        self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix="nmt-decode")
         self._variants: dict[SearchKey, Translator] = {}
+        self._decoding: set[asyncio.Task] = set()
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -75,16 +82,17 @@ class Batcher:
 
     async def stop(self) -> None:
         """Finish every queued sentence, then stop."""
-        while self._pending:
+        while self._pending or self._busy:
             await asyncio.sleep(0.01)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         self._executor.shutdown(wait=True)
 
-    async def translate(self, lines: list[str], tokens: list[int],
+    async def translate(self, lines: list[str | TranslationRequest], tokens: list[int],
                         key: SearchKey) -> list[list[Translation]]:
-        """The translations of `lines` (with `tokens` source tokens each), in order.
+        """The translations of `lines` (with `tokens` source tokens each; a line may carry
+        terminology constraints), in order.
         QueueFull if the queue cannot take them; cancelling the call withdraws those
         not yet being decoded."""
         if not lines:
@@ -94,14 +102,14 @@ class Batcher:
                             f"{self.max_queue})")
         loop = asyncio.get_running_loop()
         pieces = []
-        for start, end in _spans(tokens, self.max_batch_tokens):
+        for start, end in _spans(tokens, self.max_batch_tokens, self.max_batch_sentences):
             piece = _Piece(key, lines[start:end], sum(tokens[start:end]),
                            loop.create_future(), time.monotonic())
             pieces.append(piece)
             self._pending.append(piece)
         self.queued_sentences += len(lines)
         self.metrics.queue.set(self.queued_sentences)
-        self._arrival.set()
+        self._wakeup.set()
         try:
             results = await asyncio.gather(*(piece.future for piece in pieces))
         except BaseException:
@@ -117,45 +125,60 @@ class Batcher:
 
     async def _loop(self) -> None:
         while True:
-            if not self._pending:
-                self._arrival.clear()
-                await self._arrival.wait()
+            if not self._pending or self._busy == self.slots:
+                self._wakeup.clear()
+                await self._wakeup.wait()
                 continue
             await self._wait_for_company(self._pending[0])
-            batch = self._take_batch(self._pending[0].key)
+            batch = self._take_batch(self._pending[0].key) if self._pending else []
             if batch:
-                await self._decode(batch)
+                self._busy += 1
+                task = asyncio.get_running_loop().create_task(self._decode(batch))
+                self._decoding.add(task)
+                task.add_done_callback(self._slot_freed)
+
+    def _slot_freed(self, task: asyncio.Task) -> None:
+        self._decoding.discard(task)
+        self._busy -= 1
+        self._wakeup.set()
 
     async def _wait_for_company(self, oldest: _Piece) -> None:
         """Until the oldest sentence's key fills a batch or it has waited max_wait_s."""
         while True:
             left = oldest.arrived + self.max_wait_s - time.monotonic()
-            waiting = sum(piece.tokens for piece in self._pending if piece.key == oldest.key)
-            if left <= 0 or waiting >= self.max_batch_tokens:
+            same = [piece for piece in self._pending if piece.key == oldest.key]
+            if left <= 0 or sum(piece.tokens for piece in same) >= self.max_batch_tokens or \
+                    sum(len(piece.lines) for piece in same) >= self.max_batch_sentences:
                 return
-            self._arrival.clear()
+            self._wakeup.clear()
             try:
-                await asyncio.wait_for(self._arrival.wait(), left)
+                await asyncio.wait_for(self._wakeup.wait(), left)
             except TimeoutError:
                 return
 
     def _take_batch(self, key: SearchKey) -> list[_Piece]:
-        """The oldest pieces with `key` within the token budget, out of the queue; pieces
-        whose request went away are dropped."""
-        batch: list[_Piece] = []
-        tokens = 0
-        for piece in list(self._pending):
-            if piece.future.done():
-                self._pending.remove(piece)
-                self._dequeued(len(piece.lines))
-                continue
-            if piece.key != key:
-                continue
-            if batch and tokens + piece.tokens > self.max_batch_tokens:
-                break
+        """The oldest piece with `key`, then those closest to its length, within the
+        batch size and token budget, out of the queue; pieces whose request went away
+        are dropped."""
+        for piece in [piece for piece in self._pending if piece.future.done()]:
             self._pending.remove(piece)
+            self._dequeued(len(piece.lines))
+        candidates = [piece for piece in self._pending if piece.key == key]
+        if not candidates:
+            return []
+        oldest = candidates[0]
+        width = oldest.tokens / len(oldest.lines)
+        batch, tokens, sentences = [oldest], oldest.tokens, len(oldest.lines)
+        for piece in sorted(candidates[1:],
+                            key=lambda piece: abs(piece.tokens / len(piece.lines) - width)):
+            if tokens + piece.tokens > self.max_batch_tokens or \
+                    sentences + len(piece.lines) > self.max_batch_sentences:
+                continue
             batch.append(piece)
             tokens += piece.tokens
+            sentences += len(piece.lines)
+        for piece in batch:
+            self._pending.remove(piece)
         return batch
 
     def _dequeued(self, sentences: int) -> None:
@@ -167,11 +190,15 @@ class Batcher:
         key = batch[0].key
         translator = self._variants.get(key)
         if translator is None:
-            translator = self._variants[key] = self.translator.variant(key.decode,
-                                                                       key.alignments)
+            # One worker: the slot is the worker, decoding in its own thread.
+            translator = self._variants[key] = self.translator.variant(
+                key.decode, key.alignments, workers=1)
+        # A batch decoding alone gets every core; batches side by side share them.
+        alone = self._busy == 1 and not self._pending
+        threads = decoding_threads(1 if alone else self.slots, self.translator.options.device)
         started = time.perf_counter()
         try:
-            results = await self.run_in_decoder(self._translate, translator, lines)
+            results = await self.run_in_decoder(self._translate, translator, lines, threads)
         except Exception as error:  # noqa: BLE001 (each waiting request gets the error)
             logger.exception("decoding a batch of %d sentences failed", len(lines))
             for piece in batch:
@@ -190,23 +217,22 @@ class Batcher:
             offset += len(piece.lines)
 
 
-    def _translate(self, translator: Translator, lines: list[str]) -> list[list[Translation]]:
-        """The translations of one batch, on the decoding thread. A batch that the
-        Translator decodes as one (a lone request's) gets every core; a larger one is
-        shared by the workers, each on its share of the cores, as `nmt translate` does."""
-        options = translator.options
-        workers = 1 if len(lines) <= options.batch_size else options.workers
-        with torch_threads(decoding_threads(workers, options.device)):
+    @staticmethod
+    def _translate(translator: Translator, lines: list[str | TranslationRequest],
+                   threads: int) -> list[list[Translation]]:
+        """The translations of one batch, in a slot's thread, on `threads` threads."""
+        with torch_threads(threads):
             return list(translator.translate_nbest(lines))
 
 
-def _spans(tokens: list[int], budget: int) -> list[tuple[int, int]]:
-    """[start, end) runs of consecutive sentences, each within `budget` tokens (a longer
-    sentence alone)."""
+def _spans(tokens: list[int], token_budget: int, sentence_budget: int) -> list[tuple[int, int]]:
+    """[start, end) runs of consecutive sentences, each within `token_budget` tokens (a
+    longer sentence alone) and `sentence_budget` sentences: a long request's pieces can
+    then go to several slots."""
     spans = []
     start, total = 0, 0
     for index, count in enumerate(tokens):
-        if index > start and total + count > budget:
+        if index > start and (total + count > token_budget or index - start == sentence_budget):
             spans.append((start, index))
             start, total = index, 0
         total += count

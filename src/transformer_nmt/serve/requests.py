@@ -23,3 +23,8 @@ class TranslateRequest(BaseModel):
                              "pairs of each sentence")
     attention: bool = Field(False, description="also return the encoder-decoder attention "
                             "of each sentence, per layer and head")
+    glossary: dict[str, str] | None = Field(None, description="terminology: source term -> "
+                                            "target term; the translation of a sentence "
+                                            "that contains a source term (whole words, any "
+                                            "case) contains its target term (lexically "
+                                            "constrained beam search)")

@@ -4,18 +4,21 @@ into sentences, have the batcher translate them, and put the translations back t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from transformer_nmt.attention_plot import compute_attention_of_ids
 from transformer_nmt.data.text import normalize
-from transformer_nmt.decode.translator import Translation, Translator
+from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.errors import UserError
 from transformer_nmt.serve.batcher import Batcher, SearchKey
 from transformer_nmt.serve.documents import split_document
 from transformer_nmt.serve.html_text import Markup, parse_html
 from transformer_nmt.serve.settings import ServeSettings
 
+MAX_GLOSSARY = 100
+"""Most glossary entries a request may give: each matching one widens the search."""
 ATTENTION_DECIMALS = 3
 """Attention weights are sent rounded: enough for a heatmap, a fifth of the bytes."""
 
@@ -34,13 +37,15 @@ class BadOption(Exception):
 
 @dataclass(frozen=True)
 class Search:
-    """The decoding options one request asked for (None: the server's default)."""
+    """The decoding options one request asked for (None: the server's default), and the
+    terminology its translations must use."""
 
     beam: int | None = None
     alpha: float | None = None
     nbest: int | None = None
     alignments: bool = False
     attention: bool = False
+    glossary: dict[str, str] | None = None
 
 
 class TranslationService:
@@ -101,7 +106,8 @@ class TranslationService:
             raise TooLarge(f"the request has {len(sentences)} sentences, more than the "
                            f"server's max_sentences ({self.settings.max_sentences})")
         tokens = [self.count_tokens(sentence) for sentence in sentences]
-        found = await self.batcher.translate(sentences, tokens, key)
+        items = self._with_terminology(sentences, search.glossary)
+        found = await self.batcher.translate(items, tokens, key)
         attention = [None] * len(sentences)
         if search.attention:
             attention = await self.batcher.run_in_decoder(self._attention, sentences, found)
@@ -118,6 +124,29 @@ class TranslationService:
             text = markup.join(joined) if markup else joined[0]
             results.append({"text": text, "sentences": described})
         return results
+
+    def _with_terminology(self, sentences: list[str], glossary: dict[str, str] | None
+                          ) -> list[str | TranslationRequest]:
+        """Each sentence, as a TranslationRequest constrained to the target terms of the
+        glossary's source terms it contains (whole words, any case)."""
+        if not glossary:
+            return list(sentences)
+        if len(glossary) > MAX_GLOSSARY:
+            raise BadOption("glossary", f"the glossary has {len(glossary)} entries, more than "
+                            f"{MAX_GLOSSARY}")
+        if self.defaults.sampling:
+            raise BadOption("glossary", "this server samples its translations; a glossary "
+                            "needs beam search")
+        terms = [(re.compile(rf"(?<!\w){re.escape(source.strip())}(?!\w)", re.IGNORECASE),
+                  target.strip()) for source, target in glossary.items()
+                 if source.strip() and target.strip()]
+        items: list[str | TranslationRequest] = []
+        for sentence in sentences:
+            wanted = tuple(dict.fromkeys(target for pattern, target in terms
+                                         if pattern.search(sentence)))
+            items.append(TranslationRequest(sentence, constraints=wanted) if wanted
+                         else sentence)
+        return items
 
     def _attention(self, sentences: list[str],
                    found: list[list[Translation]]) -> list[dict[str, Any]]:
