@@ -36,7 +36,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     batching = parser.add_argument_group("batching across requests")
     batching.add_argument("--max-batch-tokens", type=int, default=4096, metavar="N",
                           help="most source tokens decoded in one batch, from any number of "
-                          "requests (default 4096)")
+                          "requests (default 4096); a batch also holds at most --batch-size "
+                          "sentences, and --workers batches are decoded side by side, each "
+                          "taking the next as soon as it is done")
     batching.add_argument("--max-wait-ms", type=float, default=5.0, metavar="MS",
                           help="longest a sentence waits for others to share an idle "
                           "decoder's batch (default 5)")

@@ -19,7 +19,8 @@ class ServeSettings:
     port: int = 8080
     """TCP port to listen on."""
     max_batch_tokens: int = 4096
-    """Most source tokens (padding excluded) decoded in one batch across requests."""
+    """Most source tokens (padding excluded) decoded in one batch across requests; the
+    Translator's batch size caps its sentences."""
     max_wait_ms: float = 5.0
     """Longest a sentence waits for others to share its batch while the decoder is idle."""
     max_characters: int = 20000
