@@ -68,10 +68,14 @@ class Batcher:
         self.max_queue = max_queue
         self.slots = translator.options.workers
         self.queued_sentences = 0
-        self._busy = 0
         self._pending: deque[_Piece] = deque()
         self._wakeup = asyncio.Event()
-        self._executor = ThreadPoolExecutor(self.slots, thread_name_prefix="nmt-decode")
+        # One thread per slot, kept for the server's life. Only the lead slot (0) ever
+        # decodes on more than one thread: OpenMP spins its idle workers only while no
+        # more threads run parallel regions than there are cores.
+        self._slot_threads = [ThreadPoolExecutor(1, thread_name_prefix=f"nmt-slot{slot}")
+                              for slot in range(self.slots)]
+        self._free_slots = list(range(self.slots))
         self._variants: dict[SearchKey, Translator] = {}
         self._decoding: set[asyncio.Task] = set()
         self._task: asyncio.Task | None = None
@@ -82,12 +86,13 @@ class Batcher:
 
     async def stop(self) -> None:
         """Finish every queued sentence, then stop."""
-        while self._pending or self._busy:
+        while self._pending or len(self._free_slots) < self.slots:
             await asyncio.sleep(0.01)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._executor.shutdown(wait=True)
+        for thread in self._slot_threads:
+            thread.shutdown(wait=True)
 
     async def translate(self, lines: list[str | TranslationRequest], tokens: list[int],
                         key: SearchKey) -> list[list[Translation]]:
@@ -118,28 +123,31 @@ class Batcher:
             raise
         return [translations for result in results for translations in result]
 
-    async def run_in_decoder(self, function: Callable[..., T], *args: Any) -> T:
-        """`function(*args)` on the decoding thread, between batches: work that uses the
-        model (attention maps) never competes with a batch for the cores."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+    async def run_in_decoder(self, function: Callable[..., T], *args: Any,
+                             slot: int = 0) -> T:
+        """`function(*args)` in a decoding slot's thread (the lead slot unless told),
+        between its batches: work that uses the model (attention maps) runs off the
+        event loop and never beside that slot's batches."""
+        return await asyncio.get_running_loop().run_in_executor(self._slot_threads[slot],
+                                                                function, *args)
 
     async def _loop(self) -> None:
         while True:
-            if not self._pending or self._busy == self.slots:
+            if not self._pending or not self._free_slots:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
             await self._wait_for_company(self._pending[0])
             batch = self._take_batch(self._pending[0].key) if self._pending else []
             if batch:
-                self._busy += 1
-                task = asyncio.get_running_loop().create_task(self._decode(batch))
+                slot = self._free_slots.pop(0)  # the lead slot whenever it is free
+                task = asyncio.get_running_loop().create_task(self._decode(batch, slot))
                 self._decoding.add(task)
-                task.add_done_callback(self._slot_freed)
+                task.add_done_callback(lambda task, slot=slot: self._slot_freed(task, slot))
 
-    def _slot_freed(self, task: asyncio.Task) -> None:
+    def _slot_freed(self, task: asyncio.Task, slot: int) -> None:
         self._decoding.discard(task)
-        self._busy -= 1
+        self._free_slots = sorted(self._free_slots + [slot])
         self._wakeup.set()
 
     async def _wait_for_company(self, oldest: _Piece) -> None:
@@ -185,7 +193,7 @@ class Batcher:
         self.queued_sentences -= sentences
         self.metrics.queue.set(self.queued_sentences)
 
-    async def _decode(self, batch: list[_Piece]) -> None:
+    async def _decode(self, batch: list[_Piece], slot: int) -> None:
         lines = [line for piece in batch for line in piece.lines]
         key = batch[0].key
         translator = self._variants.get(key)
@@ -193,12 +201,14 @@ class Batcher:
             # One worker: the slot is the worker, decoding in its own thread.
             translator = self._variants[key] = self.translator.variant(
                 key.decode, key.alignments, workers=1)
-        # A batch decoding alone gets every core; batches side by side share them.
-        alone = self._busy == 1 and not self._pending
+        # A batch decoding alone in the lead slot gets every core; batches side by side
+        # share them.
+        alone = slot == 0 and len(self._free_slots) == self.slots - 1 and not self._pending
         threads = decoding_threads(1 if alone else self.slots, self.translator.options.device)
         started = time.perf_counter()
         try:
-            results = await self.run_in_decoder(self._translate, translator, lines, threads)
+            results = await self.run_in_decoder(self._translate, translator, lines, threads,
+                                                slot=slot)
         except Exception as error:  # noqa: BLE001 (each waiting request gets the error)
             logger.exception("decoding a batch of %d sentences failed", len(lines))
             for piece in batch:
@@ -215,7 +225,6 @@ class Batcher:
             if not piece.future.done():
                 piece.future.set_result(results[offset: offset + len(piece.lines)])
             offset += len(piece.lines)
-
 
     @staticmethod
     def _translate(translator: Translator, lines: list[str | TranslationRequest],

@@ -7,9 +7,9 @@ import logging
 import signal
 from pathlib import Path
 
+import torch
 import uvicorn
 
-from transformer_nmt.decode.threads import decoding_threads, torch_threads
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.serve.app import create_app
@@ -50,8 +50,12 @@ def build_app(model_path: str | Path, options: TranslatorOptions, settings: Serv
 def serve(model_path: str | Path, options: TranslatorOptions, settings: ServeSettings,
           log_level: str = "info") -> None:
     """Serve the model at `model_path` on settings.host:settings.port until stopped."""
+    # The main thread runs the event loop and never decodes: kept to one thread, it
+    # never starts OpenMP workers of its own, which would outnumber the cores and make
+    # the lead slot's workers sleep between parallel regions instead of spinning (a lone
+    # request then decodes at about half speed; bench/RESULTS.md, serve).
+    torch.set_num_threads(1)
     app = build_app(model_path, options, settings)
-    translator = app.state.service.translator
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level,
                             # Requests in flight get their full timeout to finish.
                             timeout_graceful_shutdown=int(settings.timeout_s) + 5)
@@ -59,9 +63,7 @@ def serve(model_path: str | Path, options: TranslatorOptions, settings: ServeSet
     # been answered in full, so the process ends normally, with status 0.
     previous = signal.signal(signal.SIGTERM, _already_drained)
     try:
-        with torch_threads(decoding_threads(translator.options.workers,
-                                            translator.options.device)):
-            DrainingServer(config, app).run()
+        DrainingServer(config, app).run()
     finally:
         signal.signal(signal.SIGTERM, previous)
 
