@@ -117,10 +117,10 @@ def test_a_failing_batch_gives_its_requests_the_error_and_the_next_batch_works(
     async def body(batcher):
         broken = translator.variant(SHORT)
         monkeypatch.setattr(broken, "translate_nbest", lambda lines: 1 / 0)
-        batcher._variants[key] = broken
-        with pytest.raises(ZeroDivisionError):
-            await batcher.translate(lines, tokens_of(translator, lines), key)
-        del batcher._variants[key]
+        with monkeypatch.context() as patch:
+            patch.setattr(batcher.translator, "variant", lambda *args, **kwargs: broken)
+            with pytest.raises(ZeroDivisionError):
+                await batcher.translate(lines, tokens_of(translator, lines), key)
         return await batcher.translate(lines, tokens_of(translator, lines), key)
 
     found, _ = asyncio.run(with_batcher(translator, body))

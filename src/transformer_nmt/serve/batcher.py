@@ -76,7 +76,6 @@ class Batcher:
         self._slot_threads = [ThreadPoolExecutor(1, thread_name_prefix=f"nmt-slot{slot}")
                               for slot in range(self.slots)]
         self._free_slots = list(range(self.slots))
-        self._variants: dict[SearchKey, Translator] = {}
         self._decoding: set[asyncio.Task] = set()
         self._task: asyncio.Task | None = None
 
@@ -196,11 +195,10 @@ class Batcher:
     async def _decode(self, batch: list[_Piece], slot: int) -> None:
         lines = [line for piece in batch for line in piece.lines]
         key = batch[0].key
-        translator = self._variants.get(key)
-        if translator is None:
-            # One worker: the slot is the worker, decoding in its own thread.
-            translator = self._variants[key] = self.translator.variant(
-                key.decode, key.alignments, workers=1)
+        # One worker: the slot is the worker, decoding in its own thread. A variant is a
+        # shallow copy, made per batch rather than kept per key: callers choose alpha
+        # freely, so a cache of them would grow without bound.
+        translator = self.translator.variant(key.decode, key.alignments, workers=1)
         # A batch decoding alone in the lead slot gets every core; batches side by side
         # share them.
         alone = slot == 0 and len(self._free_slots) == self.slots - 1 and not self._pending

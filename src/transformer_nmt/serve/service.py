@@ -4,6 +4,7 @@ into sentences, have the batcher translate them, and put the translations back t
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -97,7 +98,9 @@ class TranslationService:
                            f"server's max_characters ({self.settings.max_characters})")
         markups: list[Markup | None] = [parse_html(text) if html else None for text in texts]
         units = [markup.texts if markup else [text] for markup, text in zip(markups, texts)]
-        documents = [[split_document(unit, self.segmenter_language, self.count_tokens,
+        # Splitting counts each sentence's tokens already; the batch budget reuses them.
+        count_tokens = functools.cache(self.count_tokens)
+        documents = [[split_document(unit, self.segmenter_language, count_tokens,
                                      self.translator.src_limit) for unit in text_units]
                      for text_units in units]
         sentences = [sentence for text_documents in documents
@@ -105,7 +108,7 @@ class TranslationService:
         if len(sentences) > self.settings.max_sentences:
             raise TooLarge(f"the request has {len(sentences)} sentences, more than the "
                            f"server's max_sentences ({self.settings.max_sentences})")
-        tokens = [self.count_tokens(sentence) for sentence in sentences]
+        tokens = [count_tokens(sentence) for sentence in sentences]
         items = self._with_terminology(sentences, search.glossary)
         found = await self.batcher.translate(items, tokens, key)
         attention = [None] * len(sentences)
