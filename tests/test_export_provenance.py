@@ -6,7 +6,9 @@ import dataclasses
 from pathlib import Path
 
 from transformer_nmt.config import get_preset
-from transformer_nmt.export.provenance import preset_of, provenance, training_steps
+from transformer_nmt.export.provenance import provenance
+from transformer_nmt.model_file import model_preset as preset_of
+from transformer_nmt.model_file import model_training_steps as training_steps
 
 SMALL = dataclasses.asdict(get_preset("small").model)
 

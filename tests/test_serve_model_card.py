@@ -7,9 +7,10 @@ import os
 from dataclasses import replace
 
 from transformer_nmt.config import get_preset
+from transformer_nmt.config import preset_of_architecture as preset_name
 from transformer_nmt.model_file import load_for_inference
-from transformer_nmt.serve.model_card import (model_card, preset_name, recorded_bleu,
-                                              training_steps)
+from transformer_nmt.model_file import model_training_steps as training_steps
+from transformer_nmt.serve.model_card import model_card, recorded_bleu
 
 
 def test_a_preset_is_recognised_whatever_its_dropout_and_positions():

@@ -315,6 +315,20 @@ def _build_presets() -> dict[str, Preset]:
 PRESETS: dict[str, Preset] = _build_presets()
 
 
+TRAINING_ONLY_FIELDS = ("dropout", "attention_dropout", "activation_dropout", "max_positions")
+"""ModelConfig fields that do not tell presets apart once a model is trained."""
+
+
+def preset_of_architecture(cfg: ModelConfig) -> str | None:
+    """The preset whose architecture `cfg` has (dropout and position count aside), or
+    None for a custom one."""
+    same_training = {name: getattr(cfg, name) for name in TRAINING_ONLY_FIELDS}
+    for preset in PRESETS.values():
+        if replace(preset.model, **same_training) == cfg:
+            return preset.name
+    return None
+
+
 def get_preset(name: str) -> Preset:
     """The preset called `name`, or a UserError listing the known names."""
     try:

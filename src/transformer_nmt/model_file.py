@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from transformer_nmt.config import ModelConfig, config_from_dict
+from transformer_nmt.config import ModelConfig, config_from_dict, preset_of_architecture
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.data.vocab_source import VocabSource, read_vocab_file_or_dir
 from transformer_nmt.errors import UserError
@@ -68,6 +68,29 @@ def model_languages(payload: dict[str, Any]) -> tuple[str, str] | None:
     if payload.get("src_lang") and payload.get("tgt_lang"):
         return payload["src_lang"], payload["tgt_lang"]
     return None
+
+
+def model_training_steps(payload: dict[str, Any]) -> int | None:
+    """The optimizer steps behind a model file: a checkpoint's step, an export's record
+    of its source's, or for an average the step of its newest checkpoint; None when the
+    file does not say."""
+    for key in ("step", "training_steps"):
+        if isinstance(payload.get(key), int):
+            return payload[key]
+    steps = [entry.get("step") for entry in payload.get("averaged_from") or []
+             if isinstance(entry, dict) and isinstance(entry.get("step"), int)]
+    return max(steps) if steps else None
+
+
+def model_preset(payload: dict[str, Any]) -> tuple[str | None, str]:
+    """(preset name, how it is known): a checkpoint records its preset; an older average
+    does not, so the preset whose architecture the model has is named, if one has."""
+    if payload.get("preset"):
+        return payload["preset"], "recorded in the model file"
+    name = preset_of_architecture(config_from_dict(ModelConfig, payload["model_config"]))
+    if name is not None:
+        return name, "the preset whose architecture the model has"
+    return None, "not recorded, and no preset has this architecture"
 
 
 def read_model_file(path: str | Path) -> dict[str, Any]:

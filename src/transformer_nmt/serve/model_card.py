@@ -9,30 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from transformer_nmt.config import PRESETS, ModelConfig
-from transformer_nmt.model_file import InferenceModel, model_languages
-
-_TRAINING_ONLY = ("dropout", "attention_dropout", "activation_dropout", "max_positions")
-"""ModelConfig fields that do not tell presets apart once a model is trained."""
-
-
-def preset_name(cfg: ModelConfig) -> str | None:
-    """The preset whose architecture `cfg` has, or None for a custom one."""
-    for preset in PRESETS.values():
-        same_training = {name: getattr(cfg, name) for name in _TRAINING_ONLY}
-        if dataclasses.replace(preset.model, **same_training) == cfg:
-            return preset.name
-    return None
-
-
-def training_steps(meta: dict[str, Any]) -> int | None:
-    """The step of a checkpoint, or the newest step an average was made from."""
-    if isinstance(meta.get("step"), int):
-        return meta["step"]
-    steps = [entry.get("step") for entry in meta.get("averaged_from") or []
-             if isinstance(entry, dict)]
-    steps = [step for step in steps if isinstance(step, int)]
-    return max(steps) if steps else None
+from transformer_nmt.model_file import (InferenceModel, model_languages, model_preset,
+                                        model_training_steps)
 
 
 def recorded_bleu(model_path: Path) -> dict[str, Any] | None:
@@ -60,10 +38,10 @@ def model_card(inference_model: InferenceModel, precision: str) -> dict[str, Any
         "name": inference_model.path.name,
         "source_language": languages[0],
         "target_language": languages[1],
-        "preset": preset_name(model.cfg),
+        "preset": model_preset(inference_model.payload_meta)[0],
         "parameters": sum(parameter.numel() for parameter in model.parameters()),
         "vocabulary_size": len(inference_model.vocab),
-        "training_steps": training_steps(inference_model.payload_meta),
+        "training_steps": model_training_steps(inference_model.payload_meta),
         "bleu": evaluation["bleu"] if evaluation else None,
         "evaluation": evaluation,
         "precision": precision,

@@ -24,7 +24,7 @@ from transformer_nmt.config import ModelConfig, TrainConfig, config_from_dict, d
 from transformer_nmt.data.manifest import SPM_MODEL
 from transformer_nmt.data.vocab_source import vocab_digest
 from transformer_nmt.errors import UserError
-from transformer_nmt.model_file import read_model_file
+from transformer_nmt.model_file import model_training_steps, read_model_file
 
 FINETUNE_WARMUP = 500
 """Warm-up steps of a fine-tuning run unless set: enough updates for fresh Adam moments
@@ -83,11 +83,8 @@ def read_init_model(path: str | Path) -> InitModel:
     """Read a model file or checkpoint to start from; UserError if it is not one."""
     path = Path(path).resolve()
     payload = read_model_file(path)
-    step = payload.get("step")
-    if step is None and payload.get("averaged_from"):
-        # An average of checkpoints: the training behind it is its newest checkpoint's.
-        step = max((entry.get("step") or 0) for entry in payload["averaged_from"]) or None
-    return InitModel(path, file_sha256(path), step, payload.get("preset"),
+    return InitModel(path, file_sha256(path), model_training_steps(payload),
+                     payload.get("preset"),
                      dict(payload["model_config"]), payload.get("train_config"),
                      vocab_digest(payload["vocab"]))
 
