@@ -24,13 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import resource
 import subprocess
 import sys
 import time
 
 import torch
 from torch import Tensor, nn
+
+from process_memory import peak_rss_mb
 
 from transformer_nmt.config import get_preset
 from transformer_nmt.data.collate import Batch
@@ -134,7 +135,7 @@ def run_case(impl: str, precision: str, steps: int) -> dict:
             "threads": torch.get_num_threads(), "tgt_tokens_per_step": tgt // steps,
             "tgt_tok_s": round(tgt / seconds, 1), "src_tgt_tok_s": round((tgt + src) / seconds, 1),
             "step_s": round(seconds / steps, 3),
-            "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
+            "peak_rss_gb": round(peak_rss_mb() / 1024, 3),
             "mfu": round(flops / seconds / peak, 4), "matmul_peak_gflops": round(peak / 1e9, 1)}
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
+
+from process_memory import peak_rss_mb
 
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab, train_vocab
@@ -213,7 +214,7 @@ def measure(args: argparse.Namespace) -> None:
         # The peak so far: the largest batches of this configuration, the model included.
         figure(figure="peak_rss_mb", precision=args.child, workers=workers,
                batch_size=batch_size,
-               value=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+               value=peak_rss_mb())
     if args.child != "fp32" or not args.reference_sentences:
         return
     # The reference: the same weights without cache, on a subset, against the cache.

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from process_memory import peak_rss_mb
 
 # Only what a CTranslate2 case needs is imported here: torch would add ~220 MB to its RSS.
 
@@ -39,10 +40,6 @@ LENGTH_RATIO = 1.075
 
 def figure(**values) -> None:
     print(json.dumps(values), flush=True)
-
-
-def peak_rss_mb() -> int:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def batch_lengths(batches: list[list[list[str]]]) -> list[int]:
