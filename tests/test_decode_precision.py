@@ -66,3 +66,12 @@ def test_int8_frees_the_float_layers_it_replaces():
 def test_emulated_bf16_is_refused(model_file):
     with pytest.raises(UserError, match="no native bf16"):
         prepare_model(load_for_inference(model_file).model, "cpu", "bf16")
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_int8_keeps_bf16_caches_only_where_bf16_is_native(monkeypatch, native_bf16):
+    monkeypatch.setattr("transformer_nmt.decode.precision.bf16_supported",
+                        lambda device: native_bf16)
+    int8 = prepare_model(Transformer(get_preset("tiny").model, 60), "cpu", "int8")
+    assert int8.cache_dtype == (torch.bfloat16 if native_bf16 else None)
+    assert prepare_model(Transformer(get_preset("tiny").model, 60), "cpu", "fp32").cache_dtype is None

@@ -116,6 +116,22 @@ def test_cached_incremental_decoding_equals_full_forward(positional):
     torch.testing.assert_close(torch.cat([first, rest], dim=1), full)
 
 
+def test_a_bf16_cache_stores_bf16_and_decodes_close_to_the_full_forward():
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(), VOCAB).eval()
+    model.cache_dtype = torch.bfloat16
+    src, tgt = random_batch(3, 6, 7)
+    full = model(src, tgt)  # no cache: float32 throughout
+    enc, cache = model.encode(src), model.new_cache()
+    steps = torch.cat([model.decode(tgt[:, i:i + 1], enc, cache).logits for i in range(7)], 1)
+    assert cache.self_attention[0].keys.dtype == torch.bfloat16
+    assert cache.cross_attention[0].values.dtype == torch.bfloat16
+    assert steps.dtype == torch.float32  # only keys and values are narrowed
+    # bf16 keeps 8 bits of mantissa: logits within a few hundredths, not bit-equal.
+    torch.testing.assert_close(steps, full, atol=0.05, rtol=0.05)
+    assert not torch.equal(steps, full)
+
+
 def test_cache_reorder_follows_beams():
     torch.manual_seed(0)
     model = Transformer(tiny_config(), VOCAB).eval()

@@ -85,11 +85,14 @@ class KVCache:
 
     GROWTH = 16
 
-    def __init__(self, pool: SparePool | None = None, capacity: int = 0) -> None:
+    def __init__(self, pool: SparePool | None = None, capacity: int = 0,
+                 dtype: torch.dtype | None = None) -> None:
         self._keys: Tensor | None = None  # (batch, heads, capacity, d_k)
         self._values: Tensor | None = None  # (batch, heads, capacity, d_v)
         self._pool = SparePool() if pool is None else pool
         self._capacity = capacity
+        self.dtype = dtype
+        """The dtype keys and values are stored in (None: the dtype they come in)."""
         self.length = 0
         """Number of cached positions."""
 
@@ -105,6 +108,8 @@ class KVCache:
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """Add new positions, keys (batch, heads, new, d_k) and values; return all so far."""
+        if self.dtype is not None:
+            keys, values = keys.to(self.dtype), values.to(self.dtype)
         end = self.length + keys.size(2)
         if self._keys is None or end > self._keys.size(2):
             self._grow(keys, values, end)
@@ -220,6 +225,8 @@ class MultiHeadAttention(nn.Module):
                 k, v = self._keys_values(memory)
                 if cache is not None:
                     cache.append(k, v)
+        out_dtype = q.dtype
+        q = q.to(k.dtype)  # a cache may store keys and values in a narrower dtype
         group = q.size(0) // k.size(0)
         if group > 1:
             # Several query rows per memory row (the beams of one sentence): fold them into
@@ -235,7 +242,7 @@ class MultiHeadAttention(nn.Module):
         if group > 1:
             out = _unfold_group(out, group)
             weights = None if weights is None else _unfold_group(weights, group)
-        out = out.transpose(1, 2).flatten(2)  # (batch, tgt_len, heads * d_v)
+        out = out.transpose(1, 2).flatten(2).to(out_dtype)  # (batch, tgt_len, heads * d_v)
         return self.out_proj(out), weights
 
 

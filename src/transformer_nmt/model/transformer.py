@@ -53,11 +53,12 @@ class EncoderOut:
 class DecoderCache:
     """Every decoder layer's self-attention and encoder-decoder attention KV caches."""
 
-    def __init__(self, layers: int, max_length: int = 0) -> None:
+    def __init__(self, layers: int, max_length: int = 0, dtype: torch.dtype | None = None
+                 ) -> None:
         # One spare buffer per kind serves all layers' reorders (see SparePool).
         self_pool, cross_pool = SparePool(), SparePool()
-        self.self_attention = [KVCache(self_pool, max_length) for _ in range(layers)]
-        self.cross_attention = [KVCache(cross_pool) for _ in range(layers)]
+        self.self_attention = [KVCache(self_pool, max_length, dtype) for _ in range(layers)]
+        self.cross_attention = [KVCache(cross_pool, dtype=dtype) for _ in range(layers)]
 
     @property
     def length(self) -> int:
@@ -115,6 +116,10 @@ class Transformer(nn.Module):
         # Pre-norm stacks end un-normalized, so they get one final LayerNorm each.
         self.encoder_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else None
         self.decoder_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else None
+        self.cache_dtype: torch.dtype | None = None
+        """The dtype incremental decoding caches keys and values in (None: the model's);
+        int8 decoding sets bfloat16 where the CPU computes it natively (see
+        transformer_nmt.decode.precision)."""
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -169,7 +174,7 @@ class Transformer(nn.Module):
     def new_cache(self, max_length: int = 0) -> DecoderCache:
         """An empty cache for incremental decoding with `decode(..., cache=cache)`;
         max_length: the most target positions the caller will decode (0: unknown)."""
-        return DecoderCache(len(self.decoder_layers), max_length)
+        return DecoderCache(len(self.decoder_layers), max_length, self.cache_dtype)
 
     def decode(self, tgt: Tensor, enc: EncoderOut, cache: DecoderCache | None = None,
                need_weights: bool = False) -> DecoderOut:
