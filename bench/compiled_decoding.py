@@ -74,10 +74,11 @@ def _self_attention(attn: MultiHeadAttention, x: Tensor, keys: Tensor, values: T
     """
     q, k, v = attn.qkv_proj(x).split(
         [attn.heads * attn.d_k, attn.heads * attn.d_k, attn.heads * attn.d_v], dim=-1)
-    q = attn._split_heads(q, attn.d_k)  # (batch, heads, 1, d_k)
-    keys.index_copy_(2, position, attn._split_heads(k, attn.d_k))
-    values.index_copy_(2, position, attn._split_heads(v, attn.d_v))
-    out = F.scaled_dot_product_attention(q, keys, values)
+    # The cache may hold a narrower dtype than the step computes in (int8 decoding's bf16).
+    q = attn._split_heads(q, attn.d_k).to(keys.dtype)  # (batch, heads, 1, d_k)
+    keys.index_copy_(2, position, attn._split_heads(k, attn.d_k).to(keys.dtype))
+    values.index_copy_(2, position, attn._split_heads(v, attn.d_v).to(values.dtype))
+    out = F.scaled_dot_product_attention(q, keys, values).to(x.dtype)
     return attn.out_proj(out.transpose(1, 2).flatten(2))  # (batch, 1, d_model)
 
 
@@ -85,10 +86,10 @@ def _cross_attention(attn: MultiHeadAttention, x: Tensor, keys: Tensor, values: 
                      memory_mask: Tensor) -> Tensor:
     """x: (batch, 1, d_model) attending to one sentence's encoder keys/values
     (sentences, heads, src_len, d); batch = group * sentences, as in MultiHeadAttention."""
-    q = attn._split_heads(attn.q_proj(x), attn.d_k)  # (batch, heads, 1, d_k)
+    q = attn._split_heads(attn.q_proj(x), attn.d_k).to(keys.dtype)  # (batch, heads, 1, d_k)
     group = q.size(0) // keys.size(0)
     q = _fold_group(q, group)  # (sentences, heads, group, d_k)
-    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=memory_mask)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=memory_mask).to(x.dtype)
     out = _unfold_group(out, group)  # (batch, heads, 1, d_v)
     return attn.out_proj(out.transpose(1, 2).flatten(2))
 
