@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
 import tempfile
 import threading
@@ -37,16 +36,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import translate_speed
+from translate_speed import figure
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import SpecialIds, beam_search, greedy_search
 from transformer_nmt.model.attention import KVCache, MultiHeadAttention, _fold_group, _unfold_group
 from transformer_nmt.model.transformer import DecoderCache, DecoderOut, EncoderOut, Transformer
-
-
-def figure(**values) -> None:
-    print(json.dumps(values), flush=True)
 
 
 def extend(cache: KVCache, new: int) -> tuple[Tensor, Tensor]:
