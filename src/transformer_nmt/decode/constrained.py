@@ -29,6 +29,7 @@ from torch import Tensor
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.search import (Hypothesis, Seq2Seq, SpecialIds, Stepper,
                                            length_penalty, max_lengths)
+from transformer_nmt.decode.selection import top_k
 from transformer_nmt.decode.step_rules import StepRules, fit_prefixes, prefix_tensor
 
 
@@ -168,7 +169,7 @@ def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[
                                    float("-inf"))
         rules.apply(log_probs, tokens, step, width, at_limit)
 
-        best = log_probs.topk(min(2 * k, log_probs.size(1)), dim=1).indices  # (rows, 2k)
+        best = top_k(log_probs, min(2 * k, log_probs.size(1)))[1]  # (rows, 2k)
         wanted = state.wanted(row_phrases, row_lengths)  # (rows, 1 + M)
         repeated = wanted.unsqueeze(2).eq(best.unsqueeze(1)).any(dim=2) | torch.tril(
             wanted.unsqueeze(2).eq(wanted.unsqueeze(1)), diagonal=-1).any(dim=2)

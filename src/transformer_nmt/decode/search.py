@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.selection import row_max, top_k
 from transformer_nmt.decode.step_rules import StepRules, fit_prefixes, prefix_tensor
 from transformer_nmt.memory import release_free_memory
 
@@ -265,7 +266,7 @@ def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: Deco
         log_probs = stepper.log_probs(tokens, step, special)  # (active, vocab)
         rules.apply(log_probs, tokens, step, 1, limits == step)
         if uniforms is None:
-            best_log_prob, best = log_probs.max(dim=-1)  # (active,)
+            best_log_prob, best = row_max(log_probs)  # (active,)
         else:
             best = _sample(log_probs, uniforms[:, step], cfg)
             best_log_prob = log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
@@ -340,7 +341,7 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
         candidates = (scores.view(n * width, 1) + log_probs).view(n, width * vocab)
         if candidates.size(1) < 2 * k:  # a vocabulary smaller than the beam
             candidates = F.pad(candidates, (0, 2 * k - candidates.size(1)), value=float("-inf"))
-        top_scores, top_index = candidates.topk(2 * k, dim=1)  # (n, 2k), best first
+        top_scores, top_index = top_k(candidates, 2 * k)  # (n, 2k), best first
         # Padding candidates (-inf, never kept alive) point at the sentence's last row.
         top_beam = (top_index // vocab).clamp(max=width - 1)
         top_token = top_index % vocab
