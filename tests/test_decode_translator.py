@@ -67,17 +67,28 @@ def test_parallel_workers_keep_order_and_translations(model_file):
 
 
 @pytest.mark.parametrize("cores, workers, batch_size", [(1, 1, 32), (2, 2, 16), (8, 2, 16)])
-def test_cpu_defaults_share_32_sentences_among_two_workers(monkeypatch, cores, workers,
-                                                           batch_size):
+def test_cpu_defaults_share_32_beam_4_sentences_among_two_workers(monkeypatch, cores, workers,
+                                                                  batch_size):
     monkeypatch.setattr(threads_module, "_PROCESS_THREADS", cores)
-    default = TranslatorOptions(SHORT).resolved()
+    beam_4 = DecodeConfig(beam=4)
+    default = TranslatorOptions(beam_4).resolved()
     assert (default.device, default.workers, default.batch_size) == (
         torch.device("cpu"), workers, batch_size)
-    line_by_line = TranslatorOptions(SHORT, buffer_size=1).resolved()
+    line_by_line = TranslatorOptions(beam_4, buffer_size=1).resolved()
     assert (line_by_line.workers, line_by_line.batch_size) == (1, 32)
-    explicit = TranslatorOptions(SHORT, batch_size=5, workers=4).resolved()
+    explicit = TranslatorOptions(beam_4, batch_size=5, workers=4).resolved()
     assert (explicit.workers, explicit.batch_size) == (4, 5)
     assert explicit.resolved() == explicit
+
+
+@pytest.mark.parametrize("decode, per_worker", [
+    (DecodeConfig(beam=1), 48), (DecodeConfig(beam=2), 32), (DecodeConfig(beam=8), 16),
+    (DecodeConfig(sampling=True, nbest=1), 48), (DecodeConfig(sampling=True, nbest=3), 21)])
+def test_searches_with_fewer_rows_per_sentence_get_more_sentences(monkeypatch, decode,
+                                                                  per_worker):
+    # About 128 decoder rows in flight (at least 32 sentences, at most 96), two workers.
+    monkeypatch.setattr(threads_module, "_PROCESS_THREADS", 2)
+    assert TranslatorOptions(decode).resolved().batch_size == per_worker
 
 
 def test_a_translator_decodes_with_resolved_options(model_file):

@@ -52,8 +52,9 @@ def _add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                           "whatever the batching (default 0)")
     speed = parser.add_argument_group("speed")
     speed.add_argument("--batch-size", type=int, metavar="N",
-                       help="sentences translated together, sorted by length (default: 32 "
-                       "shared by the workers, 16 each for two)")
+                       help="sentences translated together, sorted by length (default: "
+                       "about 128 decoder rows shared by the workers, so for two workers 16 "
+                       "sentences each at beam 4, 32 at beam 2, 48 for greedy search)")
     speed.add_argument("--max-tokens", type=int, metavar="N",
                        help="also limit a batch to N source tokens, padding included "
                        "(default: no limit)")
