@@ -2,9 +2,9 @@
 
 nn.Linear keeps its weight as (out, in) and multiplies by its transpose. MKL's products
 of the few dozen rows a decoding step has run 1.1-1.5× faster when the matrix is stored
-(in, out) instead (bench/RESULTS.md, "CPU decoding, 2026-11-25"): beam search 1.04-1.15×
-as fast, every translation unchanged. The results agree
-to float32 rounding: MKL may sum in another order for some shapes.
+(in, out) instead (bench/RESULTS.md, "CPU decoding, 2026-11-25"): beam search 1.02-1.15×
+as fast, every translation unchanged. The results agree to float32 rounding: MKL may sum
+in another order for some shapes.
 """
 
 from __future__ import annotations
