@@ -28,6 +28,14 @@ def _blocked(scores: Tensor, k: int) -> bool:
     return scores.device.type == "cpu" and scores.size(1) >= 4 * k * BLOCK
 
 
+def _blocks(scores: Tensor) -> tuple[Tensor, int]:
+    """scores (rows, n) as (rows, n // BLOCK, BLOCK) whole blocks (a view), and the
+    number of entries they cover; the rest form a partial last block."""
+    rows, n = scores.shape
+    whole = n - n % BLOCK
+    return scores[:, :whole].view(rows, whole // BLOCK, BLOCK), whole
+
+
 def top_k(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """torch.topk(scores, k, dim=1): the k largest values of each row of scores (rows, n),
     largest first, and their indices, both (rows, k). k <= n.
@@ -39,16 +47,15 @@ def top_k(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     if not _blocked(scores, k):
         return scores.topk(k, dim=1)
     rows, n = scores.shape
-    whole = n - n % BLOCK
-    blocks = scores[:, :whole].view(rows, whole // BLOCK, BLOCK)  # (rows, blocks, BLOCK)
+    blocks, whole = _blocks(scores)
     kept = blocks.amax(dim=2).topk(k, dim=1).indices  # (rows, k) the blocks with the largest maxima
     candidates = blocks.gather(1, kept.unsqueeze(2).expand(rows, k, BLOCK)).view(rows, k * BLOCK)
-    # A last, partial block always takes part.
-    candidates = torch.cat([candidates, scores[:, whole:]], dim=1)  # (rows, k * BLOCK + rest)
+    index = (kept.unsqueeze(2) * BLOCK + torch.arange(BLOCK)).view(rows, k * BLOCK)
+    if whole < n:  # a partial last block always takes part
+        candidates = torch.cat([candidates, scores[:, whole:]], dim=1)
+        index = torch.cat([index, torch.arange(whole, n).expand(rows, n - whole)], dim=1)
     values, position = candidates.topk(k, dim=1)  # (rows, k)
-    in_block = position < k * BLOCK
-    block_index = kept.gather(1, (position // BLOCK).clamp(max=k - 1)) * BLOCK + position % BLOCK
-    return values, torch.where(in_block, block_index, position - k * BLOCK + whole)
+    return values, index.gather(1, position)
 
 
 def row_max(scores: Tensor) -> tuple[Tensor, Tensor]:
@@ -57,8 +64,7 @@ def row_max(scores: Tensor) -> tuple[Tensor, Tensor]:
     if not _blocked(scores, 1):
         return scores.max(dim=1)
     rows, n = scores.shape
-    whole = n - n % BLOCK
-    blocks = scores[:, :whole].view(rows, whole // BLOCK, BLOCK)  # (rows, blocks, BLOCK)
+    blocks, whole = _blocks(scores)
     first_block = blocks.amax(dim=2).argmax(dim=1)  # (rows,) the first block holding the maximum
     block = blocks.gather(1, first_block.view(rows, 1, 1).expand(rows, 1, BLOCK)).squeeze(1)
     values, offset = block.max(dim=1)  # (rows,): first occurrence within that block
