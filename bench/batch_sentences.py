@@ -34,18 +34,11 @@ def measure(args: argparse.Namespace) -> None:
 
     import translate_speed
     from transformer_nmt.config import DecodeConfig
-    from transformer_nmt.data.vocab import Vocab
     from transformer_nmt.decode.precision import prepare_model
     from transformer_nmt.decode.search import SpecialIds
-    from transformer_nmt.model_file import load_for_inference
 
     torch.set_num_threads(1)
-    if args.model:
-        loaded = load_for_inference(args.model)
-        model, vocab = loaded.model, loaded.vocab
-    else:
-        vocab = Vocab.load(args.spm)
-        model = translate_speed.random_model(vocab)
+    model, vocab = translate_speed.model_and_vocab(args.model, args.spm)
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     search, per_worker = args.case.split(":")
     beam = 1 if search == "greedy" else int(search.removeprefix("beam"))
@@ -64,10 +57,10 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    import translate_speed
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="a trained model file (default: random base model)")
-    parser.add_argument("--src", type=Path, help="source sentences (needed with --model; "
-                        "default for the random model: newstest2014.en)")
+    translate_speed.add_model_arguments(parser)
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--cases", default="greedy:16,greedy:32,greedy:48,greedy:64,"
                         "beam2:16,beam2:32,beam4:16",
@@ -76,15 +69,10 @@ def main() -> None:
     parser.add_argument("--case", help=argparse.SUPPRESS)  # in a child
     parser.add_argument("--spm", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.model and not args.src:
-        parser.error("--model needs --src, the source sentences to translate")
+    translate_speed.require_source(parser, args)
     if args.case:
         measure(args)
         return
-    import translate_speed
-
-    if args.src is None:
-        args.src = translate_speed.DATA / "newstest2014.en"
     with tempfile.TemporaryDirectory() as workdir:
         spm = [] if args.model else ["--spm", str(translate_speed.learn_vocab(8000,
                                                                               Path(workdir)))]

@@ -32,14 +32,12 @@ import torch
 
 import translate_speed
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode import search
 from transformer_nmt.decode.layout import TransposedLinear
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import SpecialIds, beam_search, greedy_search
 from transformer_nmt.decode.threads import decoding_threads, torch_threads
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.model_file import load_for_inference
 
 VARIANTS = ("current", "linear_layout", "torch_selection", "before")
 
@@ -107,32 +105,24 @@ def decode(model, sources, beam: int, special: SpecialIds, workers: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="a trained model file (default: random base model)")
-    parser.add_argument("--src", type=Path, help="source sentences (needed with --model; "
-                        "default for the random model: newstest2014.en)")
+    translate_speed.add_model_arguments(parser)
     parser.add_argument("--sentences", type=int, default=389)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
 
-    if args.model and not args.src:
-        parser.error("--model needs --src, the source sentences to translate")
+    translate_speed.require_source(parser, args)
     with tempfile.TemporaryDirectory() as workdir:
-        if args.model:
-            loaded = load_for_inference(args.model)
-            model, vocab = loaded.model, loaded.vocab
-        else:
-            vocab = Vocab.load(translate_speed.learn_vocab(8000, Path(workdir)))
-            model = translate_speed.random_model(vocab)
-    src = args.src or translate_speed.DATA / "newstest2014.en"
+        spm = None if args.model else translate_speed.learn_vocab(8000, Path(workdir))
+        model, vocab = translate_speed.model_and_vocab(args.model, spm)
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
-    ids = vocab.encode_batch(translate_speed.read_sentences(src, args.sentences))
+    ids = vocab.encode_batch(translate_speed.read_sentences(args.src, args.sentences))
     sources = translate_speed.batches(ids, args.batch_size, special.pad, special.eos)
     plain = copy.deepcopy(model).eval()  # as decoding prepared an fp32 model before
     transposed = prepare_model(model, "cpu", "fp32")
     figure(figure="setup", model=args.model or "random base model, forced lengths",
-           source=str(src), sentences=len(ids), batch_size=args.batch_size,
+           source=str(args.src), sentences=len(ids), batch_size=args.batch_size,
            workers=args.workers, threads_per_worker=decoding_threads(args.workers, "cpu"))
     transformer = next(m for m in transposed.modules() if isinstance(m, Transformer))
     kernels(transformer.cfg.d_model, transformer.vocab_size)

@@ -176,14 +176,35 @@ def figure(**values) -> None:
     print(json.dumps(values), flush=True)
 
 
+def model_and_vocab(model_file: str | None, spm: str | Path) -> tuple[nn.Module, Vocab]:
+    """A trained model file's model and vocabulary, or without one the random base-shape
+    model (`random_model`) over the vocabulary at `spm`."""
+    if model_file:
+        loaded = load_for_inference(model_file)
+        return loaded.model, loaded.vocab
+    vocab = Vocab.load(str(spm))
+    return random_model(vocab), vocab
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model and --src as the scripts that decode either model take them (--src is
+    needed with --model; check it with `require_source`)."""
+    parser.add_argument("--model", help="a trained model file (default: random base model)")
+    parser.add_argument("--src", type=Path, help="source sentences (needed with --model; "
+                        "default for the random model: newstest2014.en)")
+
+
+def require_source(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse --model without --src; give the random model newstest2014's English."""
+    if args.model and not args.src:
+        parser.error("--model needs --src, the source sentences to translate")
+    if args.src is None:
+        args.src = DATA / "newstest2014.en"
+
+
 def measure(args: argparse.Namespace) -> None:
     """The figures of one precision, in this process."""
-    if args.model:
-        loaded = load_for_inference(args.model)
-        model, vocab = loaded.model, loaded.vocab
-    else:
-        vocab = Vocab.load(args.spm)
-        model = random_model(vocab)
+    model, vocab = model_and_vocab(args.model, args.spm)
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     ids = vocab.encode_batch(read_sentences(args.src, args.sentences))
     prepared = prepare_model(model, "cpu", args.child)
