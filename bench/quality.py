@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from transformer_nmt.quickstart import QuickstartOptions, quickstart
-from transformer_nmt.train.run import parse_assignment
+from transformer_nmt.training.run import parse_assignment
 
 
 def main() -> None:

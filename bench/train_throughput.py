@@ -36,12 +36,12 @@ from process_memory import peak_rss_mb
 from transformer_nmt.config import get_preset
 from transformer_nmt.data.collate import Batch
 from transformer_nmt.model.transformer import Transformer, sinusoidal_encodings
-from transformer_nmt.train.distributed import init_distributed
-from transformer_nmt.train.loss import label_smoothed_nll
+from transformer_nmt.training.distributed import init_distributed
+from transformer_nmt.training.loss import label_smoothed_nll
 from transformer_nmt.model.flops import train_step_flops
-from transformer_nmt.train.metrics import measure_peak_flops
-from transformer_nmt.train.precision import DTYPES, autocast
-from transformer_nmt.train.trainer import Trainer
+from transformer_nmt.training.metrics import measure_peak_flops
+from transformer_nmt.training.precision import DTYPES, autocast
+from transformer_nmt.training.trainer import Trainer
 
 VOCAB = 8000
 SHAPES = [(200, 20), (160, 25), (125, 32)]

@@ -21,8 +21,8 @@ from transformer_nmt.data.manifest import SPM_MODEL
 from transformer_nmt.data.text import read_lines
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, save_model_file
-from transformer_nmt.train.checkpoint import LAST
-from transformer_nmt.train.session import train
+from transformer_nmt.training.checkpoint import LAST
+from transformer_nmt.training.session import train
 
 
 @pytest.fixture

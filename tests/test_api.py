@@ -13,11 +13,12 @@ from export_fixtures import task_sentences
 
 
 def test_importing_the_package_imports_neither_torch_nor_the_library():
+    """Only the version's leaf module comes with it."""
     code = ("import sys, transformer_nmt; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('transformer_nmt.')))")
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True)
-    assert child.stdout.strip() == "[]"
+    assert child.stdout.strip() == "['transformer_nmt.version']"
 
 
 def test_the_api_names_are_the_librarys_own():
@@ -28,11 +29,11 @@ def test_the_api_names_are_the_librarys_own():
     from transformer_nmt.data.prepare import prepare as prepare_function
     from transformer_nmt.decode.translator import Translator as translator
     from transformer_nmt.decode.translator import TranslatorOptions as translator_options
+    from transformer_nmt.training.session import train as train_function
 
-    assert (Translator, TranslatorOptions, DecodeConfig, prepare, PrepareOptions) == (
-        translator, translator_options, decode_config, prepare_function, prepare_options)
-    # `train` is the training subpackage, made callable as its session.train.
-    assert callable(train) and train is sys.modules["transformer_nmt.train"]
+    assert (Translator, TranslatorOptions, DecodeConfig, prepare, PrepareOptions, train) == (
+        translator, translator_options, decode_config, prepare_function, prepare_options,
+        train_function)
     assert set(transformer_nmt.API) <= set(dir(transformer_nmt))
     with pytest.raises(AttributeError, match="no attribute 'Translate'"):
         transformer_nmt.Translate  # noqa: B018
@@ -56,7 +57,7 @@ def test_train_and_prepare_from_the_api_make_a_model(tmp_path, tiny_data):
     from train_fixtures import tiny_overrides
     from transformer_nmt import PrepareOptions, Translator, prepare, train
 
-    assert "transformer_nmt.train.session" in sys.modules
+    assert "transformer_nmt.training.session" in sys.modules
     source = tmp_path / "train.en"
     source.write_text("".join(f"{w} house\n" for w in ("a", "the", "small", "big") * 20))
     target = tmp_path / "train.de"

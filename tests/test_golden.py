@@ -23,8 +23,8 @@ import torch
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
-from transformer_nmt.train.checkpoint import LAST
-from transformer_nmt.train.session import train
+from transformer_nmt.training.checkpoint import LAST
+from transformer_nmt.training.session import train
 
 from train_fixtures import tiny_overrides
 

@@ -19,14 +19,14 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "transformer_nmt"
 
 FORBIDDEN = {
-    "model": {"data", "train", "decode", "serve", "export", "cli"},
-    "data": {"model", "train", "decode", "cli"},
-    "decode": {"train", "cli"},
-    "serve": {"train", "cli"},
-    "export": {"train", "serve", "cli"},
-    "model_file": {"train", "decode", "serve", "export", "cli"},
-    "model_dir": {"model", "data", "train", "decode", "serve", "export", "cli", "model_file"},
-    "runtime": {"train", "decode", "cli"},
+    "model": {"data", "training", "decode", "serve", "export", "cli"},
+    "data": {"model", "training", "decode", "cli"},
+    "decode": {"training", "cli"},
+    "serve": {"training", "cli"},
+    "export": {"training", "serve", "cli"},
+    "model_file": {"training", "decode", "serve", "export", "cli"},
+    "model_dir": {"model", "data", "training", "decode", "serve", "export", "cli", "model_file"},
+    "runtime": {"training", "decode", "cli"},
 }
 """Layer -> the layers it must not import: those above it."""
 ONLY_ERRORS = {"config", "errors", "files"}
@@ -211,15 +211,15 @@ def local_import_violations(files: list[SourceFile]) -> list[tuple[str, str, str
 KNOWN = {"transformer_nmt", "transformer_nmt.errors", "transformer_nmt.config",
          "transformer_nmt.cli", "transformer_nmt.model", "transformer_nmt.model.attention",
          "transformer_nmt.model.layers", "transformer_nmt.data", "transformer_nmt.data.vocab",
-         "transformer_nmt.decode", "transformer_nmt.decode.search", "transformer_nmt.train",
-         "transformer_nmt.train.loss"}
+         "transformer_nmt.decode", "transformer_nmt.decode.search", "transformer_nmt.training",
+         "transformer_nmt.training.loss"}
 
 EXAMPLE = """\
 import os
 from . import attention
 from ..data import vocab
 from .. import errors
-from ..train.loss import smoothed, nll
+from ..training.loss import smoothed, nll
 import sys as system
 
 
@@ -242,8 +242,8 @@ def test_collector_resolves_relative_imports_and_sees_function_level_ones():
         (2, "transformer_nmt.model.attention", False),
         (3, "transformer_nmt.data.vocab", False),
         (4, "transformer_nmt.errors", False),
-        (5, "transformer_nmt.train.loss", False),
-        (5, "transformer_nmt.train.loss", False),
+        (5, "transformer_nmt.training.loss", False),
+        (5, "transformer_nmt.training.loss", False),
         (6, "sys", False),
         (10, "transformer_nmt.decode.search", True),
         (11, "matplotlib.pyplot", True),
@@ -266,9 +266,9 @@ def test_relative_imports_in_a_package_init_start_from_the_package():
     ("transformer_nmt/data/vocab.py", "\nfrom ..model.attention import x",
      "transformer_nmt/data/vocab.py:2 imports transformer_nmt.model.attention "
      "(data must not import model)"),
-    ("transformer_nmt/decode/search.py", "import transformer_nmt.train.loss",
-     "transformer_nmt/decode/search.py:1 imports transformer_nmt.train.loss "
-     "(decode must not import train)"),
+    ("transformer_nmt/decode/search.py", "import transformer_nmt.training.loss",
+     "transformer_nmt/decode/search.py:1 imports transformer_nmt.training.loss "
+     "(decode must not import training)"),
     ("transformer_nmt/model_file.py", "from transformer_nmt import cli",
      "transformer_nmt/model_file.py:1 imports transformer_nmt.cli "
      "(model_file must not import cli)"),
@@ -283,7 +283,7 @@ def test_an_arrow_pointing_up_is_reported_with_file_line_and_rule(path, code, me
 def test_bottom_layers_may_import_errors_and_the_cli_may_import_anything():
     sources = [collect("from transformer_nmt.errors import UserError", path, KNOWN)
                for path in ("transformer_nmt/config.py", "transformer_nmt/files.py")]
-    sources.append(collect("from transformer_nmt.train import loss\nimport argparse\n"
+    sources.append(collect("from transformer_nmt.training import loss\nimport argparse\n"
                            "import sys\nsys.argv\n", "transformer_nmt/cli.py", KNOWN))
     sources.append(collect("def main():\n    from transformer_nmt.decode import search\n",
                            "transformer_nmt/cli/translate.py", KNOWN))
@@ -293,12 +293,12 @@ def test_bottom_layers_may_import_errors_and_the_cli_may_import_anything():
 
 
 def test_argument_parsing_outside_the_cli_is_reported():
-    files = [collect("import argparse", "transformer_nmt/train/run.py", KNOWN),
+    files = [collect("import argparse", "transformer_nmt/training/run.py", KNOWN),
              collect("def f():\n    from sys import argv\n", "transformer_nmt/quickstart.py",
                      KNOWN),
              collect("import sys\n\nprint(sys.argv[1:])", "transformer_nmt/evaluate.py", KNOWN)]
     assert argument_violations(files) == [
-        "transformer_nmt/train/run.py:1 imports argparse (only the cli parses arguments)",
+        "transformer_nmt/training/run.py:1 imports argparse (only the cli parses arguments)",
         "transformer_nmt/quickstart.py:2 imports sys.argv (only the cli parses arguments)",
         "transformer_nmt/evaluate.py:3 imports sys.argv (only the cli parses arguments)",
     ]

@@ -11,7 +11,7 @@ from transformer_nmt.errors import UserError
 from transformer_nmt import model_file as model_file_module
 from transformer_nmt.model_file import (load_for_inference, read_model_file,
                                         save_model_file)
-from transformer_nmt.train.checkpoint import LAST
+from transformer_nmt.training.checkpoint import LAST
 
 from train_fixtures import TINY
 

@@ -13,7 +13,7 @@ import sacrebleu
 from transformer_nmt.cli import main
 from transformer_nmt.config import get_preset
 from transformer_nmt.quickstart import QuickstartOptions, _shorter_warmup
-from transformer_nmt.train.schedule import InverseSqrtSchedule
+from transformer_nmt.training.schedule import InverseSqrtSchedule
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k"
 RAW = Path("data") / "task1" / "raw"

@@ -8,7 +8,7 @@ checkpoint):
   format, version, model (state dict), model_config (dict), vocab_size, pad_id,
   vocab (the sentencepiece model proto as bytes, so that a model file is self-contained).
 Training checkpoints add the optimizer, scheduler, sampler and RNG states
-(see train/checkpoint.py). Translation, evaluation and training all read models here,
+(see training/checkpoint.py). Translation, evaluation and training all read models here,
 so that translating needs nothing of the trainer.
 """
 

@@ -23,10 +23,10 @@ from transformer_nmt.decode.threads import decoding_threads, torch_threads
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.evaluate import evaluate_model, format_table
 from transformer_nmt.model_file import save_model_file
-from transformer_nmt.train.checkpoint import (average_checkpoints, checkpoints_to_average,
+from transformer_nmt.training.checkpoint import (average_checkpoints, checkpoints_to_average,
                                               numbered_checkpoints)
-from transformer_nmt.train.metrics import plot_metrics
-from transformer_nmt.train.session import train
+from transformer_nmt.training.metrics import plot_metrics
+from transformer_nmt.training.session import train
 
 # Sentences of the kind the default corpus teaches (its domain is scripture), per language.
 EXAMPLES = {

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from transformer_nmt import __version__
+from transformer_nmt.version import __version__
 from transformer_nmt.cli.decode import (add_attention_parser, add_evaluate_parser,
                                         add_translate_parser)
 from transformer_nmt.cli.export import add_export_parser

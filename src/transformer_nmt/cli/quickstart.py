@@ -41,7 +41,7 @@ def run_quickstart(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from transformer_nmt.quickstart import QuickstartOptions, quickstart
-    from transformer_nmt.train.run import parse_assignment
+    from transformer_nmt.training.run import parse_assignment
 
     quickstart(QuickstartOptions(
         out=Path(args.out), corpus=args.corpus, src=args.src, tgt=args.tgt, mirror=args.mirror,

@@ -146,8 +146,8 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> None:
-    from transformer_nmt.train.run import parse_assignment
-    from transformer_nmt.train.session import train
+    from transformer_nmt.training.run import parse_assignment
+    from transformer_nmt.training.session import train
 
     overrides = [parse_assignment(text) for text in args.set]
     overrides += [(name, getattr(args, dest)) for dest, name in _TRAIN_FLAGS
@@ -187,7 +187,7 @@ def add_average_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_average(args: argparse.Namespace) -> None:
     from transformer_nmt.model_file import save_model_file
-    from transformer_nmt.train.checkpoint import (average_checkpoints, check_average_output,
+    from transformer_nmt.training.checkpoint import (average_checkpoints, check_average_output,
                                                   checkpoints_to_average)
 
     for name in ("last", "best"):
@@ -220,7 +220,7 @@ def add_plot_parser(subparsers: argparse._SubParsersAction) -> None:
 def run_plot(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from transformer_nmt.train.metrics import plot_metrics
+    from transformer_nmt.training.metrics import plot_metrics
 
     run = Path(args.run)
     out = args.out or (run if run.is_dir() else run.parent) / "curves.png"

@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 import numpy as np
 from tqdm import tqdm
 
-from transformer_nmt import __version__
+from transformer_nmt.version import __version__
 from transformer_nmt.config import TrainConfig, differences
 from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.binarize import IdsWriter, ids_dtype, read_ids

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from transformer_nmt import __version__
+from transformer_nmt.version import __version__
 from transformer_nmt.model_file import model_languages, model_preset, model_training_steps
 
 EXPORT_FORMAT_VERSION = 1

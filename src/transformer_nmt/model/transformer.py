@@ -229,7 +229,7 @@ class Transformer(nn.Module):
 
         project=False returns the decoder's output (batch, tgt_len, d_model) before the
         pre-softmax projection instead, for a loss that projects a chunk at a time
-        (train/loss.py). Training calls the model through forward, as DDP requires.
+        (training/loss.py). Training calls the model through forward, as DDP requires.
         """
         enc = self.encode(src)
         if project:

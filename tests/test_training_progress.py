@@ -1,4 +1,4 @@
-"""A run's bookkeeping (train/progress.py): totals that survive a weights_only checkpoint,
+"""A run's bookkeeping (training/progress.py): totals that survive a weights_only checkpoint,
 interval sums that reset, and the closing report."""
 
 import math
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_nmt.train.progress import (Interval, ProgressState, TrainSummary,
+from transformer_nmt.training.progress import (Interval, ProgressState, TrainSummary,
                                             finished_lines, report_lines)
-from transformer_nmt.train.trainer import StepResult
+from transformer_nmt.training.trainer import StepResult
 
 
 def step(tgt=100, src=90):

@@ -19,7 +19,7 @@ from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.search import SpecialIds, search
 from transformer_nmt.evaluate import read_text, score
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.train.precision import autocast
+from transformer_nmt.training.precision import autocast
 
 
 def validation_batches(data: ParallelData, max_tokens: int, max_len: int, *, seed: int,

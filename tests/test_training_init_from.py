@@ -1,4 +1,4 @@
-"""Fine-tuning (train/init_from.py, `nmt train --init-from`): a model trained on one task
+"""Fine-tuning (training/init_from.py, `nmt train --init-from`): a model trained on one task
 adapts to another, the run records its starting model, resumes exactly from its own
 checkpoints, and refuses data of another vocabulary or settings of another architecture."""
 
@@ -11,12 +11,12 @@ from transformer_nmt.cli import main
 from transformer_nmt.config import TrainConfig
 from transformer_nmt.data.binarize import load_split
 from transformer_nmt.model_file import build_model, read_model_file, vocab_source
-from transformer_nmt.train.checkpoint import LAST
-from transformer_nmt.train.distributed import Distributed
-from transformer_nmt.train.init_from import FINETUNE_LR_PEAK, FINETUNE_WARMUP, file_sha256
-from transformer_nmt.train.session import train
-from transformer_nmt.train.trainer import Trainer
-from transformer_nmt.train.validation import validation_batches
+from transformer_nmt.training.checkpoint import LAST
+from transformer_nmt.training.distributed import Distributed
+from transformer_nmt.training.init_from import FINETUNE_LR_PEAK, FINETUNE_WARMUP, file_sha256
+from transformer_nmt.training.session import train
+from transformer_nmt.training.trainer import Trainer
+from transformer_nmt.training.validation import validation_batches
 
 from train_fixtures import TINY, make_copy_task_data, make_tiny_data, tiny_overrides
 

@@ -2,7 +2,7 @@
 
 `Trainer` owns a model's optimizer, schedule, precision and DDP wrapper, and knows how to
 take one optimizer step from a list of batches and how to evaluate; it touches no files.
-The whole of `nmt train` (the run, its data, loop and checkpoints) is train/session.py.
+The whole of `nmt train` (the run, its data, loop and checkpoints) is training/session.py.
 
 One optimizer step sums the loss over every target token of its batches (update_freq of
 them per process) and divides the gradient by the number of target tokens of the whole
@@ -29,10 +29,10 @@ from transformer_nmt.data.collate import Batch
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID
 from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.train.distributed import Distributed
-from transformer_nmt.train.loss import perplexity, projected_label_smoothed_nll
-from transformer_nmt.train.precision import attention_kernels, autocast
-from transformer_nmt.train.schedule import InverseSqrtSchedule
+from transformer_nmt.training.distributed import Distributed
+from transformer_nmt.training.loss import perplexity, projected_label_smoothed_nll
+from transformer_nmt.training.precision import attention_kernels, autocast
+from transformer_nmt.training.schedule import InverseSqrtSchedule
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The whole of `nmt train` as a library call (train/session.py): exact resume, checkpoints,
+"""The whole of `nmt train` as a library call (training/session.py): exact resume, checkpoints,
 limits, divergence, validation hooks and the MFU's measured peak."""
 
 import json
@@ -11,10 +11,10 @@ import torch
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import read_model_file
-from transformer_nmt.train import metrics as metrics_module
-from transformer_nmt.train import trainer as trainer_module
-from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints
-from transformer_nmt.train.session import train
+from transformer_nmt.training import metrics as metrics_module
+from transformer_nmt.training import trainer as trainer_module
+from transformer_nmt.training.checkpoint import LAST, numbered_checkpoints
+from transformer_nmt.training.session import train
 
 from train_fixtures import tiny_overrides
 

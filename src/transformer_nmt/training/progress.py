@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transformer_nmt.train.loss import perplexity
-from transformer_nmt.train.metrics import format_count, format_duration
-from transformer_nmt.train.trainer import StepResult
+from transformer_nmt.training.loss import perplexity
+from transformer_nmt.training.metrics import format_count, format_duration
+from transformer_nmt.training.trainer import StepResult
 
 SIGNALS = ("SIGINT", "SIGTERM", "signal")
 """The values of `TrainSummary.stopped_by` that mean a signal stopped the run."""

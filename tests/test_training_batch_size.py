@@ -1,10 +1,10 @@
-"""Sharing one update's batch among processes (train/batch_size.py): the global batch stays
+"""Sharing one update's batch among processes (training/batch_size.py): the global batch stays
 the configured one at any world size unless max_tokens and update_freq fix it per process."""
 
 import pytest
 
 from transformer_nmt.config import get_preset
-from transformer_nmt.train.batch_size import BatchPlan, describe_batch, plan_batch
+from transformer_nmt.training.batch_size import BatchPlan, describe_batch, plan_batch
 
 
 @pytest.mark.parametrize("world_size, expected", [

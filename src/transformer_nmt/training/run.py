@@ -23,18 +23,18 @@ from typing import Any, Iterable
 
 import torch
 
-from transformer_nmt import __version__
+from transformer_nmt.version import __version__
 from transformer_nmt.config import (ModelConfig, TrainConfig, config_from_dict, differences,
                                     get_preset)
 from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
 from transformer_nmt.files import write_json_atomic
 from transformer_nmt.errors import UserError
-from transformer_nmt.train.batch_size import fixes_batch_per_process
-from transformer_nmt.train.checkpoint import LAST, numbered_checkpoints
-from transformer_nmt.train.init_from import (FINETUNE_LR_PEAK, FINETUNE_WARMUP,
+from transformer_nmt.training.batch_size import fixes_batch_per_process
+from transformer_nmt.training.checkpoint import LAST, numbered_checkpoints
+from transformer_nmt.training.init_from import (FINETUNE_LR_PEAK, FINETUNE_WARMUP,
                                              check_init_architecture, check_init_vocab,
                                              read_init_model)
-from transformer_nmt.train.run_lock import LOCK_FILE
+from transformer_nmt.training.run_lock import LOCK_FILE
 
 RUN_FORMAT = "transformer-nmt-run"
 RUN_VERSION = 1

@@ -1,4 +1,4 @@
-"""train/run.py: durations, --set assignments and overrides, and the decision to start,
+"""training/run.py: durations, --set assignments and overrides, and the decision to start,
 resume or refuse a run directory (plan_run), without training anything."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 from transformer_nmt.config import ModelConfig, TrainConfig, get_preset
 from transformer_nmt.errors import UserError
-from transformer_nmt.train.batch_size import BatchPlan, plan_batch
-from transformer_nmt.train.checkpoint import LAST
-from transformer_nmt.train.run import (CONFIG_FILE, apply_overrides, parse_assignment,
+from transformer_nmt.training.batch_size import BatchPlan, plan_batch
+from transformer_nmt.training.checkpoint import LAST
+from transformer_nmt.training.run import (CONFIG_FILE, apply_overrides, parse_assignment,
                                        parse_duration, plan_run, write_run_config)
 
 from train_fixtures import tiny_overrides

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from transformer_nmt.train.schedule import InverseSqrtSchedule
+from transformer_nmt.training.schedule import InverseSqrtSchedule
 
 
 def test_paper_values():

@@ -1,4 +1,4 @@
-"""Carrying out a decided precision (train/precision.py): autocast per precision, and SDPA's
+"""Carrying out a decided precision (training/precision.py): autocast per precision, and SDPA's
 math kernel for short CPU bf16 batches only."""
 
 import contextlib
@@ -6,7 +6,7 @@ import contextlib
 import pytest
 import torch
 
-from transformer_nmt.train.precision import (DTYPES, MATH_ATTENTION_MAX_LEN, attention_kernels,
+from transformer_nmt.training.precision import (DTYPES, MATH_ATTENTION_MAX_LEN, attention_kernels,
                                              autocast)
 
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""One optimizer step (train/trainer.py): accumulation equals one big batch, skipped updates
+"""One optimizer step (training/trainer.py): accumulation equals one big batch, skipped updates
 leave nothing behind (non-finite, out of GPU memory, fp16 overflow), bf16 and fp16 keep
 float32 weights, and the trainer's state round-trips."""
 
@@ -15,8 +15,8 @@ from transformer_nmt.data.collate import collate
 from transformer_nmt.data.binarize import load_split
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runtime import bf16_supported
-from transformer_nmt.train.distributed import init_distributed
-from transformer_nmt.train.trainer import Trainer
+from transformer_nmt.training.distributed import init_distributed
+from transformer_nmt.training.trainer import Trainer
 
 
 CPU = torch.device("cpu")

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from transformer_nmt.errors import UserError
-from transformer_nmt.train.run_lock import RunLock
+from transformer_nmt.training.run_lock import RunLock
 
-HOLD = ("import sys, time; from transformer_nmt.train.run_lock import RunLock; "
+HOLD = ("import sys, time; from transformer_nmt.training.run_lock import RunLock; "
         "lock = RunLock(sys.argv[1]); print('held', flush=True); time.sleep(60)")
 
 

@@ -2,9 +2,9 @@
 loop until a limit or a signal, log, validate and checkpoint.
 
 `train` is the entry point; every process of a torchrun launch calls it and only rank 0
-writes files. One optimizer step is `Trainer.train_step` (train/trainer.py); what the run
-has done is kept in train/progress.py's dataclasses; the run directory's rules are
-train/run.py's.
+writes files. One optimizer step is `Trainer.train_step` (training/trainer.py); what the run
+has done is kept in training/progress.py's dataclasses; the run directory's rules are
+training/run.py's.
 """
 
 from __future__ import annotations
@@ -29,21 +29,21 @@ from transformer_nmt.files import atomic_link
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, read_model_file, save_model_file
 from transformer_nmt.runtime import resolve_precision
-from transformer_nmt.train.batch_size import describe_batch, plan_batch
-from transformer_nmt.train.checkpoint import BEST, rng_states, save_numbered, set_rng_states
-from transformer_nmt.train.distributed import Distributed, init_distributed, shutdown
-from transformer_nmt.train.init_from import read_init_weights
-from transformer_nmt.train.loss import perplexity
-from transformer_nmt.train.metrics import MetricsLog, PeakFlops, format_duration
-from transformer_nmt.train.precision import DTYPES
-from transformer_nmt.train.progress import (Interval, ProgressState, TrainSummary,
+from transformer_nmt.training.batch_size import describe_batch, plan_batch
+from transformer_nmt.training.checkpoint import BEST, rng_states, save_numbered, set_rng_states
+from transformer_nmt.training.distributed import Distributed, init_distributed, shutdown
+from transformer_nmt.training.init_from import read_init_weights
+from transformer_nmt.training.loss import perplexity
+from transformer_nmt.training.metrics import MetricsLog, PeakFlops, format_duration
+from transformer_nmt.training.precision import DTYPES
+from transformer_nmt.training.progress import (Interval, ProgressState, TrainSummary,
                                             finished_lines, report_lines)
-from transformer_nmt.train.run import (RunPlan, check_checkpoint, may_hold_run, plan_run,
+from transformer_nmt.training.run import (RunPlan, check_checkpoint, may_hold_run, plan_run,
                                        resume_candidates, session_record, write_run_config)
-from transformer_nmt.train.run_lock import RunLock
-from transformer_nmt.train.signals import StopSignals
-from transformer_nmt.train.trainer import StepResult, Trainer
-from transformer_nmt.train.validation import better, translation_scores, validation_batches
+from transformer_nmt.training.run_lock import RunLock
+from transformer_nmt.training.signals import StopSignals
+from transformer_nmt.training.trainer import StepResult, Trainer
+from transformer_nmt.training.validation import better, translation_scores, validation_batches
 
 
 class _Session:
@@ -425,7 +425,7 @@ def train(*, out: str | Path | None = None, resume: str | Path | None = None,
     overrides: (field, value) pairs of ModelConfig/TrainConfig fields, applied in order
     over the preset and config file; values may be strings, as typed on a command line.
     init_from: a model file or checkpoint whose weights start a new run (fine-tuning; see
-    train/init_from.py for its defaults and checks).
+    training/init_from.py for its defaults and checks).
     device: 'cpu', 'cuda', 'cuda:N', or None for CUDA when present. Under torchrun every
     process calls this; only rank 0 writes files. valid_scores: a function of the model
     returning its validation {'bleu', 'chrf'} (default: `translation_scores` of the

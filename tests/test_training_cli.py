@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from transformer_nmt.cli import main
-from transformer_nmt.train.checkpoint import LAST
+from transformer_nmt.training.checkpoint import LAST
 from transformer_nmt.model_file import load_for_inference, read_model_file
 
 from train_fixtures import TINY

@@ -2,8 +2,8 @@
 
 import torch
 
-from transformer_nmt.train import metrics as metrics_module
-from transformer_nmt.train.metrics import PeakFlops, measure_peak_flops
+from transformer_nmt.training import metrics as metrics_module
+from transformer_nmt.training.metrics import PeakFlops, measure_peak_flops
 
 
 def test_the_peak_rate_is_a_plausible_matmul_rate():

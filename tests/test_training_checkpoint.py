@@ -13,7 +13,7 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.cli import main
 from transformer_nmt.model_file import load_for_inference, model_payload, save_model_file
-from transformer_nmt.train.checkpoint import (LAST, average_checkpoints, check_average_output,
+from transformer_nmt.training.checkpoint import (LAST, average_checkpoints, check_average_output,
                                               checkpoints_to_average, numbered_checkpoints,
                                               rng_states, save_numbered, set_rng_states)
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_nmt.train import loss as loss_module
-from transformer_nmt.train.loss import (label_smoothed_nll, perplexity,
+from transformer_nmt.training import loss as loss_module
+from transformer_nmt.training.loss import (label_smoothed_nll, perplexity,
                                      projected_label_smoothed_nll)
 
 

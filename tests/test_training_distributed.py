@@ -14,9 +14,9 @@ import torch
 from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.binarize import load_split
 from transformer_nmt.model_file import read_model_file
-from transformer_nmt.train.checkpoint import LAST
-from transformer_nmt.train.distributed import init_distributed
-from transformer_nmt.train.session import train
+from transformer_nmt.training.checkpoint import LAST
+from transformer_nmt.training.distributed import init_distributed
+from transformer_nmt.training.session import train
 
 from train_fixtures import tiny_overrides
 
@@ -59,7 +59,7 @@ def test_single_process_collectives_are_identities():
 
 
 # "none": the pre-softmax projection is a weight of its own, which the training loss uses
-# outside the model's forward (train/loss.py); DDP must still synchronize its gradient.
+# outside the model's forward (training/loss.py); DDP must still synchronize its gradient.
 @pytest.mark.parametrize("tie_embeddings", ["all", "none"])
 def test_two_processes_train_like_one_on_the_same_global_batch(tiny_data, tmp_path,
                                                                tie_embeddings):

@@ -1,4 +1,4 @@
-"""What training measures on the validation split (train/validation.py): every pair in one
+"""What training measures on the validation split (training/validation.py): every pair in one
 process's batches exactly once, BLEU and chrF that reward a trained model and score its
 own translations 100 however the sentences are batched, the bounded and beam variants,
 and which metric values count as better."""
@@ -15,9 +15,9 @@ from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.search import SpecialIds, greedy_search, search
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import load_for_inference
-from transformer_nmt.train.checkpoint import LAST
-from transformer_nmt.train.session import train
-from transformer_nmt.train.validation import better, translation_scores, validation_batches
+from transformer_nmt.training.checkpoint import LAST
+from transformer_nmt.training.session import train
+from transformer_nmt.training.validation import better, translation_scores, validation_batches
 
 from train_fixtures import tiny_overrides
 
