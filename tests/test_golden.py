@@ -1,21 +1,28 @@
-"""One golden test: a seeded tiny model, trained for a fixed number of fp32 steps on the
-toy reversal task, translates fixed sentences to fixed strings.
+"""The golden tests: a seeded tiny model trained for a fixed number of fp32 steps on the
+toy reversal task logs pinned losses, and translates fixed sentences to pinned strings.
 
 Every other test checks properties (cached equals uncached, beam 1 equals greedy, ...),
 which a change can keep while still changing what the system outputs: the
 initialisation, the batch order, the dropout masks, the learning rate, the loss, the
-length penalty. This one pins the outputs themselves. The expected strings were observed
-and found identical over three separate pytest processes on the 2-core CPU machine.
+length penalty. These pin the outputs themselves.
+
+They hold on every x86-64 CPU, not only the one they were observed on. Training is
+chaotic: float sums ordered differently (another CPU's kernels, another thread count)
+agree to 1e-7 for the first tens of steps and then drift apart, and after 200 steps two
+such runs translate differently. So the run is short (40 steps), its losses are compared
+with a relative tolerance far above that drift (and far below what any change of the
+recipe moves them), and the strings come from a model whose every decision survives
+noise of 1e-4 of each weight; both were checked with one and with two threads.
 
 If a change is meant to alter them (a new initialisation, another batch order), check
-that the properties still hold, then paste the new outputs here and say why in the
-commit. If they change on another CPU only, its float kernels differ: these outputs come
-from the x86-64 CPU build of torch with one thread.
+that the properties still hold, then paste the new values here and say why in the
+commit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import pytest
@@ -28,7 +35,7 @@ from transformer_nmt.training.session import train
 
 from train_fixtures import tiny_overrides
 
-STEPS = 200
+STEPS = 40
 SOURCES = [
     "the small cat sees the dog",
     "a red car near the old tree",
@@ -59,33 +66,44 @@ def translate(model_path: Path, lines: list[str], beam: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def model_path(tiny_data, tmp_path_factory) -> Path:
+def run_dir(tiny_data, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("golden") / "run"
     with one_thread():
         train(out=run_dir, data=tiny_data, preset="tiny", device="cpu", progress=False,
               overrides=tiny_overrides(max_steps=STEPS, batch_tokens=512, seed=1))
-    return run_dir / LAST
+    return run_dir
+
+
+TRAIN_LOSSES = {1: 4.726418, 10: 3.907922, 20: 3.565684, 30: 2.964494, 40: 2.481142}
+"""Step -> the training loss logged at it (label-smoothed, per target token)."""
 
 
 GREEDY = [
-    "dog sees smalllllllllll",
-    "near tree near red",
-    "dog over",
-    "green green garden green green green garden green green green green green garden green "
-    "garden garden green g",  # cut at the length limit: source length + 50 subwords
-    "runs",
+    "catay",
+    "neardener carr carr",
+    "catay",
+    "nearararararararararden nearararararararararararararararararararararn neararararn nearn "
+    "nearararararararden nearar",  # cut at the length limit: source length + 50 subwords
+    "house",
 ]
 BEAM_4 = [
-    "sees dog cat",
-    "tree near",
-    "dog over",
-    "green green garden green garden green green",
+    "catay",
+    "garden gardener gardener",
+    "day",
+    "garden garden nearden garden nearden nearden garararden nearden nearden nearden nearden "
+    "nearden neardeden near",
     "",  # the best hypothesis ends at once
 ]
 
 
-def test_greedy_and_beam_translations_are_the_golden_ones(model_path):
-    greedy = translate(model_path, SOURCES, beam=1)
-    beam = translate(model_path, SOURCES, beam=4)
+def test_training_logs_the_golden_losses(run_dir):
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = {r["step"]: r["loss"] for r in records if r["event"] == "train"}
+    assert {step: losses[step] for step in TRAIN_LOSSES} == pytest.approx(TRAIN_LOSSES, rel=1e-4)
+
+
+def test_greedy_and_beam_translations_are_the_golden_ones(run_dir):
+    greedy = translate(run_dir / LAST, SOURCES, beam=1)
+    beam = translate(run_dir / LAST, SOURCES, beam=4)
     assert greedy == GREEDY
     assert beam == BEAM_4
