@@ -1,0 +1,118 @@
+"""Training speed and memory over a long run on real data, in each precision.
+
+Three steps of fixed shapes (bench/train_throughput.py) cannot show what a user's run
+meets: thousands of batch shapes over thousands of steps. This trains the quickstart's
+recipe (the `small` preset on the prepared Bible en→de data, 2048 tokens per batch,
+warm-up 300) for --minutes in each precision, one `nmt train` process each, one after the
+other, while the parent samples the child's resident memory and minor page faults every
+second from /proc. Per precision it prints one JSON line per minute (target tokens/s in
+that minute, from the run's metrics.jsonl) and one summary line: steps, tokens/s of the
+first and last minute and their ratio, peak RSS, minor faults.
+
+    python bench/train_long.py --data DIR [--minutes 10] [--precisions fp32,bf16]
+                               [--work DIR]
+
+--data is a prepared data directory (`nmt prepare --corpus bible --src en --tgt de --out
+DIR`, or the quickstart's quickstart/data/bible-en-de). Nothing else should run on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+QUICKSTART_RECIPE = ["--preset", "small", "--set", "batch_tokens=2048",
+                     "--set", "warmup_steps=300", "--set", f"lr_scale={math.sqrt(300 / 1000):.6g}",
+                     "--set", "valid_every=0", "--set", "save_every_minutes=0",
+                     "--set", "log_every=10"]
+"""`nmt train` settings of the quickstart (quickstart.py): warm-up 300 to the preset's peak."""
+
+
+def cpu_flags() -> list[str]:
+    """The CPU flags that decide which precisions are native."""
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8", "avx512_fp16")
+    try:
+        with open("/proc/cpuinfo", encoding="ascii") as info:
+            flags = next(line for line in info if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return []
+    return [flag for flag in wanted if flag in flags]
+
+
+def read_proc(pid: int) -> tuple[int, int]:
+    """(resident MB, minor page faults so far) of process `pid`, or (0, 0) once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            rss_kb = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            # Fields after the command name (which may hold spaces): minflt is the 10th field.
+            minflt = int(stat.read().rsplit(")", 1)[1].split()[7])
+    except (OSError, StopIteration, IndexError, ValueError):
+        return 0, 0
+    return rss_kb // 1024, minflt
+
+
+def per_minute(records: list[dict], minutes: float) -> list[float]:
+    """Target tokens per second in each whole minute of training wall time."""
+    train = [(r["wall"], r["tokens_seen"]) for r in records if r["event"] == "train"]
+    rates = []
+    for minute in range(int(minutes)):
+        start, end = minute * 60, (minute + 1) * 60
+        inside = [(wall, seen) for wall, seen in train if start <= wall <= end]
+        if len(inside) >= 2:
+            (w0, s0), (w1, s1) = inside[0], inside[-1]
+            rates.append((s1 - s0) / max(w1 - w0, 1e-9))
+    return rates
+
+
+def run_one(data: Path, out: Path, precision: str, minutes: float) -> dict:
+    command = [sys.executable, "-m", "transformer_nmt.cli", "train", "--data", str(data),
+               "--out", str(out), *QUICKSTART_RECIPE, "--set", f"precision={precision}",
+               "--set", f"max_time={minutes * 60}", "--set", "max_steps=1000000"]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+    peak_rss, faults = 0, 0
+    while child.poll() is None:
+        rss, minflt = read_proc(child.pid)
+        peak_rss, faults = max(peak_rss, rss), max(faults, minflt)
+        time.sleep(1.0)
+    if child.returncode != 0:
+        raise SystemExit(f"nmt train ({precision}) failed: {child.stderr.read()[-2000:]}")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rates = per_minute(records, minutes)
+    for minute, rate in enumerate(rates):
+        print(json.dumps({"precision": precision, "minute": minute + 1,
+                          "tgt_tok_s": round(rate)}), flush=True)
+    steps = max(r["step"] for r in records if r["event"] == "train")
+    return {"precision": precision, "minutes": minutes, "steps": steps,
+            "first_minute_tgt_tok_s": round(rates[0]) if rates else None,
+            "last_minute_tgt_tok_s": round(rates[-1]) if rates else None,
+            "last_over_first": round(rates[-1] / rates[0], 3) if len(rates) >= 2 else None,
+            "peak_rss_mb": peak_rss, "minor_faults": faults,
+            "cpu_flags": cpu_flags(), "machine": platform.processor() or platform.machine()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, required=True, help="a prepared data directory")
+    parser.add_argument("--minutes", type=float, default=10.0, help="training time per precision")
+    parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated precisions")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="where the runs go (default: a temporary directory)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as temporary:
+        work = args.work or Path(temporary)
+        for precision in args.precisions.split(","):
+            out = work / f"run-{precision}"
+            print(json.dumps(run_one(args.data, out, precision, args.minutes)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
