@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_nmt.config import PRESETS, ModelConfig, get_preset
-from transformer_nmt.model.attention import KVCache, SparePool, scaled_dot_product_attention
+from transformer_nmt.model.attention import scaled_dot_product_attention
+from transformer_nmt.model.cache import KVCache, SparePool
 from transformer_nmt.model.transformer import Transformer, sinusoidal_encodings
 
 VOCAB = 53
