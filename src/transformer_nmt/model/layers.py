@@ -6,6 +6,8 @@ or, with pre_norm, as x + Dropout(Sublayer(LayerNorm(x))).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -40,8 +42,10 @@ class SublayerConnection(nn.Module):
         self.dropout = dropout
         self.pre_norm = pre_norm
 
-    def forward(self, x: Tensor, sublayer) -> tuple[Tensor, Tensor | None]:
-        """Apply `sublayer` (a function of the normalized or raw x returning (out, extra))."""
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], tuple[Tensor, Tensor | None]]
+                ) -> tuple[Tensor, Tensor | None]:
+        """Apply `sublayer` (a function of the normalized or raw x (batch, len, d_model)
+        returning (out, extra): out of x's shape, extra such as attention weights)."""
         out, extra = sublayer(self.norm(x) if self.pre_norm else x)
         out = x + bool_mask_dropout(out, self.dropout, self.training)
         return (out if self.pre_norm else self.norm(out)), extra
