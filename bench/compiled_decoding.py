@@ -41,8 +41,9 @@ from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import SpecialIds, beam_search, greedy_search
-from transformer_nmt.model.attention import KVCache, MultiHeadAttention, _fold_group, _unfold_group
-from transformer_nmt.model.transformer import DecoderCache, DecoderOut, EncoderOut, Transformer
+from transformer_nmt.model.attention import MultiHeadAttention, _fold_group, _unfold_group
+from transformer_nmt.model.cache import DecoderCache, KVCache
+from transformer_nmt.model.transformer import DecoderOut, EncoderOut, Transformer
 
 
 def extend(cache: KVCache, new: int) -> tuple[Tensor, Tensor]:

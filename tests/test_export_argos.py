@@ -24,6 +24,7 @@ from export_fixtures import our_tokens, task_sentences
 from transformer_nmt.cli import main
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.errors import UserError
+from transformer_nmt.model_dir import EXPORT_FORMAT_VERSION, EXPORT_VERSION_KEY
 from transformer_nmt.model_file import load_for_inference
 
 pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
@@ -93,6 +94,10 @@ def test_the_package_holds_the_model_the_vocabulary_and_metadata(trained_model_f
             metadata["type"]) == ("en", "xx", "2.1", "translate")
     record = metadata["transformer_nmt"]
     assert (record["preset"], record["training_steps"]) == ("tiny", 300)
+    assert record[EXPORT_VERSION_KEY] == EXPORT_FORMAT_VERSION
+    with zipfile.ZipFile(out) as archive:  # the CTranslate2 model inside carries it too
+        inner = json.loads(archive.read("en_xx/model/transformer_nmt.json"))
+    assert inner[EXPORT_VERSION_KEY] == EXPORT_FORMAT_VERSION
 
 
 def test_a_model_without_languages_needs_the_codes(model_file, tmp_path):

@@ -17,6 +17,7 @@ from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.text import normalize
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.model_dir import EXPORT_FORMAT_VERSION, EXPORT_VERSION_KEY
 from transformer_nmt.model_file import load_for_inference, model_payload, save_model_file
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
@@ -77,6 +78,7 @@ def test_the_export_records_where_it_came_from(exported):
     assert record["preset"] == "tiny" and record["training_steps"] == 300
     assert (record["src_lang"], record["tgt_lang"]) == ("en", "xx")
     assert record["quantization"] == "float32"
+    assert record[EXPORT_VERSION_KEY] == EXPORT_FORMAT_VERSION
     assert {"model.bin", "config.json", "shared_vocabulary.json"} <= {
         path.name for path in exported.iterdir()}
 

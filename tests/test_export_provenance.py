@@ -7,6 +7,7 @@ from pathlib import Path
 
 from transformer_nmt.config import get_preset
 from transformer_nmt.export.provenance import provenance
+from transformer_nmt.model_dir import EXPORT_FORMAT_VERSION, EXPORT_VERSION_KEY
 from transformer_nmt.model_file import model_preset as preset_of
 from transformer_nmt.model_file import model_training_steps as training_steps
 
@@ -30,10 +31,11 @@ def test_an_average_is_given_the_preset_of_its_architecture_and_says_so():
         None, "not recorded, and no preset has this architecture")
 
 
-def test_the_record_names_languages_steps_and_source():
+def test_the_record_names_its_format_version_languages_steps_and_source():
     record = provenance({"model_config": SMALL, "src_lang": "en", "tgt_lang": "de",
                          "averaged_from": [{"file": "a", "step": 5}, {"file": "b", "step": 9}]},
                         Path("runs/x/model.pt"))
     assert (record["src_lang"], record["tgt_lang"], record["training_steps"]) == ("en", "de", 9)
     assert record["source_model"] == "model.pt" and record["averaged_steps"] == [5, 9]
     assert record["exported_by"].startswith("transformer-nmt ")
+    assert record[EXPORT_VERSION_KEY] == EXPORT_FORMAT_VERSION

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from transformer_nmt import memory
-from transformer_nmt.model.attention import SparePool
+from transformer_nmt.model.cache import SparePool
 
 pytestmark = pytest.mark.skipif(memory._LIBC is None, reason="needs Linux with glibc")
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from transformer_nmt.config import ModelConfig, get_preset
-from transformer_nmt.model.attention import KVCache
+from transformer_nmt.model.cache import KVCache
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer, FeedForward
 
 BATCH, SRC_LEN, TGT_LEN = 2, 5, 4

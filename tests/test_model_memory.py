@@ -12,8 +12,8 @@ from torch import nn
 
 from transformer_nmt.config import get_preset
 from transformer_nmt.model import layers, transformer
-from transformer_nmt.model.dropout import dropout
-from transformer_nmt.model.layer_norm import LayerNorm
+from transformer_nmt.model.dropout import bool_mask_dropout
+from transformer_nmt.model.layer_norm import OutputSavingLayerNorm
 from transformer_nmt.model.transformer import Transformer
 
 VOCAB = 53
@@ -39,15 +39,15 @@ def saved_bytes(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> int:
 def standard_modules(monkeypatch):
     """Swap in F.dropout and nn.LayerNorm's forward, as a model built from torch.nn has."""
     def use() -> None:
-        monkeypatch.setattr(layers, "dropout", F.dropout)
-        monkeypatch.setattr(transformer, "dropout", F.dropout)
-        monkeypatch.setattr(LayerNorm, "forward", nn.LayerNorm.forward)
+        monkeypatch.setattr(layers, "bool_mask_dropout", F.dropout)
+        monkeypatch.setattr(transformer, "bool_mask_dropout", F.dropout)
+        monkeypatch.setattr(OutputSavingLayerNorm, "forward", nn.LayerNorm.forward)
     return use
 
 
 def test_layer_norm_keeping_its_output_has_the_standard_gradients():
     torch.manual_seed(0)
-    standard, ours = nn.LayerNorm(16), LayerNorm(16)
+    standard, ours = nn.LayerNorm(16), OutputSavingLayerNorm(16)
     with torch.no_grad():  # weights of both signs, none zero, and a bias
         standard.weight.copy_(torch.randn(16).sign() * (0.5 + torch.rand(16)))
         standard.bias.normal_()
@@ -66,7 +66,7 @@ def test_layer_norm_keeping_its_output_has_the_standard_gradients():
 
 
 def test_layer_norm_with_a_zero_weight_takes_the_standard_path():
-    norm = LayerNorm(8)
+    norm = OutputSavingLayerNorm(8)
     with torch.no_grad():
         norm.weight[3] = 0.0
     y = norm(torch.randn(2, 8, requires_grad=True))
@@ -77,7 +77,7 @@ def test_dropout_zeroes_a_fraction_p_scales_the_rest_and_masks_the_gradient():
     torch.manual_seed(0)
     x = torch.rand(3000, 500) + 1.0  # no zeros of its own; more than one chunk of draws
     x.requires_grad_()
-    y = dropout(x, 0.1, training=True)
+    y = bool_mask_dropout(x, 0.1, training=True)
     dropped = y.eq(0).view(-1, 4).float()  # every mask element's 16-bit lane of a word
     for lane in range(4):
         assert abs(dropped[:, lane].mean().item() - 0.1) < 0.005
@@ -87,8 +87,8 @@ def test_dropout_zeroes_a_fraction_p_scales_the_rest_and_masks_the_gradient():
     torch.testing.assert_close(y[kept], x[kept] * scale)
     y.sum().backward()
     torch.testing.assert_close(x.grad, kept.float() * scale)
-    assert dropout(x, 0.1, training=False) is x
-    assert dropout(x, 0.0, training=True) is x
+    assert bool_mask_dropout(x, 0.1, training=False) is x
+    assert bool_mask_dropout(x, 0.0, training=True) is x
 
 
 def test_dropout_masks_are_bool_and_follow_the_seed():
@@ -96,11 +96,12 @@ def test_dropout_masks_are_bool_and_follow_the_seed():
     saved: list[torch.Tensor] = []
     torch.manual_seed(1)
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        first = dropout(x, 0.3, training=True)
+        first = bool_mask_dropout(x, 0.3, training=True)
     assert [(t.dtype, t.shape) for t in saved] == [(torch.bool, x.shape)]
     torch.manual_seed(1)
-    assert torch.equal(first, dropout(x, 0.3, training=True))
-    assert dropout(x, 1.0, training=True).eq(0).all()  # p outside the 16-bit grid: exact path
+    assert torch.equal(first, bool_mask_dropout(x, 0.3, training=True))
+    # p outside the 16-bit grid takes the exact path.
+    assert bool_mask_dropout(x, 1.0, training=True).eq(0).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -110,7 +111,7 @@ def test_dropout_of_any_size_dtype_and_layout_masks_consistently(dtype, shape):
     x = (torch.rand(shape) + 1.0).to(dtype)
     for source in (x, x.transpose(0, -1)):  # contiguous, and (when 2-D or more) not
         source = source.detach().requires_grad_()
-        y = dropout(source, 0.5, training=True)
+        y = bool_mask_dropout(source, 0.5, training=True)
         assert y.shape == source.shape and y.dtype == dtype
         kept = y.ne(0)
         torch.testing.assert_close(y[kept], source[kept] * 2)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_nmt.config import PRESETS, ModelConfig, get_preset
-from transformer_nmt.model.attention import KVCache, SparePool, scaled_dot_product_attention
+from transformer_nmt.model.attention import scaled_dot_product_attention
 from transformer_nmt.model.transformer import Transformer, sinusoidal_encodings
 
 VOCAB = 53
@@ -249,39 +249,3 @@ def test_unprojected_forward_is_the_decoder_output_before_the_projection(tie_emb
     states = model(src, tgt, project=False)  # (2, 5, d_model)
     assert states.shape == (2, 5, model.cfg.d_model)
     torch.testing.assert_close(F.linear(states, model.projection_weight), model(src, tgt))
-
-
-def test_kv_cache_with_a_capacity_allocates_once_then_grows_past_it():
-    cache = KVCache(capacity=20)
-    chunk = torch.randn(3, 2, 1, 4)
-    cache.append(chunk, chunk)
-    buffer = cache.keys.data_ptr()
-    for _ in range(19):
-        cache.append(chunk, chunk)
-    assert cache.length == 20 and cache.keys.data_ptr() == buffer  # no growth, no copy
-    keys, _ = cache.append(chunk, chunk)
-    assert cache.length == 21 and keys.shape == (3, 2, 21, 4)
-    torch.testing.assert_close(keys[:, :, -1:], chunk)
-
-
-def test_kv_cache_matches_plain_tensors_through_growth_and_reorders():
-    """Appends past the growth step, reorders with repeats and shrinking batches, and two
-    caches sharing one pool of spare buffers: always the same as concatenated tensors."""
-    torch.manual_seed(0)
-    pool = SparePool()
-    caches, plain = [KVCache(pool), KVCache(pool)], [None, None]
-    batch = 6
-    for step in range(40):
-        if step % 7 == 3:  # hypotheses move between beams, some sentences leave
-            index = torch.randint(0, batch, (batch - (step % 2),))
-            batch = index.numel()
-            for i, cache in enumerate(caches):
-                cache.reorder(index)
-                plain[i] = tuple(t[index] for t in plain[i])
-        for i, cache in enumerate(caches):
-            new = torch.randn(batch, 2, 1, 3), torch.randn(batch, 2, 1, 5)
-            plain[i] = new if plain[i] is None else tuple(
-                torch.cat([old, part], dim=2) for old, part in zip(plain[i], new))
-            keys, values = cache.append(*new)
-            assert torch.equal(keys, plain[i][0]) and torch.equal(values, plain[i][1])
-    assert caches[0].length == 40

@@ -36,9 +36,9 @@ _LIBC = _glibc()
 def release_free_memory() -> None:
     """Give memory that has been freed back to the operating system (glibc only).
 
-    A batch's key/value caches reach hundreds of MB; glibc keeps the freed blocks, and
-    without this the resident size grew batch after batch (to 2.7 GB over 500 sentences
-    with the base model instead of the 1.6 GB of the largest batch).
+    A batch's key/value caches are decoding's largest buffers; glibc keeps the freed
+    blocks, and without this the resident size grew batch after batch, well past that
+    of the largest batch.
     """
     if _LIBC is not None:
         _LIBC.malloc_trim(0)

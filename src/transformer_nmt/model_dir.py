@@ -6,7 +6,8 @@ reads (model_file.read_model_file hands a directory here):
                      is stored once, under its first name
   config.json        format, version, model_config, vocab_size, pad_id, the names that
                      share a stored tensor ("tied": {name: stored name}), and the source
-                     model's record (preset, training steps, languages)
+                     model's record (preset, training steps, languages), which every
+                     export writes and which carries its own version (EXPORT_FORMAT_VERSION)
   spm.model          the sentencepiece vocabulary
 safetensors holds tensors only and JSON holds data only, so reading runs no code, as a
 model file read with weights_only does not.
@@ -25,6 +26,11 @@ from transformer_nmt.files import check_format
 
 DIR_FORMAT = "transformer-nmt-safetensors"
 DIR_VERSION = 1
+"""The version of this directory's layout: its files and the "tied" map."""
+EXPORT_FORMAT_VERSION = 1
+"""The version of the record that every export writes about its source model
+(export/provenance.py), under EXPORT_VERSION_KEY: which fields it has and what they mean."""
+EXPORT_VERSION_KEY = "export_format_version"
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 VOCAB = "spm.model"
@@ -73,6 +79,17 @@ def is_model_dir(path: Path) -> bool:
     return path.is_dir() and (path / CONFIG).is_file()
 
 
+def check_export_version(record: dict[str, Any], path: Path) -> None:
+    """UserError in one line unless the export record in `record` (read from `path`) is of
+    EXPORT_FORMAT_VERSION. A record without a version was written before exports recorded
+    one, and is read as version 1."""
+    version = {EXPORT_VERSION_KEY: record.get(EXPORT_VERSION_KEY, 1)}
+    check_format(version, path, "transformer-nmt export", EXPORT_FORMAT_VERSION,
+                 name_key=None, version_key=EXPORT_VERSION_KEY,
+                 remedy="export the model again with this release, or install the release "
+                        "that exported it")
+
+
 def read_model_dir(directory: Path) -> dict[str, Any]:
     """A safetensors model directory as a model-file payload (the keys of
     model_file.model_payload, plus the record's); UserError for a damaged one."""
@@ -86,6 +103,7 @@ def read_model_dir(directory: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise UserError(f"{directory / CONFIG}: not valid JSON ({error}); {remedy}") from None
     check_format(config, directory / CONFIG, DIR_FORMAT, DIR_VERSION, remedy=remedy)
+    check_export_version(config, directory / CONFIG)
     missing = [name for name in (WEIGHTS, VOCAB) if not (directory / name).is_file()]
     if missing or not isinstance(config.get("model_config"), dict):
         what = ", ".join(missing) if missing else "model_config in config.json"
@@ -101,6 +119,6 @@ def read_model_dir(directory: Path) -> dict[str, Any]:
                             f"{WEIGHTS} does not hold; {remedy}")
         state[name] = state[stored]
     payload = {key: value for key, value in config.items()
-               if key not in ("format", "version", "tied")}
+               if key not in ("format", "version", "tied", EXPORT_VERSION_KEY)}
     payload.update(model=state, vocab=(directory / VOCAB).read_bytes())
     return payload

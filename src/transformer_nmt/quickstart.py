@@ -50,7 +50,8 @@ EXAMPLES = {
 
 @dataclass
 class QuickstartOptions:
-    """What `nmt quickstart` runs; defaults give the whole run in ~21 minutes on 2 cores."""
+    """What `nmt quickstart` runs; defaults give the whole run in little more than the
+    training budget on 2 cores."""
 
     out: Path = Path("quickstart")
     """Directory that receives the data, the run, the model and the pictures."""
@@ -69,14 +70,14 @@ class QuickstartOptions:
     average_last: int = 5
     """Numbered checkpoints averaged into the final model."""
     warmup: int = 300
-    """Warm-up steps at most: a 20-minute run on 2 cores makes ~500 steps, fewer than the
-    small preset's 1000, so the learning rate would never reach its peak. The peak stays
-    the preset's (lr_scale shrinks by sqrt(warmup / preset's warmup))."""
+    """Warm-up steps at most: a run of the default budget on 2 cores makes fewer steps than
+    the small preset's 1000 warm-up steps, so the learning rate would never reach its
+    peak. The peak stays the preset's (lr_scale shrinks by sqrt(warmup / preset's
+    warmup))."""
     batch_tokens: int = 2048
     """Tokens per update and side, over all processes (the run's batch_tokens). Half the
     small preset's 4096: a time-bound CPU run makes twice the updates at nearly the same
-    token rate, and on Multi30k that took test BLEU after 60 minutes from 34.8 to 37.5
-    (bench/RESULTS.md)."""
+    token rate, which raised Multi30k's test BLEU after 60 minutes (bench/RESULTS.md)."""
     overrides: list[tuple[str, str]] = field(default_factory=list)
     """Further (field, value) pairs of ModelConfig/TrainConfig, as `train`'s overrides."""
     device: str | None = None

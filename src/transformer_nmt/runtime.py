@@ -4,7 +4,7 @@ translation, evaluation and every tool built on them.
 The rules: no device named means CUDA when present, else the CPU, except that int8
 (dynamic quantization) runs on the CPU only; bf16 only where the device computes it
 natively (emulated bf16 is no mere slowdown: a CPU without AVX-512 BF16 or AMX multiplies
-bf16 matrices about a hundred times slower than fp32); fp16 only on CUDA, where a
+bf16 matrices far slower than fp32); fp16 only on CUDA, where a
 gradient scaler keeps its small range usable; 'auto' (training) is bf16 where native,
 else fp32.
 """

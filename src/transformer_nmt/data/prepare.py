@@ -45,7 +45,7 @@ WORK = ".work"
 DOWNLOADS = "downloads"
 CHUNK_PAIRS = 10_000
 """Pairs encoded per call of sentencepiece's batch encoder: large enough to keep its
-threads busy, small enough that a chunk's Python lists stay a few MB."""
+threads busy, small enough that a chunk's Python lists stay small."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ EOS_ID = 3
 
 DEFAULT_SAMPLE_SENTENCES = 2_000_000
 """Sentences (both sides together) sampled to learn the BPE merges: enough for a stable
-vocabulary, few enough that sentencepiece stays near 1 GB of memory on any corpus."""
+vocabulary, few enough that sentencepiece's memory stays bounded on any corpus."""
 
 
 def available_cores() -> int:

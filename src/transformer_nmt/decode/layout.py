@@ -1,9 +1,9 @@
 """Weights laid out for decoding on a CPU: every linear layer's matrix stored transposed.
 
 nn.Linear keeps its weight as (out, in) and multiplies by its transpose. MKL's products
-of the few dozen rows a decoding step has run 1.1-1.5× faster when the matrix is stored
-(in, out) instead (bench/RESULTS.md, "CPU decoding, 2026-11-25"): beam search 1.02-1.15×
-as fast, every translation unchanged. The results agree to float32 rounding: MKL may sum
+of the few dozen rows a decoding step has run faster when the matrix is stored
+(in, out) instead (bench/RESULTS.md, "CPU decoding"), and so does beam search, every
+translation unchanged. The results agree to float32 rounding: MKL may sum
 in another order for some shapes.
 """
 
@@ -44,7 +44,7 @@ def transpose_linear_layers(model: nn.Module) -> nn.Module:
     """`model` with every nn.Linear replaced, in place, by a TransposedLinear, and each
     Transformer's pre-softmax projection tied to its target embedding given a transposed
     copy of its own (the embedding keeps its rows for looking tokens up: V × d_model more
-    floats, 16 MB for the base model with 8000 pieces). For decoding on a CPU in float32.
+    floats). For decoding on a CPU in float32.
     """
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):

@@ -29,9 +29,9 @@ def prepare_model(model: nn.Module, device: str | torch.device | None, precision
     channel, activations quantized per batch), and, on a CPU that computes bf16 natively,
     keeps the decoding caches' keys and values in bf16: attention over the caches reads
     them from memory at every step, and with the products in int8 that reading is a
-    large part of a step (half the bytes: beam search 1.13× as fast; bench/RESULTS.md,
-    "int8 with bf16 caches"). fp32 keeps fp32 caches, so that its output stays the
-    reference; without native bf16 the conversions would cost more than they save.
+    large part of a step (half the bytes; bench/RESULTS.md, "int8 with bf16 caches").
+    fp32 keeps fp32 caches, so that its output stays the reference; without native bf16
+    the conversions would cost more than they save.
     """
     device = resolve_runtime(device, precision).device
     if precision == "fp32":
@@ -63,7 +63,7 @@ def prepare_model(model: nn.Module, device: str | torch.device | None, precision
                 transformer.cache_dtype = torch.bfloat16
     # The float Linear modules that quantization replaced stay alive in reference cycles
     # (through their qconfig's closures) until a garbage collection: with the base model
-    # that is 170 MB, a fifth of a beam search's peak memory.
+    # a sizeable share of a beam search's peak memory.
     gc.collect()
     release_free_memory()
     return quantized

@@ -146,8 +146,7 @@ class Stepper:
         self.model, self.enc = model, enc
         self.cache = model.new_cache(max_length) if use_cache else None
         # The encoder's working memory is free by now: hand it back before the caches
-        # grow, or the allocator keeps it for the whole batch (~50 MB of the peak of a
-        # beam search over 32 long sentences with the base model).
+        # grow, or the allocator keeps it for the whole batch, part of a beam search's peak.
         release_free_memory()
 
     def log_probs(self, tokens: Tensor, step: int, special: SpecialIds) -> Tensor:

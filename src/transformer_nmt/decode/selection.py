@@ -4,13 +4,13 @@ and torch.max(dim=1) compute them, faster on a CPU.
 A search picks a handful of entries out of every row's vocabulary (beam search: 2k of
 beam × vocabulary per sentence). On a CPU, PyTorch's reductions that return indices
 (topk, max and argmax along a dimension) walk a row one element at a time and cost
-~1-2 ns per element, where the vectorized `amax` costs ~0.1 (bench/RESULTS.md, "CPU
-decoding, 2026-11-25"): at 16 sentences × 4 beams × 8000 pieces, topk took 0.9 ms of a ~10 ms beam
-step. So each row is cut into blocks of BLOCK entries, every block's largest entry is
-found with `amax`, and the slow reductions run only over the few blocks that can hold
-the answer. The results are those of the torch functions (the same values; among equal
-values possibly other indices, which torch.topk does not fix either); on other devices
-the torch functions are called as they are.
+many times more per element than the vectorized `amax` (bench/RESULTS.md, "CPU
+decoding"): topk alone took a visible share of a beam step. So each row is cut into
+blocks of BLOCK entries, every block's largest entry is found with `amax`, and the slow
+reductions run only over the few blocks that can hold the answer. The results are those
+of the torch functions (the same values; among equal values possibly other indices,
+which torch.topk does not fix either); on other devices the torch functions are called
+as they are.
 """
 
 from __future__ import annotations

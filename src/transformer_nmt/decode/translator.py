@@ -42,12 +42,11 @@ def sentences_in_flight(decode: DecodeConfig) -> int:
     """Sentences decoded at once by default, shared by the workers: ROWS_IN_FLIGHT rows,
     but at least 32 sentences and at most 96.
 
-    Greedy search over 2 workers × 48 sentences is 1.35× as fast as over 2 × 16 with the
-    base model in fp32 (int8 1.56×, the quickstart's small model 1.54×), in 0.93 GB; 2 × 64
-    is hardly faster for the base model (1.39×) and passes 1 GB, each sentence keeping its
-    encoder-decoder keys and values whatever its rows. Beam 2 over 2 × 32: 1.25-1.29×.
-    Beam 4 keeps its 2 × 16 (bench/RESULTS.md, "more sentences per batch for greedy
-    search").
+    Greedy search gets faster with more sentences at once up to about the upper bound,
+    and hardly faster past it, while memory keeps growing: each sentence keeps its
+    encoder-decoder keys and values whatever its rows. Beam search's hypotheses per
+    sentence bring the count down, beam 4's to the lower bound (bench/RESULTS.md, "more
+    sentences per batch for greedy search").
     """
     rows_per_sentence = decode.nbest if decode.sampling else decode.beam
     return min(max(ROWS_IN_FLIGHT // rows_per_sentence, 32), 96)

@@ -1,14 +1,18 @@
-"""What every export records about the model it came from: preset, steps, languages."""
+"""What every export records about the model it came from: preset, steps, languages.
+
+The record goes into every export (CTranslate2's transformer_nmt.json, an Argos package's
+metadata.json, a safetensors directory's config.json) with the version of its format,
+which the reader of exported models (model_dir.py) checks.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from transformer_nmt.version import __version__
+from transformer_nmt.model_dir import EXPORT_FORMAT_VERSION, EXPORT_VERSION_KEY
 from transformer_nmt.model_file import model_languages, model_preset, model_training_steps
-
-EXPORT_FORMAT_VERSION = 1
+from transformer_nmt.version import __version__
 
 
 def provenance(meta: dict[str, Any], source: Path) -> dict[str, Any]:
@@ -17,6 +21,7 @@ def provenance(meta: dict[str, Any], source: Path) -> dict[str, Any]:
     languages = model_languages(meta)
     preset, preset_from = model_preset(meta)
     record: dict[str, Any] = {
+        EXPORT_VERSION_KEY: EXPORT_FORMAT_VERSION,
         "exported_by": f"transformer-nmt {__version__}",
         "source_model": source.name,
         "preset": preset,

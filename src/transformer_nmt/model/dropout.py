@@ -1,4 +1,4 @@
-"""Dropout that keeps a one-byte mask for the backward pass, and draws it fast on CPUs."""
+"""Dropout that keeps a bool mask for the backward pass, and draws it fast on CPUs."""
 
 from __future__ import annotations
 
@@ -8,22 +8,21 @@ import torch
 from torch import Tensor
 
 _LANES = 1 << 16  # a mask element is one 16-bit slice of a random 64-bit word
-_CHUNK_WORDS = 1 << 18  # random words drawn at a time: 2 MB, a million mask elements
+_CHUNK_WORDS = 1 << 18  # random words drawn at a time, four mask elements each
 _SCRATCH = threading.local()
 
 
-def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+def bool_mask_dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """Zero each element of x with probability p and scale the rest by 1 / (1 - p).
 
     Like torch.nn.functional.dropout, except for two costs on the CPU, where F.dropout
     multiplies by a mask of x's dtype that autograd keeps until backward (four times
-    the bytes of a bool mask: the base model's training step at ~4000 + 4000 tokens holds
-    32 masks, ~250 MB in float32, ~60 MB as bool), and draws one random number per
-    element through torch's Bernoulli sampler, which took ~70% of dropout's time here.
-    On the CPU the mask comes from 16-bit slices of random 64-bit words instead, so p is
-    rounded to a multiple of 1/65536 (0.1 becomes 0.1000061), and the scale follows
-    the rounded p, keeping the expectation exact. Elsewhere (GPUs) this is
-    torch.native_dropout, which is what F.dropout uses there.
+    the bytes of a bool mask in float32, and a training step holds one per dropout),
+    and draws one random number per element through torch's Bernoulli sampler, most of
+    dropout's time. On the CPU the mask is bool and comes from 16-bit slices of random
+    64-bit words instead, so p is rounded to a multiple of 1/65536 (0.1 becomes
+    0.1000061), and the scale follows the rounded p, keeping the expectation exact.
+    Elsewhere (GPUs) this is torch.native_dropout, which is what F.dropout uses there.
     """
     if not training or p == 0.0 or x.numel() == 0:
         return x
@@ -41,7 +40,7 @@ def _drop_mask(shape: torch.Size, threshold: int) -> Tensor:
 
     The random words are drawn a chunk at a time into one buffer per thread that is
     kept: a temporary per call, freed between long-lived activations, left the
-    allocator a hole per dropout (~50 MB more peak memory over a base training step).
+    allocator a hole per dropout, which raised a training step's peak memory.
     """
     words = getattr(_SCRATCH, "words", None)
     if words is None:

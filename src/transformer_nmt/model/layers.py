@@ -6,13 +6,16 @@ or, with pre_norm, as x + Dropout(Sublayer(LayerNorm(x))).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_nmt.config import ModelConfig
-from transformer_nmt.model.attention import KVCache, MultiHeadAttention
-from transformer_nmt.model.dropout import dropout
-from transformer_nmt.model.layer_norm import LayerNorm
+from transformer_nmt.model.attention import MultiHeadAttention
+from transformer_nmt.model.cache import KVCache
+from transformer_nmt.model.dropout import bool_mask_dropout
+from transformer_nmt.model.layer_norm import OutputSavingLayerNorm
 
 
 class FeedForward(nn.Module):
@@ -26,7 +29,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         hidden = F.relu(self.linear1(x), inplace=True)  # (batch, len, d_ff)
-        hidden = dropout(hidden, self.activation_dropout, self.training)
+        hidden = bool_mask_dropout(hidden, self.activation_dropout, self.training)
         return self.linear2(hidden)
 
 
@@ -35,14 +38,16 @@ class SublayerConnection(nn.Module):
 
     def __init__(self, d_model: int, dropout: float, pre_norm: bool) -> None:
         super().__init__()
-        self.norm = LayerNorm(d_model)
+        self.norm = OutputSavingLayerNorm(d_model)
         self.dropout = dropout
         self.pre_norm = pre_norm
 
-    def forward(self, x: Tensor, sublayer) -> tuple[Tensor, Tensor | None]:
-        """Apply `sublayer` (a function of the normalized or raw x returning (out, extra))."""
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], tuple[Tensor, Tensor | None]]
+                ) -> tuple[Tensor, Tensor | None]:
+        """Apply `sublayer` (a function of the normalized or raw x (batch, len, d_model)
+        returning (out, extra): out of x's shape, extra such as attention weights)."""
         out, extra = sublayer(self.norm(x) if self.pre_norm else x)
-        out = x + dropout(out, self.dropout, self.training)
+        out = x + bool_mask_dropout(out, self.dropout, self.training)
         return (out if self.pre_norm else self.norm(out)), extra
 
 

@@ -1,7 +1,9 @@
 """The Transformer (section 3): embeddings, positional encodings, the stacks, the output.
 
-Read top to bottom: positional encodings, the encoder output and decoder cache that
-incremental decoding carries, then the model itself.
+Read top to bottom: positional encodings, what the encoder hands the decoder and what the
+decoder returns, then the model itself (encoder, decoder, pre-softmax projection). The
+layers are in model/layers.py, attention in model/attention.py, and the key/value cache
+of incremental decoding in model/cache.py.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_nmt.config import ModelConfig
-from transformer_nmt.model.attention import KVCache, SparePool
-from transformer_nmt.model.dropout import dropout
-from transformer_nmt.model.layer_norm import LayerNorm
+from transformer_nmt.model.cache import DecoderCache
+from transformer_nmt.model.dropout import bool_mask_dropout
+from transformer_nmt.model.layer_norm import OutputSavingLayerNorm
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer
 
 
@@ -48,35 +50,6 @@ class EncoderOut:
     def select(self, index: Tensor) -> "EncoderOut":
         """Rows `index` (new_batch,) of the batch, e.g. each sentence repeated beam times."""
         return EncoderOut(self.states.index_select(0, index), self.src_mask.index_select(0, index))
-
-
-class DecoderCache:
-    """Every decoder layer's self-attention and encoder-decoder attention KV caches."""
-
-    def __init__(self, layers: int, max_length: int = 0, dtype: torch.dtype | None = None
-                 ) -> None:
-        # One spare buffer per kind serves all layers' reorders (see SparePool).
-        self_pool, cross_pool = SparePool(), SparePool()
-        self.self_attention = [KVCache(self_pool, max_length, dtype) for _ in range(layers)]
-        self.cross_attention = [KVCache(cross_pool, dtype=dtype) for _ in range(layers)]
-
-    @property
-    def length(self) -> int:
-        """Target positions decoded so far."""
-        return self.self_attention[0].length
-
-    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep decoder rows `index` (new_batch,): hypotheses moving between beams.
-
-        The encoder-decoder keys/values are kept once per source sentence (the encoder
-        batch), not per hypothesis: `sentences` (new_sentences,) says which to keep when
-        sentences leave the batch, None when they all stay.
-        """
-        for cache in self.self_attention:
-            cache.reorder(index)
-        if sentences is not None:
-            for cache in self.cross_attention:
-                cache.reorder(sentences)
 
 
 @dataclass
@@ -114,8 +87,8 @@ class Transformer(nn.Module):
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         # Pre-norm stacks end un-normalized, so they get one final LayerNorm each.
-        self.encoder_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else None
-        self.decoder_norm = LayerNorm(cfg.d_model) if cfg.pre_norm else None
+        self.encoder_norm = OutputSavingLayerNorm(cfg.d_model) if cfg.pre_norm else None
+        self.decoder_norm = OutputSavingLayerNorm(cfg.d_model) if cfg.pre_norm else None
         self.cache_dtype: torch.dtype | None = None
         """The dtype incremental decoding caches keys and values in (None: the model's);
         int8 decoding sets bfloat16 where the CPU computes it natively (see
@@ -155,13 +128,13 @@ class Transformer(nn.Module):
     def _embed(self, embedding: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
         x = embedding(tokens) * self.embed_scale  # (batch, len, d_model)
         x = x + self._positional(start, tokens.size(1))
-        return dropout(x, self.cfg.dropout, self.training)
+        return bool_mask_dropout(x, self.cfg.dropout, self.training)
 
     def encode(self, src: Tensor, need_weights: bool = False) -> EncoderOut:
         """Run the encoder stack on source token ids src (batch, src_len)."""
         src_mask = src.ne(self.pad_id)  # (batch, src_len)
         attn_mask = src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
-        x = self._embed(self.src_embed, src)
+        x = self._embed(self.src_embed, src)  # (batch, src_len, d_model)
         weights = []
         for layer in self.encoder_layers:
             x, layer_weights = layer(x, attn_mask, need_weights)
@@ -197,7 +170,7 @@ class Transformer(nn.Module):
         layers' self- and encoder-decoder attention weights (as in DecoderOut)."""
         start = 0 if cache is None else cache.length
         memory_mask = enc.src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
-        x = self._embed(self.tgt_embed, tgt, start)
+        x = self._embed(self.tgt_embed, tgt, start)  # (batch, tgt_len, d_model)
         self_attention: list[Tensor] = []
         cross_attention: list[Tensor] = []
         for i, layer in enumerate(self.decoder_layers):

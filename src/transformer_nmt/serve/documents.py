@@ -3,8 +3,8 @@ that the model can translate, and the translations are put back in the same fram
 
 Sentences are found by sentencex (Wikimedia's segmenter): it covers any language code
 through fallback chains, keeps the text intact (its segments concatenate back to the
-input) and is fast (about a thousand times faster than pysbd on a long English text,
-with the same cuts on abbreviations, numbers and initials). Line breaks and the
+input) and is fast (far faster than pysbd on a long English text, with the same cuts
+on abbreviations, numbers and initials). Line breaks and the
 whitespace around sentences are kept exactly; a sentence with more subword tokens than
 the model can take is halved at a word boundary (or, for one long word, between
 characters) until every part fits, never truncated.

@@ -13,8 +13,8 @@ Per position, with z the logits and lse = log sum_k exp(z_k):
     d loss / d z = softmax(z) - (1 - eps) * one_hot(y) - eps / V
 The forward never materializes the log-probabilities and the backward writes that
 gradient in one (batch, tgt_len, vocab) buffer, where autograd through log_softmax would
-keep the log-probabilities alive and add up three such buffers: at 4000 tokens and 8000
-pieces that is 128 MB each, and the difference is ~10% of a CPU training step.
+keep the log-probabilities alive and add up three such buffers, the largest of a
+training step, and the difference shows in a CPU training step's time.
 """
 
 from __future__ import annotations
@@ -122,8 +122,8 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
 
 
 CHUNK_LOGITS = 2 ** 23
-"""Logits per chunk of projected_label_smoothed_nll: 32 MB in float32 (1048 tokens at a
-vocabulary of 8000), against 128 MB for the whole of a 4000-token batch."""
+"""Logits per chunk of projected_label_smoothed_nll: 1048 tokens at a vocabulary of 8000,
+a quarter of a 4000-token batch's."""
 
 
 def projected_label_smoothed_nll(states: Tensor, weight: Tensor, target: Tensor,
@@ -135,8 +135,8 @@ def projected_label_smoothed_nll(states: Tensor, weight: Tensor, target: Tensor,
     label_smoothed_nll. Under autocast the products run in the autocast dtype, as
     F.linear's would; the softmax and the sums run in float32. The whole-batch logits,
     their gradient and logsumexp's temporary, three (tokens, vocab) float32 tensors, are
-    the largest of a training step (at 4000 tokens and 8000 pieces, 128 MB each); this
-    keeps one chunk's instead, and computes the same products.
+    the largest of a training step; this keeps one chunk's instead, and computes the
+    same products.
     """
     device = states.device.type
     dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)

@@ -3,9 +3,8 @@
 The analytic FLOPs of a step come from transformer_nmt.model.flops (6 FLOPs per weight
 per token plus the attention products, over the padded batch). MFU is that count per
 second over the device's peak rate, which is measured at start-up with a dense matmul in
-the training precision: an achievable peak, not the datasheet's (on the 2-core EPYC this
-was written on: ~195 GFLOP/s fp32, ~340 GFLOP/s bf16 when the cores are not shared). It
-is measured again at every validation and checkpoint pause, keeping the best (PeakFlops).
+the training precision: an achievable peak, not the datasheet's. It is measured again
+at every validation and checkpoint pause, keeping the best (PeakFlops).
 """
 
 from __future__ import annotations
@@ -48,8 +47,8 @@ def measure_peak_flops(device: torch.device, dtype: torch.dtype) -> float:
 class PeakFlops:
     """The device's achievable matmul rate, the denominator of MFU.
 
-    One measurement takes ~50 ms: if another process holds a core just then, the rate
-    comes out low and every MFU of the run high (over 200% was seen on a shared 2-core
+    One measurement is short: if another process holds a core just then, the rate
+    comes out low and every MFU of the run high (even above 100% on a shared
     machine). `refresh`, called at pauses that already cost seconds, measures again and
     keeps the best, so an unlucky start corrects itself.
     """
