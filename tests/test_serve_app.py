@@ -3,6 +3,7 @@ middleware.py, access.py): answers, LibreTranslate's shapes, and every refusal."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from decode_fixtures import sentences
 from serve_fixtures import make_app, with_languages
+from transformer_nmt.serve.batcher import Batcher
 
 KEY = "s3cret-key"
 
@@ -229,3 +231,55 @@ def test_a_glossary_puts_its_target_terms_into_the_sentences_with_its_source_ter
     assert second == plain[1]  # no source term: translated as without a glossary
     too_big = translate(client, text="a", glossary={f"w{i}": "x" for i in range(101)})
     assert too_big.status_code == 422 and "glossary" in too_big.json()["error"]
+
+
+class WaitTimedOut(Exception):
+    """asyncio.TimeoutError as Python 3.10 has it: not the built-in TimeoutError."""
+
+
+@pytest.fixture
+def timeouts_of_python_3_10(monkeypatch):
+    """asyncio.wait_for raises an asyncio.TimeoutError that is not the built-in one, as
+    before Python 3.11, so that code catching the built-in class misses it."""
+    wait_for = asyncio.wait_for
+
+    async def wait_for_as_in_3_10(awaitable, timeout):
+        try:
+            return await wait_for(awaitable, timeout)
+        except TimeoutError:
+            raise WaitTimedOut from None
+
+    monkeypatch.setattr(asyncio, "TimeoutError", WaitTimedOut)
+    monkeypatch.setattr(asyncio, "wait_for", wait_for_as_in_3_10)
+
+
+def test_short_waits_keep_the_batcher_and_the_timeout_working_on_python_3_10(
+        served_model, timeouts_of_python_3_10):
+    # A lone sentence waits for company until max_wait_ms runs out: a timeout the
+    # batcher's loop must survive.
+    with TestClient(make_app(served_model, max_wait_ms=20)) as client:
+        for text in ("the dog runs", "a cat sleeps"):
+            assert translate(client, text=text).status_code == 200
+        assert client.get("/ready").status_code == 200
+    with TestClient(make_app(served_model, timeout_s=0.0001)) as client:
+        assert translate(client, text="the dog runs in the garden").status_code == 504
+
+
+def test_a_dead_batcher_makes_ready_fail_and_is_logged_with_its_traceback(
+        served_model, monkeypatch, caplog):
+    def broken(batcher, key):
+        raise RuntimeError("the batcher broke")
+
+    monkeypatch.setattr(Batcher, "_take_batch", broken)
+    with TestClient(make_app(served_model), raise_server_exceptions=False) as client:
+        assert client.get("/ready").status_code == 200
+        # The request that was waiting gets the error rather than its timeout.
+        assert translate(client, text="the dog runs").status_code == 500
+        ready = client.get("/ready")
+        assert ready.status_code == 503 and "batcher stopped" in ready.json()["error"]
+        refused = translate(client, text="the dog runs")
+        assert refused.status_code == 503 and "batcher stopped" in refused.json()["error"]
+    [failure] = [record for record in caplog.records if record.name.endswith("batcher")]
+    assert failure.levelname == "ERROR" and failure.exc_info is not None
+    assert "the batcher broke" in caplog.text and "Traceback" in caplog.text
+

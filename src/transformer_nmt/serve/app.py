@@ -29,6 +29,8 @@ UNION_MEMBERS = {"str", "int", "float", "bool", "list[str]"}
 """Type names pydantic puts into an error's location for a field of several types."""
 FASTAPI_UNREADABLE_BODY = "There was an error parsing the body"
 """FastAPI's message for a body it cannot decode (invalid UTF-8): said more usefully."""
+BATCHER_DEAD = "its batcher stopped (the server's log says why)"
+"""Why a server whose batching loop died refuses: no request would ever be decoded."""
 STATIC = files("transformer_nmt.serve") / "static"
 """The web page's files, shipped in the package: no CDN, so it works offline."""
 
@@ -62,14 +64,17 @@ def validation_error(exc: RequestValidationError) -> tuple[int, str]:
 async def translate_within_limits(app: FastAPI, texts: list[str], search: Search,
                                   html: bool = False) -> list[dict[str, Any]]:
     """service.translate_texts under the per-request timeout; HTTP 503 while the server
-    shuts down, 504 past the timeout."""
+    shuts down or once its batcher has stopped, 504 past the timeout."""
     if app.state.draining:
         raise HTTPException(503, "the server is shutting down; retry on another instance")
+    if not app.state.service.batcher.alive:
+        raise HTTPException(503, f"the server cannot translate: {BATCHER_DEAD}; retry on "
+                            "another instance")
     timeout = app.state.service.settings.timeout_s
     try:
         return await asyncio.wait_for(app.state.service.translate_texts(texts, search, html),
                                       timeout)
-    except TimeoutError:
+    except asyncio.TimeoutError:  # not the built-in TimeoutError before 3.11
         raise HTTPException(504, f"the translation took longer than the server's "
                             f"timeout_s ({timeout:g} s)") from None
 
@@ -147,10 +152,13 @@ def create_app(service: TranslationService, card: dict[str, Any],
 
     @app.get("/ready", summary="the model is loaded and the server takes requests")
     async def ready() -> JSONResponse:
-        if app.state.ready and not app.state.draining:
-            return JSONResponse({"status": "ready"})
-        return error(503, "not ready: " + ("shutting down" if app.state.draining
-                                           else "starting"))
+        if app.state.draining:
+            return error(503, "not ready: shutting down")
+        if not app.state.ready:
+            return error(503, "not ready: starting")
+        if not service.batcher.alive:
+            return error(503, f"not ready: {BATCHER_DEAD}")
+        return JSONResponse({"status": "ready"})
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def prometheus() -> Response:
