@@ -233,6 +233,15 @@ def test_a_glossary_puts_its_target_terms_into_the_sentences_with_its_source_ter
     assert too_big.status_code == 422 and "glossary" in too_big.json()["error"]
 
 
+def test_every_route_of_the_app_is_counted_by_its_path_and_any_other_path_as_other(client):
+    for path in ("/languages", "/docs", "/openapi.json", "/no-such-page"):
+        client.get(path)
+    metrics = client.get("/metrics").text
+    for route in ("/languages", "/docs", "/openapi.json", "other"):
+        assert f'nmt_requests_total{{route="{route}"' in metrics, route
+    assert "/no-such-page" not in metrics
+
+
 class WaitTimedOut(Exception):
     """asyncio.TimeoutError as Python 3.10 has it: not the built-in TimeoutError."""
 

@@ -20,7 +20,7 @@ from transformer_nmt.version import __version__
 from transformer_nmt.serve.access import presented_key, require_key
 from transformer_nmt.serve.batcher import QueueFull
 from transformer_nmt.serve.libretranslate import libretranslate_routes
-from transformer_nmt.serve.middleware import BodyLimit, RequestMetrics
+from transformer_nmt.serve.middleware import BodyLimit, RequestMetrics, route_paths
 from transformer_nmt.serve.metrics import ServerMetrics
 from transformer_nmt.serve.requests import TranslateRequest
 from transformer_nmt.serve.service import BadOption, Search, TooLarge, TranslationService
@@ -172,12 +172,16 @@ def create_app(service: TranslationService, card: dict[str, Any],
         return FileResponse(str(index))
 
     app.mount("/static", StaticFiles(directory=str(STATIC), check_dir=False), name="static")
-    app.include_router(libretranslate_routes(
+    libretranslate = libretranslate_routes(
         lambda texts, search, html: translate_within_limits(app, texts, search, html),
-        settings, card))
+        settings, card)
+    app.include_router(libretranslate)
     # The last added is the outermost: metrics count the body limit's refusals too.
     app.add_middleware(BodyLimit, max_bytes=4 * settings.max_characters + 65536)
-    app.add_middleware(RequestMetrics, metrics=metrics)
+    # Newer FastAPI lists an included router as one entry of app.routes: its own
+    # routes are named as well.
+    app.add_middleware(RequestMetrics, metrics=metrics,
+                       routes=route_paths([*app.routes, *libretranslate.routes]))
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
                            allow_methods=["GET", "POST"],
