@@ -292,3 +292,25 @@ def test_a_dead_batcher_makes_ready_fail_and_is_logged_with_its_traceback(
     assert failure.levelname == "ERROR" and failure.exc_info is not None
     assert "the batcher broke" in caplog.text and "Traceback" in caplog.text
 
+
+def test_attention_comes_with_the_words_of_its_pieces_and_attention_between_words(client):
+    text = "the green garden is small"
+    [sentence] = translate(client, text=text, attention=True).json()[
+        "translations"][0]["sentences"]
+    attention = sentence["attention"]
+    source_words, target_words = attention["source_words"], attention["target_words"]
+    assert [word["text"] for word in source_words] == text.split()
+    assert " ".join(word["text"] for word in target_words) == sentence["text"]
+    for words, tokens in ((source_words, attention["source_tokens"]),
+                          (target_words, attention["target_tokens"])):
+        pieces = [index for word in words for index in word["pieces"]]
+        assert pieces == sorted(pieces) and tokens[pieces[-1] + 1:] == ["</s>"]
+    word_layers = attention["word_layers"]
+    assert len(word_layers) == len(attention["layers"])
+    for heads in word_layers:
+        assert len(heads) == len(attention["layers"][0])
+        for rows in heads:
+            assert len(rows) == len(target_words)
+            assert all(len(row) == len(source_words) for row in rows)
+    assert "attention" not in translate(client, text=text).json()[
+        "translations"][0]["sentences"][0]
