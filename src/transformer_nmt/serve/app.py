@@ -4,6 +4,7 @@ health and readiness, Prometheus metrics, the web page, and one-line JSON errors
 from __future__ import annotations
 
 import asyncio
+import mimetypes
 import time
 from contextlib import asynccontextmanager
 from importlib.resources import files
@@ -33,6 +34,12 @@ BATCHER_DEAD = "its batcher stopped (the server's log says why)"
 """Why a server whose batching loop died refuses: no request would ever be decoded."""
 STATIC = files("transformer_nmt.serve") / "static"
 """The web page's files, shipped in the package: no CDN, so it works offline."""
+
+
+# The page's scripts are ES modules, which browsers run only when served with a
+# JavaScript type; StaticFiles takes types from the system's table, which on some
+# (Windows' registry) says text/plain for .js.
+mimetypes.add_type("text/javascript", ".js")
 
 
 def error(status: int, message: str) -> JSONResponse:
