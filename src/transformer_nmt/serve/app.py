@@ -25,6 +25,7 @@ from transformer_nmt.serve.middleware import BodyLimit, RequestMetrics, route_pa
 from transformer_nmt.serve.metrics import ServerMetrics
 from transformer_nmt.serve.requests import TranslateRequest
 from transformer_nmt.serve.service import BadOption, Search, TooLarge, TranslationService
+from transformer_nmt.serve.settings import ServeSettings
 
 UNION_MEMBERS = {"str", "int", "float", "bool", "list[str]"}
 """Type names pydantic puts into an error's location for a field of several types."""
@@ -89,7 +90,6 @@ async def translate_within_limits(app: FastAPI, texts: list[str], search: Search
 def create_app(service: TranslationService, card: dict[str, Any],
                metrics: ServerMetrics | None = None) -> FastAPI:
     """The app serving `service`; `card` is what GET /v1/model describes (model_card)."""
-    settings = service.settings
     metrics = metrics or ServerMetrics()
 
     @asynccontextmanager
@@ -105,9 +105,21 @@ def create_app(service: TranslationService, card: dict[str, Any],
                   "LibreTranslate's /translate and /languages are served as well.")
     app.state.service, app.state.card, app.state.metrics = service, card, metrics
     app.state.ready = app.state.draining = False
+    add_error_handlers(app)
+    add_routes(app, service, card, metrics)
+    libretranslate = libretranslate_routes(
+        lambda texts, search, html: translate_within_limits(app, texts, search, html),
+        service.settings, card)
+    app.include_router(libretranslate)
+    # Newer FastAPI lists an included router as one entry of app.routes: its own
+    # routes are named as well.
+    wrap_in_middleware(app, service.settings, metrics,
+                       route_paths([*app.routes, *libretranslate.routes]))
+    return app
 
-    async def key_required(request: Request) -> None:
-        require_key(settings.api_key, presented_key(request))
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every refusal as a one-line JSON error with its HTTP status."""
 
     @app.exception_handler(StarletteHTTPException)  # ours, FastAPI's and routing's
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -131,6 +143,15 @@ def create_app(service: TranslationService, card: dict[str, Any],
     @app.exception_handler(BadOption)
     async def bad_option(request: Request, exc: BadOption) -> JSONResponse:
         return error(422, str(exc))
+
+
+def add_routes(app: FastAPI, service: TranslationService, card: dict[str, Any],
+               metrics: ServerMetrics) -> None:
+    """Our API under /v1, health, readiness, metrics and the web page with its files."""
+    settings = service.settings
+
+    async def key_required(request: Request) -> None:
+        require_key(settings.api_key, presented_key(request))
 
     @app.get("/v1/model", summary="describe the served model")
     async def describe() -> dict[str, Any]:
@@ -179,18 +200,15 @@ def create_app(service: TranslationService, card: dict[str, Any],
         return FileResponse(str(index))
 
     app.mount("/static", StaticFiles(directory=str(STATIC), check_dir=False), name="static")
-    libretranslate = libretranslate_routes(
-        lambda texts, search, html: translate_within_limits(app, texts, search, html),
-        settings, card)
-    app.include_router(libretranslate)
+
+
+def wrap_in_middleware(app: FastAPI, settings: ServeSettings, metrics: ServerMetrics,
+                       routes: frozenset[str]) -> None:
+    """The body limit, the request metrics (by the paths of `routes`) and CORS."""
     # The last added is the outermost: metrics count the body limit's refusals too.
     app.add_middleware(BodyLimit, max_bytes=4 * settings.max_characters + 65536)
-    # Newer FastAPI lists an included router as one entry of app.routes: its own
-    # routes are named as well.
-    app.add_middleware(RequestMetrics, metrics=metrics,
-                       routes=route_paths([*app.routes, *libretranslate.routes]))
+    app.add_middleware(RequestMetrics, metrics=metrics, routes=routes)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
                            allow_methods=["GET", "POST"],
                            allow_headers=["Content-Type", "X-API-Key", "Authorization"])
-    return app
