@@ -3,6 +3,7 @@ middleware.py, access.py): answers, LibreTranslate's shapes, and every refusal."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from decode_fixtures import sentences
 from serve_fixtures import make_app, with_languages
+from transformer_nmt.serve.batcher import Batcher
 
 KEY = "s3cret-key"
 
@@ -229,3 +231,86 @@ def test_a_glossary_puts_its_target_terms_into_the_sentences_with_its_source_ter
     assert second == plain[1]  # no source term: translated as without a glossary
     too_big = translate(client, text="a", glossary={f"w{i}": "x" for i in range(101)})
     assert too_big.status_code == 422 and "glossary" in too_big.json()["error"]
+
+
+def test_every_route_of_the_app_is_counted_by_its_path_and_any_other_path_as_other(client):
+    for path in ("/languages", "/docs", "/openapi.json", "/no-such-page"):
+        client.get(path)
+    metrics = client.get("/metrics").text
+    for route in ("/languages", "/docs", "/openapi.json", "other"):
+        assert f'nmt_requests_total{{route="{route}"' in metrics, route
+    assert "/no-such-page" not in metrics
+
+
+class WaitTimedOut(Exception):
+    """asyncio.TimeoutError as Python 3.10 has it: not the built-in TimeoutError."""
+
+
+@pytest.fixture
+def timeouts_of_python_3_10(monkeypatch):
+    """asyncio.wait_for raises an asyncio.TimeoutError that is not the built-in one, as
+    before Python 3.11, so that code catching the built-in class misses it."""
+    wait_for = asyncio.wait_for
+
+    async def wait_for_as_in_3_10(awaitable, timeout):
+        try:
+            return await wait_for(awaitable, timeout)
+        except TimeoutError:
+            raise WaitTimedOut from None
+
+    monkeypatch.setattr(asyncio, "TimeoutError", WaitTimedOut)
+    monkeypatch.setattr(asyncio, "wait_for", wait_for_as_in_3_10)
+
+
+def test_short_waits_keep_the_batcher_and_the_timeout_working_on_python_3_10(
+        served_model, timeouts_of_python_3_10):
+    # A lone sentence waits for company until max_wait_ms runs out: a timeout the
+    # batcher's loop must survive.
+    with TestClient(make_app(served_model, max_wait_ms=20)) as client:
+        for text in ("the dog runs", "a cat sleeps"):
+            assert translate(client, text=text).status_code == 200
+        assert client.get("/ready").status_code == 200
+    with TestClient(make_app(served_model, timeout_s=0.0001)) as client:
+        assert translate(client, text="the dog runs in the garden").status_code == 504
+
+
+def test_a_dead_batcher_makes_ready_fail_and_is_logged_with_its_traceback(
+        served_model, monkeypatch, caplog):
+    def broken(batcher, key):
+        raise RuntimeError("the batcher broke")
+
+    monkeypatch.setattr(Batcher, "_take_batch", broken)
+    with TestClient(make_app(served_model), raise_server_exceptions=False) as client:
+        assert client.get("/ready").status_code == 200
+        # The request that was waiting gets the error rather than its timeout.
+        assert translate(client, text="the dog runs").status_code == 500
+        ready = client.get("/ready")
+        assert ready.status_code == 503 and "batcher stopped" in ready.json()["error"]
+        refused = translate(client, text="the dog runs")
+        assert refused.status_code == 503 and "batcher stopped" in refused.json()["error"]
+    [failure] = [record for record in caplog.records if record.name.endswith("batcher")]
+    assert failure.levelname == "ERROR" and failure.exc_info is not None
+    assert "the batcher broke" in caplog.text and "Traceback" in caplog.text
+
+
+def test_attention_comes_with_the_words_of_its_pieces_and_attention_between_words(client):
+    text = "the green garden is small"
+    [sentence] = translate(client, text=text, attention=True).json()[
+        "translations"][0]["sentences"]
+    attention = sentence["attention"]
+    source_words, target_words = attention["source_words"], attention["target_words"]
+    assert [word["text"] for word in source_words] == text.split()
+    assert " ".join(word["text"] for word in target_words) == sentence["text"]
+    for words, tokens in ((source_words, attention["source_tokens"]),
+                          (target_words, attention["target_tokens"])):
+        pieces = [index for word in words for index in word["pieces"]]
+        assert pieces == sorted(pieces) and tokens[pieces[-1] + 1:] == ["</s>"]
+    word_layers = attention["word_layers"]
+    assert len(word_layers) == len(attention["layers"])
+    for heads in word_layers:
+        assert len(heads) == len(attention["layers"][0])
+        for rows in heads:
+            assert len(rows) == len(target_words)
+            assert all(len(row) == len(source_words) for row in rows)
+    assert "attention" not in translate(client, text=text).json()[
+        "translations"][0]["sentences"][0]

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from transformer_nmt.config import get_preset
 from transformer_nmt.config import preset_of_architecture as preset_name
+from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.model_file import model_training_steps as training_steps
 from transformer_nmt.serve.model_card import model_card, recorded_bleu
@@ -42,3 +43,13 @@ def test_the_card_of_a_model_without_languages_or_evaluation(model_file):
     assert card["source_language"] is None and card["bleu"] is None
     assert card["precision"] == "int8" and card["preset"] == "tiny"
     assert card["architecture"]["d_model"] == get_preset("tiny").model.d_model
+
+
+def test_the_card_is_the_same_before_and_after_a_translator_converts_the_model(model_file):
+    inference_model = load_for_inference(model_file)
+    float_parameters = sum(p.numel() for p in inference_model.model.parameters())
+    before = model_card(inference_model, "int8")
+    Translator(inference_model, TranslatorOptions(precision="int8"))  # converts in place
+    assert sum(p.numel() for p in inference_model.model.parameters()) != float_parameters
+    assert model_card(inference_model, "int8") == before
+    assert before["parameters"] == float_parameters

@@ -157,6 +157,11 @@ def test_typing_a_sentence_shows_its_translation_and_hovering_a_word_lights_the_
     source_words = SENTENCE.split()
     for index in range(lit_in_card.count()):
         assert lit_in_card.nth(index).inner_text() in source_words
+    # The cards show the words the server grouped the pieces into.
+    card = page.locator("#sentence-0")
+    for side in ("source", "target"):
+        shown = card.locator(f".{side[0]}w").all_inner_texts()
+        assert shown == [word["text"] for word in sentence["attention"][f"{side}_words"]]
 
     page.mouse.move(0, 0)
     assert page.locator(".sw.lit").count() == 0
@@ -171,6 +176,15 @@ def test_the_heatmaps_draw_every_layer_and_head(page, server):
     layers, heads = len(attention["layers"]), len(attention["layers"][0])
     assert page.locator("details.heatmaps .heat-cell canvas").count() == layers * heads
     assert page.locator("details.heatmaps .heat-main canvas").count() == 1
+    # A small map chosen is shown large and used for the highlights; chosen again, the
+    # average is.
+    last_cell = page.locator("details.heatmaps .heat-cell").last
+    last_cell.click()
+    assert page.input_value("#layer-select") == str(layers - 1)
+    assert page.input_value("#head-select") == str(heads - 1)
+    assert f"layer {layers}, head {heads}" in page.inner_text("details.heatmaps .heat-main")
+    page.locator("details.heatmaps .heat-cell").last.click()
+    assert page.input_value("#layer-select") == page.input_value("#head-select") == "avg"
     assert page.errors == []
 
 

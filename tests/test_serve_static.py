@@ -1,5 +1,8 @@
 """The web page's static files: shipped with the package, found through importlib.resources
-(as the server finds them), and self-contained so that the page works offline."""
+(as the server finds them), self-contained so that the page works offline, and ES modules
+that import one another without a build step: every import resolves to a module that
+exports the name, and every module is served with a JavaScript type, or the browser
+would refuse to run it."""
 
 from __future__ import annotations
 
@@ -11,13 +14,35 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
-PAGE_FILES = ("index.html", "app.js", "style.css")
+from serve_fixtures import make_app
+
+ENTRY = "main.js"
+"""The module index.html loads; it imports the others."""
 ROOT = Path(__file__).resolve().parents[1]
+IMPORT = re.compile(r'^import\s*(?:\{([^}]*)\}\s*from\s*)?"([^"]+)";', re.MULTILINE)
+"""An import statement of a module: the names it takes and the module it names."""
+EXPORT = re.compile(r"^export\s+(?:async\s+)?(?:function|const|let|class)\s+(\w+)",
+                    re.MULTILINE)
 
 
 def static_dir():
     return files("transformer_nmt.serve") / "static"
+
+
+def modules() -> list[str]:
+    return sorted(entry.name for entry in static_dir().iterdir() if entry.name.endswith(".js"))
+
+
+def imports_of(module: str) -> list[tuple[str, list[str]]]:
+    """(imported module, names it takes) of each import statement of `module`."""
+    text = (static_dir() / module).read_text(encoding="utf-8")
+    return [(target, [name.strip() for name in names.split(",") if name.strip()])
+            for names, target in IMPORT.findall(text)]
+
+
+PAGE_FILES = ("index.html", "style.css", *modules())
 
 
 class _References(HTMLParser):
@@ -49,7 +74,7 @@ def test_package_data_ships_every_static_file():
 def test_the_page_loads_nothing_from_outside_the_server():
     page = _References()
     page.feed((static_dir() / "index.html").read_text(encoding="utf-8"))
-    assert "/static/app.js" in page.urls and "/static/style.css" in page.urls
+    assert f"/static/{ENTRY}" in page.urls and "/static/style.css" in page.urls
     for url in page.urls:
         assert url.startswith(("/", "#", "data:")), f"index.html refers to {url!r}"
         if url.startswith("/static/"):
@@ -57,3 +82,44 @@ def test_the_page_loads_nothing_from_outside_the_server():
     for name in PAGE_FILES:
         text = (static_dir() / name).read_text(encoding="utf-8")
         assert not re.search(r"https?://|url\(\s*['\"]?//", text), f"{name} refers outside the server"
+
+
+def test_the_page_loads_its_entry_module_as_a_module():
+    index = (static_dir() / "index.html").read_text(encoding="utf-8")
+    assert f'<script type="module" src="/static/{ENTRY}"></script>' in index
+    assert index.count("<script") == 1
+
+
+@pytest.mark.parametrize("module", modules())
+def test_every_import_names_a_module_beside_it_that_exports_the_names(module):
+    for target, names in imports_of(module):
+        assert target.startswith("./") and target.endswith(".js"), \
+            f"{module} imports {target!r}: only ./NAME.js resolves without a build step"
+        path = static_dir() / target.removeprefix("./")
+        assert path.is_file(), f"{module} imports {target}, which does not exist"
+        exported = set(EXPORT.findall(path.read_text(encoding="utf-8")))
+        assert set(names) <= exported, f"{module} imports {set(names) - exported} from {target}"
+
+
+def test_every_module_is_reached_from_the_entry_and_none_imports_in_a_cycle():
+    reached = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"import cycle: {' -> '.join(path + (module,))}"
+        if module in reached:
+            return
+        reached.add(module)
+        for target, _ in imports_of(module):
+            visit(target.removeprefix("./"), path + (module,))
+
+    visit(ENTRY, ())
+    assert reached == set(modules()), f"never imported: {set(modules()) - reached}"
+
+
+def test_every_module_is_served_with_a_javascript_type(model_file):
+    client = TestClient(make_app(model_file))
+    for module in modules():
+        answer = client.get(f"/static/{module}")
+        assert answer.status_code == 200, module
+        assert answer.headers["content-type"].split(";")[0] in (
+            "text/javascript", "application/javascript"), module

@@ -4,6 +4,7 @@ health and readiness, Prometheus metrics, the web page, and one-line JSON errors
 from __future__ import annotations
 
 import asyncio
+import mimetypes
 import time
 from contextlib import asynccontextmanager
 from importlib.resources import files
@@ -20,17 +21,26 @@ from transformer_nmt.version import __version__
 from transformer_nmt.serve.access import presented_key, require_key
 from transformer_nmt.serve.batcher import QueueFull
 from transformer_nmt.serve.libretranslate import libretranslate_routes
-from transformer_nmt.serve.middleware import BodyLimit, RequestMetrics
+from transformer_nmt.serve.middleware import BodyLimit, RequestMetrics, route_paths
 from transformer_nmt.serve.metrics import ServerMetrics
 from transformer_nmt.serve.requests import TranslateRequest
 from transformer_nmt.serve.service import BadOption, Search, TooLarge, TranslationService
+from transformer_nmt.serve.settings import ServeSettings
 
 UNION_MEMBERS = {"str", "int", "float", "bool", "list[str]"}
 """Type names pydantic puts into an error's location for a field of several types."""
 FASTAPI_UNREADABLE_BODY = "There was an error parsing the body"
 """FastAPI's message for a body it cannot decode (invalid UTF-8): said more usefully."""
+BATCHER_DEAD = "its batcher stopped (the server's log says why)"
+"""Why a server whose batching loop died refuses: no request would ever be decoded."""
 STATIC = files("transformer_nmt.serve") / "static"
 """The web page's files, shipped in the package: no CDN, so it works offline."""
+
+
+# The page's scripts are ES modules, which browsers run only when served with a
+# JavaScript type; StaticFiles takes types from the system's table, which on some
+# (Windows' registry) says text/plain for .js.
+mimetypes.add_type("text/javascript", ".js")
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -62,14 +72,17 @@ def validation_error(exc: RequestValidationError) -> tuple[int, str]:
 async def translate_within_limits(app: FastAPI, texts: list[str], search: Search,
                                   html: bool = False) -> list[dict[str, Any]]:
     """service.translate_texts under the per-request timeout; HTTP 503 while the server
-    shuts down, 504 past the timeout."""
+    shuts down or once its batcher has stopped, 504 past the timeout."""
     if app.state.draining:
         raise HTTPException(503, "the server is shutting down; retry on another instance")
+    if not app.state.service.batcher.alive:
+        raise HTTPException(503, f"the server cannot translate: {BATCHER_DEAD}; retry on "
+                            "another instance")
     timeout = app.state.service.settings.timeout_s
     try:
         return await asyncio.wait_for(app.state.service.translate_texts(texts, search, html),
                                       timeout)
-    except TimeoutError:
+    except asyncio.TimeoutError:  # not the built-in TimeoutError before 3.11
         raise HTTPException(504, f"the translation took longer than the server's "
                             f"timeout_s ({timeout:g} s)") from None
 
@@ -77,7 +90,6 @@ async def translate_within_limits(app: FastAPI, texts: list[str], search: Search
 def create_app(service: TranslationService, card: dict[str, Any],
                metrics: ServerMetrics | None = None) -> FastAPI:
     """The app serving `service`; `card` is what GET /v1/model describes (model_card)."""
-    settings = service.settings
     metrics = metrics or ServerMetrics()
 
     @asynccontextmanager
@@ -93,9 +105,21 @@ def create_app(service: TranslationService, card: dict[str, Any],
                   "LibreTranslate's /translate and /languages are served as well.")
     app.state.service, app.state.card, app.state.metrics = service, card, metrics
     app.state.ready = app.state.draining = False
+    add_error_handlers(app)
+    add_routes(app, service, card, metrics)
+    libretranslate = libretranslate_routes(
+        lambda texts, search, html: translate_within_limits(app, texts, search, html),
+        service.settings, card)
+    app.include_router(libretranslate)
+    # Newer FastAPI lists an included router as one entry of app.routes: its own
+    # routes are named as well.
+    wrap_in_middleware(app, service.settings, metrics,
+                       route_paths([*app.routes, *libretranslate.routes]))
+    return app
 
-    async def key_required(request: Request) -> None:
-        require_key(settings.api_key, presented_key(request))
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every refusal as a one-line JSON error with its HTTP status."""
 
     @app.exception_handler(StarletteHTTPException)  # ours, FastAPI's and routing's
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -119,6 +143,15 @@ def create_app(service: TranslationService, card: dict[str, Any],
     @app.exception_handler(BadOption)
     async def bad_option(request: Request, exc: BadOption) -> JSONResponse:
         return error(422, str(exc))
+
+
+def add_routes(app: FastAPI, service: TranslationService, card: dict[str, Any],
+               metrics: ServerMetrics) -> None:
+    """Our API under /v1, health, readiness, metrics and the web page with its files."""
+    settings = service.settings
+
+    async def key_required(request: Request) -> None:
+        require_key(settings.api_key, presented_key(request))
 
     @app.get("/v1/model", summary="describe the served model")
     async def describe() -> dict[str, Any]:
@@ -147,10 +180,13 @@ def create_app(service: TranslationService, card: dict[str, Any],
 
     @app.get("/ready", summary="the model is loaded and the server takes requests")
     async def ready() -> JSONResponse:
-        if app.state.ready and not app.state.draining:
-            return JSONResponse({"status": "ready"})
-        return error(503, "not ready: " + ("shutting down" if app.state.draining
-                                           else "starting"))
+        if app.state.draining:
+            return error(503, "not ready: shutting down")
+        if not app.state.ready:
+            return error(503, "not ready: starting")
+        if not service.batcher.alive:
+            return error(503, f"not ready: {BATCHER_DEAD}")
+        return JSONResponse({"status": "ready"})
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def prometheus() -> Response:
@@ -164,14 +200,15 @@ def create_app(service: TranslationService, card: dict[str, Any],
         return FileResponse(str(index))
 
     app.mount("/static", StaticFiles(directory=str(STATIC), check_dir=False), name="static")
-    app.include_router(libretranslate_routes(
-        lambda texts, search, html: translate_within_limits(app, texts, search, html),
-        settings, card))
+
+
+def wrap_in_middleware(app: FastAPI, settings: ServeSettings, metrics: ServerMetrics,
+                       routes: frozenset[str]) -> None:
+    """The body limit, the request metrics (by the paths of `routes`) and CORS."""
     # The last added is the outermost: metrics count the body limit's refusals too.
     app.add_middleware(BodyLimit, max_bytes=4 * settings.max_characters + 65536)
-    app.add_middleware(RequestMetrics, metrics=metrics)
+    app.add_middleware(RequestMetrics, metrics=metrics, routes=routes)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
                            allow_methods=["GET", "POST"],
                            allow_headers=["Content-Type", "X-API-Key", "Authorization"])
-    return app

@@ -82,6 +82,26 @@ class Batcher:
     def start(self) -> None:
         """Start forming and decoding batches on the running event loop."""
         self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._task.add_done_callback(self._loop_ended)
+
+    @property
+    def alive(self) -> bool:
+        """Whether batches are being formed: started and the loop has not died."""
+        return self._task is not None and not self._task.done()
+
+    def _loop_ended(self, task: asyncio.Task) -> None:
+        """A loop that failed is logged with its traceback, and the sentences waiting
+        get its error rather than waiting for a batch that never comes."""
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        logger.error("the batcher's loop failed; no more batches will be decoded",
+                     exc_info=error)
+        while self._pending:
+            piece = self._pending.popleft()
+            self._dequeued(len(piece.lines))
+            if not piece.future.done():
+                piece.future.set_exception(error)
 
     async def stop(self) -> None:
         """Finish every queued sentence, then stop."""
@@ -160,7 +180,7 @@ class Batcher:
             self._wakeup.clear()
             try:
                 await asyncio.wait_for(self._wakeup.wait(), left)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the built-in TimeoutError before 3.11
                 return
 
     def _take_batch(self, key: SearchKey) -> list[_Piece]:

@@ -6,14 +6,18 @@ from __future__ import annotations
 import json
 import time
 
+from typing import Iterable
+
 from fastapi import HTTPException
+from starlette.routing import BaseRoute, Route
 
 from transformer_nmt.serve.metrics import ServerMetrics
 
-KNOWN_ROUTES = {"/v1/translate", "/v1/model", "/translate", "/languages", "/health",
-                "/ready", "/metrics", "/"}
-"""Routes counted by name; anything else is counted as 'other', so that scans of random
-paths cannot grow the metrics without bound."""
+
+def route_paths(routes: Iterable[BaseRoute]) -> frozenset[str]:
+    """The paths of `routes` (the app's and its routers': API, LibreTranslate's, health,
+    docs, the page), as RequestMetrics counts them; mounts are left out."""
+    return frozenset(route.path for route in routes if isinstance(route, Route))
 
 
 class BodyLimit:
@@ -58,11 +62,14 @@ async def _refuse(send, status: int, message: str) -> None:
 
 
 class RequestMetrics:
-    """Counts every HTTP request by route and status and times it."""
+    """Counts every HTTP request by route and status and times it. A path that is not one
+    of `routes` is counted as 'other', so that scans of random paths cannot grow the
+    metrics without bound."""
 
-    def __init__(self, app, metrics: ServerMetrics) -> None:
+    def __init__(self, app, metrics: ServerMetrics, routes: frozenset[str]) -> None:
         self.app = app
         self.metrics = metrics
+        self.routes = routes
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -80,5 +87,5 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, recording_send)
         finally:
-            route = scope["path"] if scope["path"] in KNOWN_ROUTES else "other"
+            route = scope["path"] if scope["path"] in self.routes else "other"
             self.metrics.observe_request(route, status, time.perf_counter() - started)

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from transformer_nmt.config import ModelConfig, config_from_dict
+from transformer_nmt.model.transformer import count_parameters
 from transformer_nmt.model_file import (InferenceModel, model_languages, model_preset,
                                         model_training_steps)
 
@@ -30,20 +32,25 @@ def recorded_bleu(model_path: Path) -> dict[str, Any] | None:
 
 
 def model_card(inference_model: InferenceModel, precision: str) -> dict[str, Any]:
-    """The description of a loaded model, as GET /v1/model returns it."""
-    model = inference_model.model
-    languages = model_languages(inference_model.payload_meta) or (None, None)
+    """The description of a loaded model, as GET /v1/model returns it.
+
+    Read from what the file stores, never from the network: a Translator converts the
+    network in place (int8 replaces its linear layers), which must not change the card,
+    whether it is made before or after."""
+    meta = inference_model.payload_meta
+    architecture = config_from_dict(ModelConfig, meta["model_config"])
+    languages = model_languages(meta) or (None, None)
     evaluation = recorded_bleu(inference_model.path)
     return {
         "name": inference_model.path.name,
         "source_language": languages[0],
         "target_language": languages[1],
-        "preset": model_preset(inference_model.payload_meta)[0],
-        "parameters": sum(parameter.numel() for parameter in model.parameters()),
+        "preset": model_preset(meta)[0],
+        "parameters": count_parameters(architecture, meta["vocab_size"]),
         "vocabulary_size": len(inference_model.vocab),
-        "training_steps": model_training_steps(inference_model.payload_meta),
+        "training_steps": model_training_steps(meta),
         "bleu": evaluation["bleu"] if evaluation else None,
         "evaluation": evaluation,
         "precision": precision,
-        "architecture": dataclasses.asdict(model.cfg),
+        "architecture": dataclasses.asdict(architecture),
     }

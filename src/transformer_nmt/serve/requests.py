@@ -22,7 +22,8 @@ class TranslateRequest(BaseModel):
     alignments: bool = Field(False, description="also return (source word, target word) "
                              "pairs of each sentence")
     attention: bool = Field(False, description="also return the encoder-decoder attention "
-                            "of each sentence, per layer and head")
+                            "of each sentence, per layer and head, between subword pieces "
+                            "and between words, with the pieces of each word")
     glossary: dict[str, str] | None = Field(None, description="terminology: source term -> "
                                             "target term; the translation of a sentence "
                                             "that contains a source term (whole words, any "

@@ -17,6 +17,7 @@ from transformer_nmt.serve.batcher import Batcher, SearchKey
 from transformer_nmt.serve.documents import split_document
 from transformer_nmt.serve.html_text import Markup, parse_html
 from transformer_nmt.serve.settings import ServeSettings
+from transformer_nmt.serve.words import with_words
 
 MAX_GLOSSARY = 100
 """Most glossary entries a request may give: each matching one widens the search."""
@@ -153,21 +154,22 @@ class TranslationService:
 
     def _attention(self, sentences: list[str],
                    found: list[list[Translation]]) -> list[dict[str, Any]]:
-        """The encoder-decoder attention of each best translation, per layer and head."""
+        """The encoder-decoder attention of each best translation, per layer and head,
+        between pieces and between words."""
         vocab = self.translator.vocab
         maps = []
         for sentence, translations in zip(sentences, found):
             src_ids = vocab.encode(normalize(sentence))
             attention = compute_attention_of_ids(self.translator.model, vocab, src_ids,
                                                  translations[0].tokens)
-            maps.append({
+            maps.append(with_words({
                 "source_tokens": attention.src_tokens,
                 "target_tokens": attention.tgt_out_tokens,
                 # per layer (heads, target tokens, source tokens); float64 so that the
                 # rounded values print as short decimals
                 "layers": [layer.double().round(decimals=ATTENTION_DECIMALS).tolist()
                            for layer in attention.weights["cross"]],
-            })
+            }, attention.weights["cross"], ATTENTION_DECIMALS))
         return maps
 
 

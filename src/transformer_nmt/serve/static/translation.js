@@ -1,0 +1,123 @@
+// A translation on the page: the translated document in the output pane, the source's
+// words under the editor, and a card per sentence with its words, n-best list and
+// heatmaps. Every word is a span that knows its sentence and index, for highlighting.
+
+import { el, els } from "./dom.js";
+import { formatScore } from "./format.js";
+import { prepareSentence, renderAttentionControls } from "./attention.js";
+import { heatmapSection } from "./heatmap.js";
+import { state } from "./state.js";
+
+function wordSpan(kind, sentence, index, text) {
+  const span = el("span", { class: `word ${kind}`, "data-s": sentence.index, "data-w": index, text });
+  const list = kind === "tw" ? sentence.targetEls : sentence.sourceEls;
+  (list[index] = list[index] || []).push(span);
+  return span;
+}
+
+/** Where each word lies in `text`, in order: [start, end] or null where it cannot be found
+ *  close to the previous one (sentencepiece may normalize characters). */
+function locateWords(words, text, from = 0) {
+  let cursor = from;
+  return words.map((word) => {
+    if (!word.text) return null;
+    const at = text.indexOf(word.text, cursor);
+    if (at < 0 || text.slice(cursor, at).trim().length > 2) return null;
+    cursor = at + word.text.length;
+    return [at, cursor];
+  });
+}
+
+/** `text` (a whole document) into `container`, each sentence's words as spans; what lies
+ *  between sentences (spaces, line and paragraph breaks) is kept exactly. */
+function renderDocument(container, text, sentences, side) {
+  const parts = [];
+  let cursor = 0;
+  for (const sentence of sentences) {
+    const own = side === "tw" ? sentence.data.text : sentence.data.source;
+    const at = own ? text.indexOf(own, cursor) : -1;
+    if (at < 0) continue;
+    parts.push(text.slice(cursor, at));
+    const words = side === "tw" ? sentence.targetWords : sentence.sourceWords;
+    const spans = locateWords(words, own);
+    let inner = 0;
+    const node = el("span", { class: "sentence-text" });
+    spans.forEach((span, i) => {
+      if (!span) return;
+      node.append(own.slice(inner, span[0]), wordSpan(side, sentence, i, own.slice(span[0], span[1])));
+      inner = span[1];
+    });
+    node.append(own.slice(inner));
+    parts.push(node);
+    cursor = at + own.length;
+  }
+  parts.push(text.slice(cursor));
+  container.replaceChildren(...parts);
+}
+
+function renderSentences(sentences) {
+  const model = state.model || {};
+  const sourceTag = model.source_language || "src";
+  const targetTag = model.target_language || "tgt";
+  els.sentences.replaceChildren(...sentences.map((sentence) => {
+    const card = el("li", { class: "sentence", id: `sentence-${sentence.index}` });
+    const words = (kind, list) => {
+      const box = el("div", { class: "words", lang: kind === "sw" ? sourceTag : targetTag });
+      list.forEach((word, i) => {
+        if (i) box.append(" ");
+        const span = wordSpan(kind, sentence, i, word.text);
+        if (kind === "tw" && sentence.attention) span.tabIndex = 0;
+        box.append(span);
+      });
+      return box;
+    };
+    card.append(
+      el("div", { class: "token-row" }, el("span", { class: "lang-tag", text: sourceTag }),
+        words("sw", sentence.sourceWords), el("span")),
+      el("div", { class: "token-row" }, el("span", { class: "lang-tag", text: targetTag }),
+        words("tw", sentence.targetWords),
+        el("span", { class: "score", title: "log-probability / length penalty (higher is better)",
+          text: formatScore(sentence.data.score) })),
+    );
+    const nbest = sentence.data.nbest || [];
+    if (nbest.length > 1) {
+      card.append(el("ol", { class: "nbest", "aria-label": `${nbest.length} best translations` },
+        ...nbest.map((hyp, i) => el("li", { class: i === 0 ? "best" : "" },
+          el("span", { class: "rank", text: `${i + 1}.` }),
+          el("span", { class: "text", text: hyp.text }),
+          el("span", { class: "score", text: formatScore(hyp.score) })))));
+    }
+    if (sentence.attention) card.append(heatmapSection(sentence));
+    return card;
+  }));
+}
+
+/** The editor's backdrop scrolled with the editor, so that its words lie under the text. */
+export function syncBackdropScroll() {
+  els.backdrop.scrollTop = els.source.scrollTop;
+  els.backdrop.scrollLeft = els.source.scrollLeft;
+}
+
+/** The server's translation `doc` of `sourceText` (one element of its "translations"). */
+export function showResult(sourceText, doc) {
+  const sentences = doc.sentences.map(prepareSentence);
+  state.result = { sourceText, doc, sentences };
+  state.lit = [];
+  renderDocument(els.output, doc.text, sentences, "tw");
+  if (els.source.value === sourceText) renderDocument(els.backdrop, sourceText, sentences, "sw");
+  syncBackdropScroll();
+  els.copy.disabled = !doc.text;
+  renderAttentionControls(sentences);
+  renderSentences(sentences);
+  els.details.hidden = sentences.length === 0;
+}
+
+export function clearResult() {
+  state.result = null;
+  state.lit = [];
+  els.output.replaceChildren(el("p", { class: "placeholder",
+    text: "The translation appears here. Hover a word to see which source words it attends to." }));
+  els.backdrop.replaceChildren();
+  els.details.hidden = true;
+  els.copy.disabled = true;
+}

@@ -1,0 +1,42 @@
+"""Words of subword pieces and attention between words (serve/words.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from transformer_nmt.serve.words import word_attention, word_groups, with_words
+
+
+def test_a_piece_with_the_word_mark_starts_a_word_and_others_join_it():
+    pieces = ["▁the", "▁gar", "den", "s", "▁is", ".", "</s>"]
+    assert word_groups(pieces) == [{"text": "the", "pieces": [0]},
+                                   {"text": "gardens", "pieces": [1, 2, 3]},
+                                   {"text": "is.", "pieces": [4, 5]}]
+
+
+def test_special_pieces_and_empty_words_belong_to_no_word():
+    assert word_groups(["<s>", "den", "▁", "▁", "ab", "<pad>", "</s>"]) == [
+        {"text": "den", "pieces": [1]}, {"text": "ab", "pieces": [3, 4]}]
+    assert word_groups(["</s>"]) == []
+
+
+def test_attention_between_words_sums_a_source_word_and_averages_a_target_word():
+    # (target pieces 3, source pieces 3): target words [0, 1] and [2]; source [0] and [1, 2]
+    weights = torch.tensor([[0.5, 0.25, 0.25], [0.1, 0.6, 0.3], [1.0, 0.0, 0.0]])
+    source = [{"text": "a", "pieces": [0]}, {"text": "bc", "pieces": [1, 2]}]
+    target = [{"text": "xy", "pieces": [0, 1]}, {"text": "z", "pieces": [2]}]
+    words = word_attention(weights, source, target)
+    assert torch.allclose(words, torch.tensor([[0.3, 0.7], [1.0, 0.0]]))
+    # Per layer and head as well: (layers, heads, target, source).
+    stacked = word_attention(weights.expand(2, 4, 3, 3), source, target)
+    assert stacked.shape == (2, 4, 2, 2) and torch.allclose(stacked[1, 3], words)
+
+
+def test_a_sentence_map_gets_its_words_and_rounded_word_attention_per_layer_and_head():
+    tokens = ["▁a", "b", "</s>"]
+    cross = [torch.full((2, 3, 3), 1 / 3)]  # one layer of two heads
+    attention = {"source_tokens": tokens, "target_tokens": tokens, "layers": "kept"}
+    found = with_words(attention, cross, decimals=3)
+    assert found["layers"] == "kept"
+    assert found["source_words"] == found["target_words"] == [{"text": "ab", "pieces": [0, 1]}]
+    assert found["word_layers"] == [[[[0.667]], [[0.667]]]]
