@@ -244,7 +244,7 @@ class DecodeConfig:
     alpha: float = setting(0.6, group="search", metavar="ALPHA")
     """Length penalty exponent: hypotheses are ranked by log P(Y|X) / ((5 + |Y|) / 6)^alpha
     (GNMT's), |Y| counting the end-of-sentence token; 0 ranks by log P alone, larger
-    values favour longer outputs; between -10 and 10 (ALPHA_RANGE)."""
+    values favour longer outputs; between -10 and 10."""
     max_len_a: float = setting(1.0, group="search", metavar="A")
     """An output has at most A * (source subword tokens) + B subword tokens."""
     max_len_b: int = setting(50, group="search", metavar="B")
