@@ -151,11 +151,11 @@ class TrainConfig:
     """A model file or checkpoint whose weights start the run (fine-tuning), with a fresh
     optimizer, step counter and schedule ('': random initialisation)."""
     adam_beta1: float = setting(0.9, metavar="B1")
-    """Adam beta1."""
+    """Adam's beta1."""
     adam_beta2: float = setting(0.98, metavar="B2")
-    """Adam beta2."""
+    """Adam's beta2."""
     adam_eps: float = setting(1e-9, metavar="EPS")
-    """Adam epsilon."""
+    """Adam's epsilon."""
     batch_tokens: int = 25000
     """Tokens per side in one optimizer update, padding counted, summed over every process
     and accumulated batch: the paper's batch of ~25000 source and 25000 target tokens.
@@ -169,7 +169,7 @@ class TrainConfig:
     """Batches each process accumulates into one update (0: as many as its share of
     batch_tokens needs under max_tokens)."""
     max_steps: int = setting(100_000, resume="free")
-    """Stop after this many optimizer steps (base: 100K, big: 300K)."""
+    """Stop after this many optimizer steps (the big preset: 300K)."""
     seed: int = 1
     """Seed of every random choice: initialisation, dropout, batch order."""
     max_epochs: int = setting(0, resume="free")

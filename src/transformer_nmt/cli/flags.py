@@ -84,10 +84,12 @@ def _argument(field: dataclasses.Field, kind: Any, default: Any) -> dict[str, An
 
 
 def add_fields(container: Container, cls: type, names: Iterable[str] | None = None, *,
-               exclude: Iterable[str] = (), groups: dict[str, Container] | None = None,
-               unset: bool = False, note: str | None = "default") -> None:
+               exclude: Iterable[str] = (), groups: dict[Any, Container] | None = None,
+               group_by: str = "group", unset: bool = False,
+               note: str | None = "default") -> None:
     """Add a flag to `container` for each chosen field of dataclass `cls` (see
-    `chosen_fields`); a field whose metadata names a group in `groups` goes there.
+    `chosen_fields`); a field goes to the group in `groups` that its metadata's
+    `group_by` mark names (no mark: the key None), else to `container`.
 
     unset: every flag defaults to None (False for a switch, [] for a repeatable one), so
     that only what was given overrides another source (a preset, the environment);
@@ -100,7 +102,7 @@ def add_fields(container: Container, cls: type, names: Iterable[str] | None = No
             keywords["default"] = None
         if default is dataclasses.MISSING:
             keywords.update(required=True, default=None)
-        target = (groups or {}).get(field.metadata.get("group"), container)
+        target = (groups or {}).get(field.metadata.get(group_by), container)
         target.add_argument(flag_of(field), dest=dest_of(field),
                             help=_help(cls, field, note), **keywords)
 
