@@ -160,12 +160,14 @@ def check_types(config: Any) -> None:
 def parse_text(cls: type, name: str, text: str) -> Any:
     """The value of field `name` of dataclass `cls` written as `text` (a --set, an
     environment variable); UserError naming the field when it cannot be read. A tuple of
-    strings is written comma-separated; an optional field is 'none' or empty for None."""
+    strings is written comma-separated; an optional field that is not a string is 'none'
+    or empty for None (an optional string is always the text, so that an empty API key
+    stays an error rather than no key)."""
     field = next(f for f in dataclasses.fields(cls) if f.name == name)
     if field.metadata.get("parse"):
         return field.metadata["parse"](text)
     kind, optional = unwrap_optional(field_types(cls)[name])
-    if optional and text.strip().lower() in ("", "none"):
+    if optional and kind is not str and text.strip().lower() in ("", "none"):
         return None
     listed = choices(kind)
     try:

@@ -26,7 +26,8 @@ from transformer_nmt.version import __version__
 from transformer_nmt.config import (BATCH_SPLIT, CHANGEABLE_ON_RESUME, ModelConfig,
                                     TrainConfig, config_from_dict, differences, get_preset)
 from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
-from transformer_nmt.fields import parse_duration, parse_text
+from transformer_nmt.fields import parse_duration  # noqa: F401  (re-exported for callers)
+from transformer_nmt.fields import parse_text
 from transformer_nmt.files import write_json_atomic
 from transformer_nmt.errors import UserError
 from transformer_nmt.training.batch_size import fixes_batch_per_process
