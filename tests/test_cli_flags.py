@@ -91,6 +91,7 @@ def test_every_flag_of_every_subcommand_is_a_field_with_its_default():
             found = _field_of(flag, SETTINGS.get(name, ()))
             assert found is not None, f"nmt {name} {flag} sets no field"
             cls, field = found
+            assert action.help, f"nmt {name} {flag} has no help (a docstring under the field)"
             if name in ("train", "serve") and cls in (TrainConfig, ServeSettings):
                 # Given only, over the preset's or the environment's value.
                 assert action.default in (None, []), (name, flag)
@@ -99,6 +100,17 @@ def test_every_flag_of_every_subcommand_is_a_field_with_its_default():
             if isinstance(_default(field), Path) and default is not None:
                 default = Path(default)
             assert default == _default(field), (name, flag, default, _default(field))
+
+
+def test_the_export_quantization_defaults_to_the_exporters_own():
+    import inspect
+
+    from transformer_nmt.export.argos import export_argos
+    from transformer_nmt.export.ctranslate2 import export_ctranslate2
+
+    flag = _flags(_subcommands()["export"])["--quantization"]
+    for export in (export_ctranslate2, export_argos):
+        assert inspect.signature(export).parameters["quantization"].default == flag.default
 
 
 def test_unset_server_and_training_flags_leave_the_defaults():
