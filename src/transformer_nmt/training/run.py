@@ -3,10 +3,11 @@
 A configuration is composed, later sources winning: the preset, a --config JSON file,
 --set FIELD=VALUE assignments, the dedicated flags (--max-steps ...). RUN_DIR/config.json
 records the result with the data directory's digest and one entry per session. Training
-into a directory that already holds a run resumes it when nothing but the fields of
-TrainConfig marks as changeable on resume (config.CHANGEABLE_ON_RESUME, and
-config.BATCH_SPLIT while the global batch is batch_tokens) differ, and is refused naming the difference otherwise; a non-empty directory without a
-run's config.json is never written into.
+into a directory that already holds a run resumes it when nothing but the fields that
+TrainConfig marks as changeable on resume differ (config.CHANGEABLE_ON_RESUME, and
+config.BATCH_SPLIT while the global batch is batch_tokens), and is refused naming the
+difference otherwise; a non-empty directory without a run's config.json is never written
+into.
 """
 
 from __future__ import annotations
