@@ -63,3 +63,57 @@ def test_differences_name_every_changed_leaf_and_skip_what_is_allowed():
     assert differences(old, new, skip=frozenset({"max_steps"})) == ["warmup_steps: 4000 -> 10"]
     assert differences({"a": {"b": 1}}, {"a": {"b": 2, "c": 3}}) == ["a.b: 1 -> 2",
                                                                      "a.c: None -> 3"]
+
+
+def test_groups_are_marks_on_the_fields():
+    """Which fields a fine-tuning run or a resumed run may change is declared on the
+    fields themselves; training/run.py and training/init_from.py read these sets."""
+    from transformer_nmt.config import BATCH_SPLIT, CHANGEABLE_ON_RESUME, NOT_ARCHITECTURE
+
+    assert NOT_ARCHITECTURE == {"dropout", "attention_dropout", "activation_dropout"}
+    assert "max_positions" not in NOT_ARCHITECTURE
+    assert BATCH_SPLIT == {"max_tokens", "update_freq"}
+    assert {"max_steps", "patience", "precision", "log_every"} <= CHANGEABLE_ON_RESUME
+    assert not {"valid_metric", "valid_beam", "seed", "batch_tokens"} & CHANGEABLE_ON_RESUME
+
+
+def test_max_positions_is_part_of_the_architecture_everywhere(tmp_path):
+    """A learned table has max_positions rows and every model takes inputs up to it: a
+    fine-tuning run may not change it, and a model with other positions is no preset."""
+    from transformer_nmt.config import preset_of_architecture
+    from transformer_nmt.training.init_from import check_init_architecture
+
+    tiny = get_preset("tiny").model
+    recorded = dataclasses.asdict(tiny)
+    check_init_architecture(tmp_path / "m.pt", recorded, dataclasses.replace(tiny, dropout=0.3))
+    with pytest.raises(UserError, match="max_positions: 256 -> 512"):
+        check_init_architecture(tmp_path / "m.pt", recorded,
+                                dataclasses.replace(tiny, max_positions=512))
+    assert preset_of_architecture(dataclasses.replace(tiny, dropout=0.3)) == "tiny"
+    assert preset_of_architecture(dataclasses.replace(tiny, max_positions=512)) is None
+
+
+@pytest.mark.parametrize("config, field, value", [
+    (ModelConfig, "heads", 8.0), (ModelConfig, "encoder_layers", True),
+    (TrainConfig, "max_steps", 1e5), (TrainConfig, "compile", 1),
+    (DecodeConfig, "beam", 4.0), (DecodeConfig, "max_len_b", 50.0),
+])
+def test_integer_and_boolean_fields_refuse_other_types(config, field, value):
+    with pytest.raises(UserError, match=f"^{field} must be "):
+        config(**{field: value})
+
+
+def test_max_bad_steps_zero_is_refused_not_read_as_one():
+    assert TrainConfig(max_bad_steps=1).max_bad_steps == 1
+    with pytest.raises(UserError, match="max_bad_steps must be at least 1, not 0"):
+        TrainConfig(max_bad_steps=0)
+
+
+def test_alpha_has_one_range():
+    from transformer_nmt.config import ALPHA_RANGE
+
+    low, high = ALPHA_RANGE
+    assert DecodeConfig(alpha=low).alpha == low and DecodeConfig(alpha=high).alpha == high
+    for value in (low - 0.5, high + 0.5):
+        with pytest.raises(UserError, match="alpha must be a finite number between"):
+            DecodeConfig(alpha=value)

@@ -42,3 +42,12 @@ def test_cuda_without_a_gpu_and_unknown_devices_are_one_line_errors():
         resolve_device("cuda")
     with pytest.raises(UserError, match="unknown device 'tpu9'"):
         resolve_device("tpu9")
+
+
+def test_the_library_and_the_commands_share_one_default_device():
+    from transformer_nmt.decode.translator import TranslatorOptions
+    from transformer_nmt.runtime import DEFAULT_DEVICE
+
+    assert TranslatorOptions().device is DEFAULT_DEVICE
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device(DEFAULT_DEVICE).type == expected

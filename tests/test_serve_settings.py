@@ -23,3 +23,52 @@ def test_defaults_bind_to_loopback_without_key_or_cors():
 def test_bad_settings_are_user_errors_naming_the_setting(field, value, message):
     with pytest.raises(UserError, match=message):
         ServeSettings(**{field: value})
+
+
+def test_every_setting_reads_its_environment_variable():
+    settings = ServeSettings.from_environment({
+        "NMT_HOST": "0.0.0.0", "NMT_PORT": "9000", "NMT_MAX_WAIT_MS": "2.5",
+        "NMT_TIMEOUT_S": "30", "NMT_API_KEY": "secret", "NMT_LOG_LEVEL": "debug",
+        "NMT_CORS_ORIGINS": "https://a.example, https://b.example", "OTHER": "x"})
+    assert (settings.host, settings.port, settings.max_wait_ms, settings.timeout_s) == (
+        "0.0.0.0", 9000, 2.5, 30.0)
+    assert settings.api_key == "secret" and settings.log_level == "debug"
+    assert settings.cors_origins == ("https://a.example", "https://b.example")
+    assert ServeSettings.from_environment({}) == ServeSettings()
+
+
+def test_flags_override_the_environment():
+    settings = ServeSettings.from_environment({"NMT_PORT": "9000", "NMT_MAX_QUEUE": "10"},
+                                              port=9100, max_beam=None)
+    assert (settings.port, settings.max_queue, settings.max_beam) == (9100, 10, 16)
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("NMT_PORT", "eighty", "environment variable NMT_PORT: port must be an int, not 'eighty'"),
+    ("NMT_PORT", "8.5", "environment variable NMT_PORT: port must be an int, not '8.5'"),
+    ("NMT_PORT", "70000", "environment variable NMT_PORT: port must be at most 65535"),
+    ("NMT_TIMEOUT_S", "0", "environment variable NMT_TIMEOUT_S: timeout_s must be more than 0"),
+    ("NMT_LOG_LEVEL", "loud", "environment variable NMT_LOG_LEVEL: log_level must be one of"),
+    ("NMT_API_KEY", " ", "environment variable NMT_API_KEY: the API key is empty"),
+])
+def test_a_bad_variable_is_an_error_naming_it(variable, value, message):
+    with pytest.raises(UserError, match="^" + message):
+        ServeSettings.from_environment({variable: value})
+
+
+def test_nmt_serve_reports_a_bad_variable_in_one_line(monkeypatch, capsys, tmp_path):
+    from transformer_nmt.cli import main
+
+    monkeypatch.setenv("NMT_MAX_QUEUE", "lots")
+    assert main(["serve", "--model", str(tmp_path / "model.pt")]) == 2
+    assert capsys.readouterr().err == ("nmt serve: error: environment variable NMT_MAX_QUEUE: "
+                                       "max_queue must be an int, not 'lots'\n")
+
+
+def test_the_help_names_every_variable():
+    from transformer_nmt.cli import build_parser
+
+    parser = build_parser()._subparsers._group_actions[0].choices["serve"]
+    epilog = " ".join(parser.epilog.split())
+    for name in ServeSettings.__dataclass_fields__:
+        assert f"NMT_{name.upper()}" in epilog

@@ -11,16 +11,39 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Literal, get_args
 
 from transformer_nmt.errors import UserError
+from transformer_nmt.fields import check_types, marked, parse_duration, setting
 
-TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+Positional = Literal["sinusoidal", "learned"]
+TieEmbeddings = Literal["all", "decoder", "none"]
+TrainPrecision = Literal["auto", "fp32", "bf16", "fp16"]
 """Training precisions: 'auto' is bf16 where the device has it natively, else fp32."""
+DecodePrecision = Literal["fp32", "bf16", "int8"]
+"""Decoding precisions: fp32; bf16 weights and activations (CPUs with AVX-512 BF16 or AMX,
+and GPUs), the search's log-probabilities staying float32; int8 dynamic quantization of
+the linear layers (CPU only)."""
+ValidMetric = Literal["loss", "bleu", "chrf"]
+"""What validation can rank checkpoints by (TrainConfig.valid_metric)."""
+Utf8Errors = Literal["strict", "replace"]
+"""What to do with invalid UTF-8 in an input file: stop naming the file and line, or
+replace the bad bytes with U+FFFD."""
+Quantization = Literal["float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16",
+                       "int16", "float16", "bfloat16"]
+"""CTranslate2's weight types, as an export may store them (declared here, where
+`nmt --help` can read them without importing CTranslate2)."""
+
+TRAIN_PRECISIONS = get_args(TrainPrecision)
+DECODE_PRECISIONS = get_args(DecodePrecision)
+VALID_METRICS = get_args(ValidMetric)
 MAX_BEAM = 1024
 """Widest beam decoding accepts: far beyond any useful width (the paper's is 4), short of
 one that would hang a machine on a few lines."""
-
+ALPHA_RANGE = (-10.0, 10.0)
+"""Length penalty exponents decoding accepts, from the command line, the library and the
+server alike: negative values favour short outputs, and beyond +-10 the penalty swamps
+the model's scores."""
 
 def _finite_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) \
@@ -52,20 +75,11 @@ def _require_fraction(config: object, *names: str) -> None:
             raise UserError(f"{name} must be in [0, 1), not {value!r}")
 
 
-def _require_choice(config: object, name: str, choices: tuple) -> None:
-    """UserError unless field `name` is one of `choices`."""
-    value = getattr(config, name)
-    if value not in choices or type(value) is not type(choices[0]):
-        raise UserError(f"{name} must be one of {', '.join(map(repr, choices))}, not {value!r}")
-
-
-VALID_METRICS = ("loss", "bleu", "chrf")
-"""What validation can rank checkpoints by (TrainConfig.valid_metric)."""
-
-
 @dataclass(frozen=True)
 class ModelConfig:
-    """The architecture of one Transformer (sections 3.1-3.5 of the paper)."""
+    """The architecture of one Transformer (sections 3.1-3.5 of the paper). Every field
+    is part of the architecture, which a model file must match to be resumed or
+    fine-tuned, except those marked architecture=False: they shape training, not weights."""
 
     encoder_layers: int = 6
     """N, the number of identical encoder layers."""
@@ -81,148 +95,183 @@ class ModelConfig:
     """Width of each head's queries and keys (independent of d_model / h, Table 3 (A), (B))."""
     d_v: int = 64
     """Width of each head's values."""
-    dropout: float = 0.1
+    dropout: float = setting(0.1, architecture=False)
     """P_drop: on sub-layer outputs before the residual add and on embedding sums."""
-    attention_dropout: float = 0.0
+    attention_dropout: float = setting(0.0, architecture=False)
     """Dropout on the attention weights (the paper's slides; 0 in the paper's text)."""
-    activation_dropout: float = 0.0
+    activation_dropout: float = setting(0.0, architecture=False)
     """Dropout after the FFN's ReLU (tensor2tensor's relu_dropout; 0 in the paper)."""
-    positional: str = "sinusoidal"
+    positional: Positional = "sinusoidal"
     """'sinusoidal' (section 3.5) or 'learned' (Table 3 row (E))."""
     max_positions: int = 1024
-    """Longest sequence the positional encodings cover (learned table size)."""
+    """Longest sequence the positional encodings cover: the learned table's size, and the
+    longest input and output the model takes, so part of the architecture."""
     pre_norm: bool = False
     """False: the paper's LayerNorm(x + Dropout(Sublayer(x))); True: x + Dropout(Sublayer(LayerNorm(x)))."""
-    tie_embeddings: str = "all"
+    tie_embeddings: TieEmbeddings = "all"
     """'all': source, target and pre-softmax share one matrix (shared vocabulary);
     'decoder': target embedding and pre-softmax only; 'none': three matrices."""
 
     def __post_init__(self) -> None:
+        check_types(self)
         _require_at_least(self, 1, "encoder_layers", "decoder_layers", "d_model", "d_ff",
                           "heads", "d_k", "d_v")
         _require_at_least(self, 2, "max_positions")
         _require_fraction(self, "dropout", "attention_dropout", "activation_dropout")
-        _require_choice(self, "positional", ("sinusoidal", "learned"))
-        _require_choice(self, "tie_embeddings", ("all", "decoder", "none"))
-        _require_choice(self, "pre_norm", (False, True))
+
+
+NOT_ARCHITECTURE = marked(ModelConfig, "architecture", False)
+"""ModelConfig fields that shape training but no weight: a fine-tuning run may change
+them, and they do not tell presets apart."""
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """The training regime (section 5 of the paper); defaults are the base model's."""
+    """The training regime (section 5 of the paper); defaults are the base model's.
 
-    label_smoothing: float = 0.1
+    A resumed run must keep every field but those marked resume="free" (when to stop,
+    validate, save and log, and how to compute on the hardware at hand) and those marked
+    resume="batch split" (how each process makes up its share of batch_tokens), which
+    may change unless the old or the new configuration sets both, fixing the batch per
+    process and so the global batch itself. valid_metric, valid_beam and
+    valid_sentences must match: they decide which checkpoint is best."""
+
+    label_smoothing: float = setting(0.1, metavar="EPS")
     """epsilon_ls of the label-smoothed cross entropy."""
-    warmup_steps: int = 4000
-    """Steps of linear warm-up in lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)."""
-    lr_scale: float = 1.0
+    warmup_steps: int = setting(4000, flag="--warmup", metavar="STEPS")
+    """Steps of linear warm-up in lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    (fine-tuning with init_from: 500)."""
+    lr_scale: float = setting(1.0, metavar="F")
     """Factor on the learning rate of eq. (3)."""
-    lr_peak: float = 0.0
+    lr_peak: float = setting(0.0, metavar="RATE")
     """The rate at step warmup_steps, with the same linear warm-up and inverse-square-root
-    decay (0: eq. (3)'s own peak, lr_scale * (d_model * warmup_steps)^-0.5)."""
+    decay (0: eq. (3)'s own peak, lr_scale * (d_model * warmup_steps)^-0.5; fine-tuning
+    with init_from: 1e-4)."""
     init_from: str = ""
     """A model file or checkpoint whose weights start the run (fine-tuning), with a fresh
     optimizer, step counter and schedule ('': random initialisation)."""
-    adam_beta1: float = 0.9
-    """Adam beta1."""
-    adam_beta2: float = 0.98
-    """Adam beta2."""
-    adam_eps: float = 1e-9
-    """Adam epsilon."""
+    adam_beta1: float = setting(0.9, metavar="B1")
+    """Adam's beta1."""
+    adam_beta2: float = setting(0.98, metavar="B2")
+    """Adam's beta2."""
+    adam_eps: float = setting(1e-9, metavar="EPS")
+    """Adam's epsilon."""
     batch_tokens: int = 25000
     """Tokens per side in one optimizer update, padding counted, summed over every process
-    and accumulated batch: the paper's batch of ~25000 source and 25000 target tokens."""
-    max_tokens: int = 0
+    and accumulated batch: the paper's batch of ~25000 source and 25000 target tokens.
+    Each process trains on its share."""
+    max_tokens: int = setting(0, resume="batch split")
     """Most tokens per side, padding counted, in one forward/backward batch of one process:
-    a memory cap (0: the process's whole share of batch_tokens). Given together with
-    update_freq, the two fix the batch per process and batch_tokens is not used."""
-    update_freq: int = 0
+    a memory cap, the rest of its share being accumulated (0: the process's whole share of
+    batch_tokens). Given together with update_freq, the two fix the batch per process and
+    batch_tokens is not used."""
+    update_freq: int = setting(0, resume="batch split", metavar="K")
     """Batches each process accumulates into one update (0: as many as its share of
     batch_tokens needs under max_tokens)."""
-    max_steps: int = 100_000
-    """Stop after this many optimizer steps (base: 100K, big: 300K)."""
+    max_steps: int = setting(100_000, resume="free")
+    """Stop after this many optimizer steps (the big preset: 300K)."""
     seed: int = 1
     """Seed of every random choice: initialisation, dropout, batch order."""
-    max_epochs: int = 0
+    max_epochs: int = setting(0, resume="free")
     """Stop after this many passes over the training data (0: no limit)."""
-    max_time: float = 0.0
-    """Stop after this many seconds of training, summed over resumed sessions (0: no limit)."""
-    clip_norm: float = 0.0
+    max_time: float = setting(0.0, resume="free", parse=parse_duration, metavar="DURATION")
+    """Stop after this much training time, summed over resumed sessions: seconds, or 90s,
+    10m, 2h, 1h30m (0: no limit)."""
+    clip_norm: float = setting(0.0, metavar="NORM")
     """Clip the gradient's global L2 norm to this value (0: no clipping, as in the paper)."""
-    max_bad_steps: int = 5
-    """Stop with an error after this many updates in a row skipped for a non-finite loss or gradient."""
-    precision: str = "auto"
-    """'fp32', 'bf16' (autocast), 'fp16' (autocast + gradient scaler, GPU only) or 'auto' (see runtime.py)."""
-    compile: bool = False
+    max_bad_steps: int = setting(5, resume="free")
+    """Stop with an error after this many updates in a row skipped for a non-finite loss or
+    gradient, before any NaN reaches the weights (at least 1)."""
+    precision: TrainPrecision = setting("auto", resume="free")
+    """'auto': bf16 autocast where the device has native bf16, else fp32; 'bf16'
+    (autocast); 'fp16' (autocast and a gradient scaler, GPU only); 'fp32'."""
+    compile: bool = setting(False, resume="free")
     """Run the model through torch.compile."""
-    valid_every: int = 1000
+    valid_every: int = setting(1000, resume="free", metavar="STEPS")
     """Validate every this many steps, and at the end (0: at the end only)."""
-    valid_bleu: bool = False
+    valid_bleu: bool = setting(False, resume="free")
     """Also report BLEU and chrF of the validation set's translations when validating."""
-    valid_metric: str = "loss"
+    valid_metric: ValidMetric = "loss"
     """What picks checkpoint_best.pt and drives patience: 'loss' (validation NLL per
     token, lower is better), 'bleu' or 'chrf' (sacreBLEU of the translations, higher)."""
-    valid_beam: int = 1
+    valid_beam: int = setting(1, metavar="K")
     """Beam of the validation translations (1: greedy search)."""
     valid_sentences: int = 1000
-    """Validation sentences translated for BLEU/chrF, the first of the split (0: all)."""
-    patience: int = 0
-    """Stop after this many validations in a row without a better valid_metric (0: never)."""
-    save_every: int = 0
-    """Write a numbered checkpoint every this many steps (0: by time and at the end only)."""
-    save_every_minutes: float = 10.0
+    """Validation sentences translated for BLEU/chrF, the first of the split, which bounds
+    the time each validation takes (0: all)."""
+    patience: int = setting(0, resume="free")
+    """Early stopping: stop after this many validations in a row without a better
+    valid_metric (0: never); checkpoint_best.pt holds the best."""
+    save_every: int = setting(0, resume="free", metavar="STEPS")
+    """Also write a numbered checkpoint every this many steps (0: by time and at the end
+    only)."""
+    save_every_minutes: float = setting(10.0, resume="free", metavar="MIN")
     """Write a numbered checkpoint every this many minutes, the paper's interval (0: off)."""
-    keep_last: int = 20
-    """Numbered checkpoints kept, the newest (0: keep all); big model averages the last 20."""
-    log_every: int = 100
+    keep_last: int = setting(20, resume="free")
+    """Numbered checkpoints kept, the newest (0: keep all); the big model averages the
+    last 20."""
+    log_every: int = setting(100, resume="free", metavar="STEPS")
     """Log the training loss, learning rate and throughput every this many steps."""
 
     def __post_init__(self) -> None:
-        _require_at_least(self, 1, "warmup_steps", "batch_tokens", "max_steps", "log_every")
+        check_types(self)
+        _require_at_least(self, 1, "warmup_steps", "batch_tokens", "max_steps", "log_every",
+                          "max_bad_steps", "valid_beam")
         _require_at_least(self, 0, "max_tokens", "update_freq", "seed", "max_epochs", "max_time",
                           "clip_norm", "valid_every", "save_every", "save_every_minutes",
-                          "keep_last", "max_bad_steps", "lr_peak", "valid_sentences", "patience")
-        _require_at_least(self, 1, "valid_beam")
+                          "keep_last", "lr_peak", "valid_sentences", "patience")
         if self.valid_beam > MAX_BEAM:
             raise UserError(f"valid_beam must be at most {MAX_BEAM}, not {self.valid_beam}")
         _require_fraction(self, "label_smoothing", "adam_beta1", "adam_beta2")
         _require_positive(self, "lr_scale", "adam_eps")
-        _require_choice(self, "precision", TRAIN_PRECISIONS)
-        _require_choice(self, "compile", (False, True))
-        _require_choice(self, "valid_bleu", (False, True))
-        _require_choice(self, "valid_metric", VALID_METRICS)
+
+
+CHANGEABLE_ON_RESUME = marked(TrainConfig, "resume", "free")
+"""TrainConfig fields a resumed run may change."""
+BATCH_SPLIT = marked(TrainConfig, "resume", "batch split")
+"""TrainConfig fields a resumed run may change unless the old or new configuration sets
+them all (see TrainConfig)."""
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """Beam search settings (section 6.1 of the paper)."""
+    """Beam search and sampling settings (section 6.1 of the paper: beam 4, alpha 0.6,
+    outputs up to the source length + 50). The group mark files each field under the
+    command line's 'search' or 'sampling' options."""
 
-    beam: int = 4
+    beam: int = setting(4, group="search", metavar="K")
     """Beam size; 1 is greedy search."""
-    alpha: float = 0.6
-    """GNMT length penalty exponent: lp(Y) = ((5 + |Y|) / 6) ** alpha."""
-    max_len_a: float = 1.0
-    """Maximum output length = max_len_a * source length + max_len_b."""
-    max_len_b: int = 50
-    """See max_len_a; the paper uses input length + 50."""
-    nbest: int = 1
-    """Hypotheses returned per sentence (with sampling: samples drawn per sentence)."""
-    no_repeat_ngram: int = 0
-    """Never generate an n-gram of this many tokens twice in one output (0: no limit)."""
-    sampling: bool = False
+    alpha: float = setting(0.6, group="search", metavar="ALPHA")
+    """Length penalty exponent: hypotheses are ranked by log P(Y|X) / ((5 + |Y|) / 6)^alpha
+    (GNMT's), |Y| counting the end-of-sentence token; 0 ranks by log P alone, larger
+    values favour longer outputs; between -10 and 10."""
+    max_len_a: float = setting(1.0, group="search", metavar="A")
+    """An output has at most A * (source subword tokens) + B subword tokens."""
+    max_len_b: int = setting(50, group="search", metavar="B")
+    """See max_len_a; the paper's outputs are up to the input length + 50."""
+    nbest: int = setting(1, metavar="K")
+    """Hypotheses returned per sentence, K <= beam (with sampling: K samples drawn per
+    sentence)."""
+    no_repeat_ngram: int = setting(0, group="search", metavar="N")
+    """Never generate an n-gram of N subword tokens twice in one output, as fairseq's and
+    CTranslate2's option of that name (0: off)."""
+    sampling: bool = setting(False, group="sampling")
     """Draw each output token at random from the model's distribution instead of
     searching (beam is then unused)."""
-    temperature: float = 1.0
-    """Sampling: divide the log-probabilities by this before drawing (< 1: sharper)."""
-    topk: int = 0
-    """Sampling: draw among the k likeliest tokens only (0: all)."""
-    topp: float = 1.0
-    """Sampling: draw among the likeliest tokens whose probabilities sum to at least p
+    temperature: float = setting(1.0, group="sampling", metavar="T")
+    """Sampling: divide the log-probabilities by T before drawing (< 1: more
+    conservative)."""
+    topk: int = setting(0, group="sampling", metavar="K")
+    """Sampling: draw among the K likeliest tokens only (0: all)."""
+    topp: float = setting(1.0, group="sampling", metavar="P")
+    """Sampling: draw among the likeliest tokens whose probabilities add up to at least P
     (nucleus sampling; 1: all)."""
-    seed: int = 0
-    """Sampling: the same seed and input line give the same sample."""
+    seed: int = setting(0, group="sampling", metavar="S")
+    """Sampling: the same seed and input line give the same samples, whatever the
+    batching."""
 
     def __post_init__(self) -> None:
+        check_types(self)
         _require_at_least(self, 1, "beam")
         if self.beam > MAX_BEAM:
             raise UserError(f"beam must be at most {MAX_BEAM}, not {self.beam}")
@@ -234,18 +283,16 @@ class DecodeConfig:
             raise UserError(f"nbest must be between 1 and the beam size ({self.beam}), "
                             f"not {self.nbest}")
         _require_at_least(self, 0, "no_repeat_ngram", "topk", "seed")
-        for name in ("no_repeat_ngram", "topk", "seed"):
-            if type(getattr(self, name)) is not int:
-                raise UserError(f"{name} must be a whole number, not {getattr(self, name)!r}")
         if self.seed >= 2 ** 31:
             raise UserError(f"seed must be at most {2 ** 31 - 1}, not {self.seed}")
         _require_positive(self, "temperature", "topp")
         if self.topp > 1:
             raise UserError(f"topp must be a probability in (0, 1], not {self.topp!r}")
         _require_at_least(self, 0, "max_len_a", "max_len_b")
-        if not _finite_number(self.alpha):
-            # Negative alpha is legitimate (it favours short outputs); NaN is not.
-            raise UserError(f"alpha must be a finite number, not {self.alpha!r}")
+        low, high = ALPHA_RANGE
+        if not _finite_number(self.alpha) or not low <= self.alpha <= high:
+            raise UserError(f"alpha must be a finite number between {low:g} and {high:g}, "
+                            f"not {self.alpha!r}")
 
 
 @dataclass(frozen=True)
@@ -315,14 +362,10 @@ def _build_presets() -> dict[str, Preset]:
 PRESETS: dict[str, Preset] = _build_presets()
 
 
-TRAINING_ONLY_FIELDS = ("dropout", "attention_dropout", "activation_dropout", "max_positions")
-"""ModelConfig fields that do not tell presets apart once a model is trained."""
-
-
 def preset_of_architecture(cfg: ModelConfig) -> str | None:
-    """The preset whose architecture `cfg` has (dropout and position count aside), or
-    None for a custom one."""
-    same_training = {name: getattr(cfg, name) for name in TRAINING_ONLY_FIELDS}
+    """The preset whose architecture `cfg` has (its dropout rates aside, see
+    NOT_ARCHITECTURE), or None for a custom one."""
+    same_training = {name: getattr(cfg, name) for name in NOT_ARCHITECTURE}
     for preset in PRESETS.values():
         if replace(preset.model, **same_training) == cfg:
             return preset.name

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from transformer_nmt.config import TRAIN_PRECISIONS
+from transformer_nmt.config import DECODE_PRECISIONS, TRAIN_PRECISIONS
 from transformer_nmt.errors import UserError
 
-DECODE_PRECISIONS = ("fp32", "bf16", "int8")
-"""fp32; bf16 weights and activations (CPUs with AVX-512 BF16 or AMX, and GPUs), the
-search's log-probabilities staying float32; int8 dynamic quantization of the linear
-layers (CPU only)."""
+DEFAULT_DEVICE = None
+"""The device of everything that names none (the library's Translator and trainer, every
+command's --device): None lets `resolve_device` decide, CUDA when present, else the CPU."""
 
 
 def bf16_supported(device: torch.device) -> bool:
@@ -37,7 +36,7 @@ def resolve_device(name: str | torch.device | None, precision: str = "fp32",
     """The device for `name`: 'cpu', 'cuda', 'cuda:N', or None/'auto' for CUDA when
     present (the CPU for int8). Under torchrun every process takes the GPU of its local
     rank. UserError for an unknown device or one this process cannot use."""
-    if name is None or name == "auto":
+    if name is DEFAULT_DEVICE or name == "auto":
         name = "cuda" if torch.cuda.is_available() and precision != "int8" else "cpu"
     try:
         device = torch.device(name)

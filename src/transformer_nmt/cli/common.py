@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from typing import get_args
+
+from transformer_nmt.config import Utf8Errors
 
 
 def add_errors_argument(parser: argparse.ArgumentParser) -> None:
     """--errors: what to do with invalid UTF-8 in the input files."""
-    parser.add_argument("--errors", choices=["strict", "replace"], default="strict",
+    parser.add_argument("--errors", choices=get_args(Utf8Errors), default="strict",
                         help="invalid UTF-8 in the input: stop with an error naming the file "
                         "and line (strict, default) or replace bad bytes with U+FFFD")
 

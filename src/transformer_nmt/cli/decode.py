@@ -8,48 +8,28 @@ import sys
 from typing import TYPE_CHECKING
 
 from transformer_nmt.cli.common import add_errors_argument
+from transformer_nmt.cli.flags import add_fields, field_values
+from transformer_nmt.config import DECODE_PRECISIONS, DecodeConfig
 from transformer_nmt.errors import UserError
 
 if TYPE_CHECKING:
     from transformer_nmt.decode.translator import TranslatorOptions
 
 
-def _add_decode_arguments(parser: argparse.ArgumentParser) -> None:
-    """Search, batching and precision options shared by translate and evaluate."""
-    search = parser.add_argument_group(
-        "search", "the paper's settings are the defaults (section 6.1): beam 4, alpha 0.6, "
-        "output length up to source length + 50, stopping early when no open hypothesis can "
-        "still win")
-    search.add_argument("--beam", type=int, default=4,
-                        help="beam size; 1 is greedy search (default 4)")
-    search.add_argument("--alpha", type=float, default=0.6,
-                        help="length penalty exponent: hypotheses are ranked by log P(Y|X) / "
-                        "((5 + |Y|) / 6)^alpha, |Y| counting the end-of-sentence token; 0 ranks "
-                        "by log P alone, larger values favour longer outputs (default 0.6)")
-    search.add_argument("--max-len-a", type=float, default=1.0, metavar="A",
-                        help="an output has at most A * (source subword tokens) + B subword "
-                        "tokens (default A = 1)")
-    search.add_argument("--max-len-b", type=int, default=50, metavar="B",
-                        help="see --max-len-a (default B = 50)")
-    search.add_argument("--no-repeat-ngram", type=int, default=0, metavar="N",
-                        help="never repeat an n-gram of N subword tokens within one output, "
-                        "as fairseq's and CTranslate2's option of that name (default 0: off)")
-    sampling = parser.add_argument_group(
-        "sampling", "draw each token at random instead of searching, e.g. to back-translate "
-        "(Edunov et al. 2018): --beam is then unused and --nbest K draws K samples per line")
-    sampling.add_argument("--sampling", action="store_true",
-                          help="sample from the model's distribution (default: beam search)")
-    sampling.add_argument("--temperature", type=float, default=1.0, metavar="T",
-                          help="divide the log-probabilities by T before sampling; < 1 is "
-                          "more conservative (default 1)")
-    sampling.add_argument("--topk", type=int, default=0, metavar="K",
-                          help="sample among the K likeliest tokens only (default 0: all)")
-    sampling.add_argument("--topp", type=float, default=1.0, metavar="P",
-                          help="sample among the likeliest tokens whose probabilities add up "
-                          "to P (nucleus sampling; default 1: all)")
-    sampling.add_argument("--seed", type=int, default=0, metavar="S",
-                          help="random seed: the same seed and input give the same samples, "
-                          "whatever the batching (default 0)")
+def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False) -> None:
+    """Search, sampling, batching and precision options shared by translate, evaluate and
+    serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked)."""
+    groups = {
+        "search": parser.add_argument_group(
+            "search", "the paper's settings are the defaults (section 6.1): beam 4, alpha "
+            "0.6, output length up to source length + 50, stopping early when no open "
+            "hypothesis can still win"),
+        "sampling": parser.add_argument_group(
+            "sampling", "draw each token at random instead of searching, e.g. to "
+            "back-translate (Edunov et al. 2018): --beam is then unused and --nbest K draws "
+            "K samples per line"),
+    }
+    add_fields(parser, DecodeConfig, exclude=() if nbest else ("nbest",), groups=groups)
     speed = parser.add_argument_group("speed")
     speed.add_argument("--batch-size", type=int, metavar="N",
                        help="sentences translated together, sorted by length (default: "
@@ -58,7 +38,7 @@ def _add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     speed.add_argument("--max-tokens", type=int, metavar="N",
                        help="also limit a batch to N source tokens, padding included "
                        "(default: no limit)")
-    speed.add_argument("--precision", choices=["fp32", "bf16", "int8"], default="fp32",
+    speed.add_argument("--precision", choices=DECODE_PRECISIONS, default="fp32",
                        help="fp32 (default); bf16: bfloat16 weights and activations, for "
                        "GPUs and CPUs with AVX-512 BF16 or AMX; int8: dynamic int8 "
                        "quantization of the linear layers, CPU only, the fastest on CPUs with "
@@ -83,14 +63,10 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
 
     logging.basicConfig(format=f"nmt {args.command}: warning: %(message)s", level=logging.WARNING)
 
-    from transformer_nmt.config import DecodeConfig
     from transformer_nmt.decode.translator import TranslatorOptions
 
-    decode = DecodeConfig(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a,
-                          max_len_b=args.max_len_b, nbest=getattr(args, "nbest", 1),
-                          no_repeat_ngram=args.no_repeat_ngram, sampling=args.sampling,
-                          temperature=args.temperature, topk=args.topk, topp=args.topp,
-                          seed=args.seed)
+    decode = DecodeConfig(**field_values(args, DecodeConfig,
+                                         exclude=() if "nbest" in args else ("nbest",)))
     return TranslatorOptions(decode=decode, device=args.device, precision=args.precision,
                              batch_size=args.batch_size, max_tokens=args.max_tokens,
                              workers=args.workers, **fields)
@@ -123,10 +99,6 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", metavar="FILE",
                         help="write translations here, with a progress bar; the file appears "
                         "complete or not at all (default: stdout)")
-    parser.add_argument("--nbest", type=int, default=1, metavar="K",
-                        help="write the K best translations of each line, K <= --beam (K "
-                        "samples with --sampling), in the n-best format below (default 1: "
-                        "plain output)")
     parser.add_argument("--alignments", action="store_true",
                         help="append word alignments taken from the encoder-decoder attention "
                         "of the penultimate decoder layer")
@@ -156,7 +128,7 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--interactive", action="store_true",
                         help="translate each line of standard input as soon as it is typed")
     add_errors_argument(parser)
-    _add_decode_arguments(parser)
+    _add_decode_arguments(parser, nbest=True)
     parser.set_defaults(func=run_translate)
 
 
@@ -278,7 +250,7 @@ def add_attention_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--layer", type=int, default=0, metavar="N",
                         help="layer of the overview figure, 1-based (default: the last "
                         "layer that both the encoder and the decoder have)")
-    parser.add_argument("--beam", type=int, default=4, help="beam size of the translation (default 4)")
+    add_fields(parser, DecodeConfig, ["beam"])
     parser.set_defaults(func=run_attention)
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import get_args
 
+from transformer_nmt.config import Quantization
 from transformer_nmt.errors import UserError
 
 FORMATS = ("ctranslate2", "argos", "safetensors")
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
-                 "float16", "bfloat16")
-"""CTranslate2's weight types (kept here too, so that `nmt --help` imports nothing heavy;
-tests/test_export_ctranslate2.py holds the two lists equal)."""
+QUANTIZATIONS = get_args(Quantization)
+"""CTranslate2's weight types, as config.Quantization declares them."""
 
 
 def add_export_parser(subparsers: argparse._SubParsersAction) -> None:

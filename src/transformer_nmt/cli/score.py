@@ -6,6 +6,8 @@ import argparse
 import sys
 
 from transformer_nmt.cli.common import add_errors_argument
+from transformer_nmt.cli.flags import add_fields
+from transformer_nmt.config import DECODE_PRECISIONS, DecodeConfig
 
 
 def add_score_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -36,14 +38,12 @@ def add_score_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="also give the log-probability of each subword token")
     parser.add_argument("--raw", action="store_true",
                         help="SCORE is log P, not length-normalized")
-    parser.add_argument("--alpha", type=float, default=0.6,
-                        help="length penalty exponent of the normalized score, as in `nmt "
-                        "translate` (default 0.6)")
+    add_fields(parser, DecodeConfig, ["alpha"])
     parser.add_argument("--format", choices=["text", "json"], default="text",
                         help="output format (default text)")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N",
                         help="sentence pairs scored together, sorted by length (default 32)")
-    parser.add_argument("--precision", choices=["fp32", "bf16", "int8"], default="fp32",
+    parser.add_argument("--precision", choices=DECODE_PRECISIONS, default="fp32",
                         help="as in `nmt translate` (default fp32)")
     parser.add_argument("--device", choices=["cpu", "cuda"],
                         help="where to run (default: cuda if available, else cpu)")
@@ -56,7 +56,6 @@ def run_score(args: argparse.Namespace) -> None:
     import logging
     from contextlib import nullcontext
 
-    from transformer_nmt.config import DecodeConfig
     from transformer_nmt.data.text import LineWriter, read_lines
     from transformer_nmt.decode.scoring import score_lines
     from transformer_nmt.decode.translator import Translator, TranslatorOptions

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 from transformer_nmt.cli.decode import _add_decode_arguments, _translator_options
+from transformer_nmt.cli.flags import add_fields, field_values
+from transformer_nmt.serve.settings import ServeSettings, environment_variable
 
-API_KEY_VARIABLE = "NMT_API_KEY"
-"""The environment variable that holds the API key, so that it need not appear in `ps`."""
+
+def _environment_epilog() -> str:
+    """What the help says of the NMT_* variables, naming each."""
+    names = ", ".join(environment_variable(field.name)
+                      for field in dataclasses.fields(ServeSettings))
+    return ("environment: every server setting (the options before the search ones) also "
+            f"reads an environment variable, NMT_ and its name in capitals ({names}; "
+            "NMT_CORS_ORIGINS comma-separated), so that a container needs no command line; "
+            "a flag given overrides its variable. ")
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -22,48 +32,19 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         "GET /v1/model, POST /translate and GET /languages (LibreTranslate's API), GET "
         "/health, GET /ready, GET /metrics (Prometheus), GET /docs (OpenAPI). SIGTERM stops "
         "taking requests, finishes those in flight and exits 0 (Ctrl+C the same, exit 130).",
-        epilog="examples: nmt serve --model quickstart/model.pt, then open "
+        epilog=_environment_epilog() + "examples: nmt serve --model quickstart/model.pt, then open "
         "http://127.0.0.1:8080/ ; curl -s localhost:8080/v1/translate -H 'Content-Type: "
         "application/json' -d '{\"text\": \"In the beginning.\"}'",
     )
     parser.add_argument("--model", required=True, metavar="MODEL.pt",
                         help="model file: a checkpoint of `nmt train` or the output of "
                         "`nmt average`")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1: this machine only; "
-                        "0.0.0.0 for every interface)")
-    parser.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
-    batching = parser.add_argument_group("batching across requests")
-    batching.add_argument("--max-batch-tokens", type=int, default=4096, metavar="N",
-                          help="most source tokens decoded in one batch, from any number of "
-                          "requests (default 4096); a batch also holds at most --batch-size "
-                          "sentences, and --workers batches are decoded side by side, each "
-                          "taking the next as soon as it is done")
-    batching.add_argument("--max-wait-ms", type=float, default=5.0, metavar="MS",
-                          help="longest a sentence waits for others to share an idle "
-                          "decoder's batch (default 5)")
-    limits = parser.add_argument_group("limits (over them: HTTP 413, 429, 504)")
-    limits.add_argument("--max-characters", type=int, default=20000, metavar="N",
-                        help="most characters per request (default 20000)")
-    limits.add_argument("--max-sentences", type=int, default=200, metavar="N",
-                        help="most sentences per request (default 200)")
-    limits.add_argument("--max-queue", type=int, default=2000, metavar="N",
-                        help="most sentences waiting across all requests (default 2000)")
-    limits.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="longest a request may wait for its translation (default 60)")
-    limits.add_argument("--max-beam", type=int, default=16, metavar="N",
-                        help="widest beam a caller may ask for (default 16)")
-    access = parser.add_argument_group("access")
-    access.add_argument("--api-key", metavar="KEY",
-                        help=f"require this key on every translation endpoint (X-API-Key "
-                        f"header, or api_key in LibreTranslate requests); default: the "
-                        f"{API_KEY_VARIABLE} environment variable, else no key")
-    access.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
-                        help="let web pages from ORIGIN call the API (repeatable; default: "
-                        "none)")
-    parser.add_argument("--log-level", default="info",
-                        choices=["critical", "error", "warning", "info", "debug"],
-                        help="uvicorn's log level (default info)")
+    groups = {
+        "batching": parser.add_argument_group("batching across requests"),
+        "limits": parser.add_argument_group("limits (over them: HTTP 413, 429, 504)"),
+        "access": parser.add_argument_group("access"),
+    }
+    add_fields(parser, ServeSettings, groups=groups, unset=True)
     _add_decode_arguments(parser)
     parser.set_defaults(func=run_serve)
 
@@ -73,15 +54,9 @@ def run_serve(args: argparse.Namespace) -> None:
 
     try:
         from transformer_nmt.serve.server import serve
-        from transformer_nmt.serve.settings import ServeSettings
     except ImportError as error:
         raise UserError(f"nmt serve needs the serve extra ({error.name} is missing): "
                         "pip install 'transformer-nmt[serve]'") from None
-    settings = ServeSettings(
-        host=args.host, port=args.port, max_batch_tokens=args.max_batch_tokens,
-        max_wait_ms=args.max_wait_ms, max_characters=args.max_characters,
-        max_sentences=args.max_sentences, max_queue=args.max_queue, timeout_s=args.timeout,
-        max_beam=args.max_beam, max_nbest=args.max_beam,
-        api_key=args.api_key if args.api_key is not None else os.environ.get(API_KEY_VARIABLE),
-        cors_origins=tuple(args.cors_origin))
-    serve(args.model, _translator_options(args), settings, log_level=args.log_level)
+    settings = ServeSettings.from_environment(
+        os.environ, **field_values(args, ServeSettings, given_only=True))
+    serve(args.model, _translator_options(args), settings, log_level=settings.log_level)

@@ -6,21 +6,9 @@ from __future__ import annotations
 import argparse
 
 from transformer_nmt.cli.common import rerunnable_command
+from transformer_nmt.cli.flags import add_fields, field_values
+from transformer_nmt.config import TrainConfig
 from transformer_nmt.errors import UserError
-
-
-_TRAIN_FLAGS = [
-    ("seed", "seed"), ("batch_tokens", "batch_tokens"), ("max_tokens", "max_tokens"),
-    ("update_freq", "update_freq"),
-    ("max_steps", "max_steps"), ("max_epochs", "max_epochs"), ("max_time", "max_time"),
-    ("valid_every", "valid_every"), ("save_every", "save_every"),
-    ("save_every_minutes", "save_every_minutes"), ("keep_last", "keep_last"),
-    ("precision", "precision"), ("lr_scale", "lr_scale"), ("warmup", "warmup_steps"),
-    ("compile", "compile"), ("valid_bleu", "valid_bleu"), ("max_bad_steps", "max_bad_steps"),
-    ("lr_peak", "lr_peak"), ("valid_metric", "valid_metric"), ("valid_beam", "valid_beam"),
-    ("valid_sentences", "valid_sentences"), ("patience", "patience"),
-]
-"""(argparse dest, config field) of the dedicated `nmt train` flags."""
 
 
 def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -78,71 +66,19 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                      help="set any model or training field; repeatable")
     run.add_argument("--device", metavar="DEVICE",
                      help="cpu, cuda or cuda:N (default: cuda when present, else cpu)")
-    regime = parser.add_argument_group("regime (defaults: the preset's)")
-    regime.add_argument("--seed", type=int, metavar="N",
-                        help="seed of initialisation, dropout and batch order")
-    regime.add_argument("--batch-tokens", type=int, metavar="N",
-                        help="tokens per side in one optimizer update, padding included, "
-                        "summed over all processes and accumulated batches (paper: 25000); "
-                        "each process trains on its share")
-    regime.add_argument("--max-tokens", type=int, metavar="N",
-                        help="most tokens per side in one batch of one process, a memory "
-                        "cap: the rest of its share is accumulated (default 0: no cap)")
-    regime.add_argument("--update-freq", type=int, metavar="K",
-                        help="batches each process accumulates per update (default 0: as "
-                        "many as --max-tokens needs); with --max-tokens also given, the "
-                        "batch is K x max-tokens per process and --batch-tokens is not used")
-    regime.add_argument("--lr-scale", type=float, metavar="F",
-                        help="factor on the learning rate of eq. (3) (default 1)")
-    regime.add_argument("--warmup", type=int, metavar="STEPS",
-                        help="warm-up steps of eq. (3) (paper: 4000; --init-from: 500)")
-    regime.add_argument("--lr-peak", type=float, metavar="RATE",
-                        help="the rate at the end of the warm-up, the same inverse square "
-                        "root decay after it (default 0: eq. (3)'s own peak, lr_scale x "
-                        "(d_model x warmup)^-0.5; --init-from: 1e-4)")
-    regime.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
-                        help="auto (default): bf16 autocast where the device has native "
-                        "bf16, else fp32; fp16 with a gradient scaler needs a GPU")
-    regime.add_argument("--compile", action="store_true", default=None,
-                        help="run the model through torch.compile")
-    stop = parser.add_argument_group("when to stop, validate and save")
-    stop.add_argument("--max-steps", type=int, metavar="N",
-                      help="stop after N optimizer steps (base 100000, big 300000)")
-    stop.add_argument("--max-epochs", type=int, metavar="N",
-                      help="stop after N passes over the training data (0: no limit)")
-    stop.add_argument("--max-time", metavar="DURATION",
-                      help="stop after this much training time over all sessions: seconds, "
-                      "or 90s, 10m, 2h, 1h30m (0: no limit)")
-    stop.add_argument("--max-bad-steps", type=int, metavar="N",
-                      help="stop with an error after N updates in a row skipped for a "
-                      "non-finite loss or gradient, before any NaN reaches the weights "
-                      "(default 5)")
-    stop.add_argument("--valid-every", type=int, metavar="STEPS",
-                      help="validate every STEPS steps and at the end (0: at the end only)")
-    stop.add_argument("--valid-bleu", action="store_true", default=None,
-                      help="also report BLEU and chrF of the validation set's translations "
-                      "when validating")
-    stop.add_argument("--valid-metric", choices=["loss", "bleu", "chrf"],
-                      help="what picks checkpoint_best.pt and drives --patience: loss "
-                      "(validation NLL, the default), or sacreBLEU's bleu or chrf of the "
-                      "validation translations")
-    stop.add_argument("--valid-beam", type=int, metavar="K",
-                      help="beam of the validation translations (default 1: greedy)")
-    stop.add_argument("--valid-sentences", type=int, metavar="N",
-                      help="translate the first N validation sentences for bleu/chrf, which "
-                      "bounds the time each validation takes (default 1000; 0: all)")
-    stop.add_argument("--patience", type=int, metavar="N",
-                      help="early stopping: stop after N validations in a row without a "
-                      "better --valid-metric (default 0: never); checkpoint_best.pt holds "
-                      "the best")
-    stop.add_argument("--save-every", type=int, metavar="STEPS",
-                      help="also write a numbered checkpoint every STEPS steps (0: off)")
-    stop.add_argument("--save-every-minutes", type=float, metavar="MIN",
-                      help="write a numbered checkpoint every MIN minutes (default 10, the "
-                      "paper's; 0: off)")
-    stop.add_argument("--keep-last", type=int, metavar="N",
-                      help="keep the newest N numbered checkpoints (default 20; 0: all)")
+    _add_train_config_arguments(parser)
     parser.set_defaults(func=run_train)
+
+
+def _add_train_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """A flag for every TrainConfig field but init_from (the run group's --init-from),
+    grouped by whether a resumed run may change it; given, a flag overrides the preset."""
+    regime = parser.add_argument_group("regime (defaults: the preset's; the base preset's "
+                                       "shown)")
+    groups = {None: regime, "batch split": regime, "free": parser.add_argument_group(
+        "when to stop, validate, save and log, and how to compute (may change on resume)")}
+    add_fields(parser, TrainConfig, exclude=("init_from",), groups=groups, group_by="resume",
+               unset=True, note="base")
 
 
 def run_train(args: argparse.Namespace) -> None:
@@ -150,8 +86,8 @@ def run_train(args: argparse.Namespace) -> None:
     from transformer_nmt.training.session import train
 
     overrides = [parse_assignment(text) for text in args.set]
-    overrides += [(name, getattr(args, dest)) for dest, name in _TRAIN_FLAGS
-                  if getattr(args, dest) is not None]
+    overrides += field_values(args, TrainConfig, exclude=("init_from",),
+                              given_only=True).items()
     summary = train(out=args.out, resume=args.resume, data=args.data, preset=args.preset,
                     config_file=args.config, overrides=overrides, init_from=args.init_from,
                     device=args.device,

@@ -19,7 +19,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -33,8 +33,9 @@ from transformer_nmt.data.binarize import IdsWriter, ids_dtype, read_ids
 from transformer_nmt.data.corpora import Corpus, SourceOptions, get_corpus
 from transformer_nmt.data.manifest import (FORMAT_VERSION, MANIFEST, SPM_MODEL, SPM_VOCAB, SPLITS,
                                            bin_path, idx_path, read_manifest, text_path)
-from transformer_nmt.data.text import ERRORS, CleaningFilters, LineWriter, normalize
-from transformer_nmt.data.vocab import (BOS_ID, DEFAULT_SAMPLE_SENTENCES, EOS_ID, PAD_ID, UNK_ID,
+from transformer_nmt.data.prepare_options import PrepareOptions
+from transformer_nmt.data.text import CleaningFilters, LineWriter, normalize
+from transformer_nmt.data.vocab import (BOS_ID, EOS_ID, PAD_ID, UNK_ID,
                                         Vocab, default_character_coverage, train_vocab)
 from transformer_nmt.data.vocab_source import VocabSource, vocab_digest
 from transformer_nmt.errors import UserError
@@ -46,47 +47,6 @@ DOWNLOADS = "downloads"
 CHUNK_PAIRS = 10_000
 """Pairs encoded per call of sentencepiece's batch encoder: large enough to keep its
 threads busy, small enough that a chunk's Python lists stay small."""
-
-
-@dataclass(frozen=True)
-class PrepareOptions:
-    """What `prepare` makes and from what; every field but `out` and `threads` is part
-    of the recipe that a finished directory must match."""
-
-    corpus: str
-    """Recipe name: bible, multi30k, wmt14-en-de or files."""
-    src: str
-    """Source language code (also the file suffix: train.en)."""
-    tgt: str
-    """Target language code."""
-    out: Path
-    """The data directory."""
-    vocab_size: int = 8000
-    """Pieces of the shared BPE vocabulary, the 4 specials included."""
-    max_len: int = 250
-    """Training pairs with more subword tokens on a side are removed (0: no limit)."""
-    max_ratio: float = 2.5
-    """Training pairs whose token-count ratio exceeds this are removed (0: no limit)."""
-    character_coverage: float | None = None
-    """sentencepiece's character coverage; None: 1.0 below 16000 pieces, else 0.9995."""
-    sample_sentences: int = DEFAULT_SAMPLE_SENTENCES
-    """Sentences sampled from train (both sides) to learn the BPE merges."""
-    seed: int = 1
-    """Seed of the sentencepiece sample, a held-out valid slice and the batch estimate."""
-    errors: str = "strict"
-    """Invalid UTF-8 in the input: 'strict' stops, 'replace' substitutes U+FFFD."""
-    mirror: str | None = None
-    """A local directory or URL holding a copy of the corpus (multi30k, wmt14-en-de)."""
-    files: dict[str, str] = field(default_factory=dict)
-    """Inputs of the files recipe: keys {train,valid,test}_{src,tgt,tsv}."""
-    valid_size: int | None = None
-    """files recipe without valid files: pairs of train held out (default 5%, <= 1000)."""
-    threads: int | None = None
-    """Threads for sentencepiece (default: every available core)."""
-    vocab: VocabSource | None = None
-    """An existing vocabulary to encode with instead of learning one (fine-tuning data
-    for a trained model); vocab_size, character_coverage and sample_sentences then do
-    not apply."""
 
 
 @dataclass
@@ -280,10 +240,6 @@ def prepare(options: PrepareOptions, *, command: str | None = None, progress: bo
             raise UserError(f"language code {lang!r} must be letters, digits, '-' or '_'")
     if src == tgt:
         raise UserError(f"source and target language are both {src!r}; they must differ")
-    if options.errors not in ERRORS:
-        raise UserError(f"errors must be one of {', '.join(ERRORS)}, not {options.errors!r}")
-    if options.sample_sentences < 1:
-        raise UserError(f"sample_sentences must be positive, not {options.sample_sentences}")
     filters = CleaningFilters(options.max_len, options.max_ratio)
     filters.validate()
     corpus = get_corpus(options.corpus, src, tgt, SourceOptions(

@@ -16,14 +16,15 @@ import unicodedata
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, get_args
 
 import numpy as np
 
+from transformer_nmt.config import Utf8Errors
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import AllOrNothing
 
-ERRORS = ("strict", "replace")
+ERRORS = get_args(Utf8Errors)
 """The ways of handling invalid UTF-8: stop with an error, or replace bad bytes by U+FFFD."""
 
 _GZIP_MAGIC = b"\x1f\x8b"

@@ -13,16 +13,13 @@ from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
+from transformer_nmt.data.prepare_options import DEFAULT_SAMPLE_SENTENCES
 from transformer_nmt.errors import UserError
 
 PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
-
-DEFAULT_SAMPLE_SENTENCES = 2_000_000
-"""Sentences (both sides together) sampled to learn the BPE merges: enough for a stable
-vocabulary, few enough that sentencepiece's memory stays bounded on any corpus."""
 
 
 def available_cores() -> int:

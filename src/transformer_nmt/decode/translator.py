@@ -28,7 +28,7 @@ from transformer_nmt.decode.threads import default_workers
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model_file import InferenceModel, load_for_inference, model_languages
-from transformer_nmt.runtime import resolve_runtime
+from transformer_nmt.runtime import DEFAULT_DEVICE, resolve_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class TranslatorOptions:
 
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     """Search settings: beam, length penalty, longest output, n-best."""
-    device: str | torch.device | None = "cpu"
+    device: str | torch.device | None = DEFAULT_DEVICE
     """'cpu', 'cuda', 'cuda:N', or None for CUDA when present (the CPU for int8), as
     transformer_nmt.runtime decides."""
     precision: str = "fp32"

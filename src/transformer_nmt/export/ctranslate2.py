@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 from torch import Tensor, nn
 
+from transformer_nmt.config import Quantization
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.errors import UserError
 from transformer_nmt.export.output import export_directory
@@ -29,8 +30,7 @@ from transformer_nmt.export.provenance import provenance
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import InferenceModel, load_for_inference
 
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
-                 "float16", "bfloat16")
+QUANTIZATIONS = get_args(Quantization)
 """CTranslate2's weight types (its ACCEPTED_MODEL_TYPES): the weights are stored so."""
 PROVENANCE_FILE = "transformer_nmt.json"
 """The export's record of its source model, beside CTranslate2's own files."""

@@ -75,10 +75,9 @@ class TranslationService:
         if not 1 <= nbest <= min(beam, self.settings.max_nbest):
             raise BadOption("nbest", f"nbest must be between 1 and the beam ({beam}; at "
                             f"most {self.settings.max_nbest}), not {nbest}")
-        if not -10 <= alpha <= 10:
-            raise BadOption("alpha", f"alpha must be between -10 and 10, not {alpha}")
         try:
-            # Everything else (length limits, sampling, n-gram blocking) as the server runs.
+            # Everything else (length limits, sampling, n-gram blocking) as the server runs;
+            # DecodeConfig refuses an alpha outside config.ALPHA_RANGE, as everywhere.
             decode = replace(self.defaults, beam=beam, alpha=alpha, nbest=nbest)
         except UserError as error:
             raise BadOption("alpha", str(error)) from None

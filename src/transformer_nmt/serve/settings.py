@@ -1,58 +1,99 @@
 """What a server may be asked and how much: the limits, batching and access settings of
-`nmt serve`, checked once when the server starts."""
+`nmt serve`, checked once when the server starts. Each has an environment variable,
+NMT_ and its name in capitals (NMT_PORT, NMT_MAX_QUEUE, ...), so that a container can be
+configured without a command line; a command-line flag overrides its variable."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any, Literal, Mapping
 
 from transformer_nmt.errors import UserError
+from transformer_nmt.fields import check_types, parse_text, setting
+
+ENVIRONMENT_PREFIX = "NMT_"
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """Settings of one server; every field is checked in `__post_init__`."""
+    """Settings of one server; every field is checked in `__post_init__`. The group mark
+    files a field under one of `nmt serve`'s option groups."""
 
     host: str = "127.0.0.1"
-    """Address to listen on; loopback unless told otherwise, so nothing is exposed by
-    accident."""
+    """Address to listen on (127.0.0.1: this machine only, so that nothing is exposed by
+    accident; 0.0.0.0 for every interface)."""
     port: int = 8080
     """TCP port to listen on."""
-    max_batch_tokens: int = 4096
-    """Most source tokens (padding excluded) decoded in one batch across requests; the
-    Translator's batch size caps its sentences."""
-    max_wait_ms: float = 5.0
-    """Longest a sentence waits for others to share its batch while the decoder is idle."""
-    max_characters: int = 20000
+    max_batch_tokens: int = setting(4096, group="batching")
+    """Most source tokens (padding excluded) decoded in one batch, from any number of
+    requests; a batch also holds at most the Translator's batch size in sentences, and
+    its workers decode batches side by side, each taking the next as soon as it is done."""
+    max_wait_ms: float = setting(5.0, group="batching", metavar="MS")
+    """Longest a sentence waits for others to share an idle decoder's batch."""
+    max_characters: int = setting(20000, group="limits")
     """Most characters of text in one request (413 beyond)."""
-    max_sentences: int = 200
+    max_sentences: int = setting(200, group="limits")
     """Most sentences in one request after splitting its documents (413 beyond)."""
-    max_queue: int = 2000
+    max_queue: int = setting(2000, group="limits")
     """Most sentences waiting to be decoded across all requests (429 beyond)."""
-    timeout_s: float = 60.0
+    timeout_s: float = setting(60.0, group="limits", flag="--timeout", metavar="SECONDS")
     """Longest a request may wait for its translations (504 beyond)."""
-    max_beam: int = 16
+    max_beam: int = setting(16, group="limits")
     """Widest beam a caller may ask for."""
-    max_nbest: int = 16
+    max_nbest: int = setting(16, group="limits")
     """Most alternatives a caller may ask for (never more than its beam)."""
-    api_key: str | None = None
-    """When set, every translation endpoint needs this key (401 without, 403 wrong)."""
-    cors_origins: tuple[str, ...] = ()
-    """Origins allowed to call the API from a browser page of theirs; none by default."""
+    api_key: str | None = setting(None, group="access", metavar="KEY")
+    """The key every translation endpoint then requires, in an X-API-Key header or
+    LibreTranslate's api_key (401 without, 403 wrong; None: no key); best given as
+    NMT_API_KEY, so that it does not show in `ps`."""
+    cors_origins: tuple[str, ...] = setting((), group="access", flag="--cors-origin",
+                                            metavar="ORIGIN")
+    """Origins whose web pages may call the API (repeatable; NMT_CORS_ORIGINS
+    comma-separated; none by default)."""
+    log_level: LogLevel = "info"
+    """uvicorn's log level."""
 
     def __post_init__(self) -> None:
+        check_types(self)
         for name in ("port", "max_batch_tokens", "max_characters", "max_sentences",
                      "max_queue", "max_beam", "max_nbest"):
             value = getattr(self, name)
-            if type(value) is not int or value < 1:
+            if value < 1:
                 raise UserError(f"{name} must be a whole number of at least 1, not {value!r}")
         if self.port > 65535:
             raise UserError(f"port must be at most 65535, not {self.port}")
         for name in ("max_wait_ms", "timeout_s"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            if not math.isfinite(value) or value < 0:
                 raise UserError(f"{name} must be a finite number >= 0, not {value!r}")
         if self.timeout_s == 0:
             raise UserError("timeout_s must be more than 0")
         if self.api_key is not None and not self.api_key.strip():
             raise UserError("the API key is empty; give a non-empty key or none at all")
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str], **given: Any) -> ServeSettings:
+        """The settings of `environ`'s NMT_* variables, the defaults for those not set,
+        and `given` (command-line flags; None: not given) over both. A variable that
+        cannot be read or is out of range is a UserError naming it."""
+        values = {}
+        for field in dataclasses.fields(cls):
+            variable = environment_variable(field.name)
+            if variable not in environ:
+                continue
+            try:
+                values[field.name] = parse_text(cls, field.name, environ[variable])
+                cls(**{field.name: values[field.name]})
+            except UserError as error:
+                raise UserError(f"environment variable {variable}: {error}") from None
+        values.update({name: value for name, value in given.items() if value is not None})
+        return cls(**values)
+
+
+def environment_variable(name: str) -> str:
+    """The environment variable of ServeSettings field `name`: NMT_ and the name in
+    capitals."""
+    return ENVIRONMENT_PREFIX + name.upper()

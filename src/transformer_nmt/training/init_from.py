@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformer_nmt.config import ModelConfig, TrainConfig, config_from_dict, differences
+from transformer_nmt.config import (NOT_ARCHITECTURE, ModelConfig, TrainConfig, config_from_dict,
+                                    differences)
 from transformer_nmt.data.manifest import SPM_MODEL
 from transformer_nmt.data.vocab_source import vocab_digest
 from transformer_nmt.errors import UserError
@@ -32,8 +33,6 @@ to settle, short next to pre-training's 4000."""
 FINETUNE_LR_PEAK = 1e-4
 """Peak learning rate of a fine-tuning run unless set: about a seventh of the base
 model's pre-training peak (7e-4) and a tenth of the small preset's (1e-3)."""
-NOT_ARCHITECTURE = frozenset({"dropout", "attention_dropout", "activation_dropout"})
-"""ModelConfig fields that shape training but no weight: a fine-tuning run may change them."""
 
 
 @dataclass(frozen=True)

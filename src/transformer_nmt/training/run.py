@@ -3,10 +3,11 @@
 A configuration is composed, later sources winning: the preset, a --config JSON file,
 --set FIELD=VALUE assignments, the dedicated flags (--max-steps ...). RUN_DIR/config.json
 records the result with the data directory's digest and one entry per session. Training
-into a directory that already holds a run resumes it when nothing but the fields of
-`CHANGEABLE_ON_RESUME` (and of `BATCH_SPLIT`, while the global batch is batch_tokens)
-differ, and is refused naming the difference otherwise; a non-empty directory without a
-run's config.json is never written into.
+into a directory that already holds a run resumes it when nothing but the fields that
+TrainConfig marks as changeable on resume differ (config.CHANGEABLE_ON_RESUME, and
+config.BATCH_SPLIT while the global batch is batch_tokens), and is refused naming the
+difference otherwise; a non-empty directory without a run's config.json is never written
+into.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import datetime
 import hashlib
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -24,9 +24,11 @@ from typing import Any, Iterable
 import torch
 
 from transformer_nmt.version import __version__
-from transformer_nmt.config import (ModelConfig, TrainConfig, config_from_dict, differences,
-                                    get_preset)
+from transformer_nmt.config import (BATCH_SPLIT, CHANGEABLE_ON_RESUME, ModelConfig,
+                                    TrainConfig, config_from_dict, differences, get_preset)
 from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
+from transformer_nmt.fields import parse_duration  # noqa: F401  (re-exported for callers)
+from transformer_nmt.fields import parse_text
 from transformer_nmt.files import write_json_atomic
 from transformer_nmt.errors import UserError
 from transformer_nmt.training.batch_size import fixes_batch_per_process
@@ -40,41 +42,7 @@ RUN_FORMAT = "transformer-nmt-run"
 RUN_VERSION = 1
 CONFIG_FILE = "config.json"
 
-CHANGEABLE_ON_RESUME = frozenset({
-    "max_steps", "max_epochs", "max_time", "max_bad_steps", "precision", "compile",
-    "valid_every", "valid_bleu", "patience", "save_every", "save_every_minutes", "keep_last",
-    "log_every",
-})
-"""TrainConfig fields a resumed run may change: when to stop (patience included), validate,
-save and log, and how to compute on the hardware at hand. Everything else shapes the result
-and must match (valid_metric, valid_beam and valid_sentences among them: they decide which
-checkpoint is best)."""
-
-BATCH_SPLIT = frozenset({"max_tokens", "update_freq"})
-"""How each process makes up its share of the global batch (a memory cap and the
-accumulation): changeable on resume like CHANGEABLE_ON_RESUME, so that a run can go on
-with fewer processes or less memory, unless the old or the new configuration gives both,
-which fixes the batch per process and so the global batch itself."""
-
 _VOLATILE_MANIFEST_KEYS = ("created", "command", "seconds", "transformer_nmt_version")
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
-_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in '90', '90s', '10m', '2h', '1h30m' or '1.5d'; UserError otherwise."""
-    text = str(text).strip().lower()
-    try:
-        seconds = float(text)
-    except ValueError:
-        parts = _DURATION.findall(text)
-        if not parts or "".join(number + unit for number, unit in parts) != text:
-            raise UserError(f"cannot read duration {text!r}; write e.g. 3600, 90s, 10m, "
-                            "2h or 1h30m") from None
-        seconds = sum(float(number) * _SECONDS[unit] for number, unit in parts)
-    if seconds < 0 or seconds != seconds:
-        raise UserError(f"duration {text!r} must not be negative")
-    return seconds
 
 
 def parse_assignment(text: str) -> tuple[str, str]:
@@ -85,27 +53,10 @@ def parse_assignment(text: str) -> tuple[str, str]:
     return name.strip().replace("-", "_"), value.strip()
 
 
-def _convert(field: dataclasses.Field, value: Any) -> Any:
-    """`value` (a string from the command line, or already typed) as the field's type."""
-    kind = field.type if isinstance(field.type, str) else field.type.__name__
-    if field.name == "max_time":
-        return parse_duration(value)
-    if not isinstance(value, str):
-        return value
-    try:
-        if kind == "bool":
-            lowered = value.lower()
-            if lowered not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-                raise ValueError(value)
-            return lowered in ("true", "1", "yes", "on")
-        if kind == "int":
-            return int(value)
-        if kind == "float":
-            return float(value)
-    except ValueError:
-        raise UserError(f"{field.name} must be a{'n' if kind == 'int' else ''} {kind}, "
-                        f"not {value!r}") from None
-    return value
+def _convert(cls: type, name: str, value: Any) -> Any:
+    """`value` as field `name` of `cls` holds it: a string from the command line is read
+    as the field's type (see fields.parse_text), a typed value is kept."""
+    return parse_text(cls, name, value) if isinstance(value, str) else value
 
 
 def apply_overrides(model: ModelConfig, train: TrainConfig,
@@ -117,9 +68,9 @@ def apply_overrides(model: ModelConfig, train: TrainConfig,
     train_changes: dict[str, Any] = {}
     for name, value in overrides:
         if name in model_fields:
-            model_changes[name] = _convert(model_fields[name], value)
+            model_changes[name] = _convert(ModelConfig, name, value)
         elif name in train_fields:
-            train_changes[name] = _convert(train_fields[name], value)
+            train_changes[name] = _convert(TrainConfig, name, value)
         else:
             raise UserError(f"unknown setting {name!r}; model settings: "
                             f"{', '.join(model_fields)}; training settings: "
