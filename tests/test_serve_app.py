@@ -9,6 +9,8 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
+from transformer_nmt.config import ALPHA_RANGE
 from fastapi.testclient import TestClient
 
 from decode_fixtures import sentences
@@ -78,6 +80,8 @@ def test_the_model_is_described(client):
     assert card["preset"] == "tiny"
     assert card["parameters"] > 0 and card["vocabulary_size"] == 60
     assert card["defaults"] == {"beam": 2, "alpha": 0.6, "nbest": 1}
+    # The page bounds its alpha field by the range DecodeConfig accepts, not a rule of its own.
+    assert (card["limits"]["min_alpha"], card["limits"]["max_alpha"]) == ALPHA_RANGE
     assert card["api_key_required"] is False
 
 

@@ -17,6 +17,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from transformer_nmt.config import ALPHA_RANGE
 from transformer_nmt.version import __version__
 from transformer_nmt.serve.access import presented_key, require_key
 from transformer_nmt.serve.batcher import QueueFull
@@ -160,7 +161,8 @@ def add_routes(app: FastAPI, service: TranslationService, card: dict[str, Any],
                              "nbest": 1},
                 "limits": {"max_beam": settings.max_beam, "max_nbest": settings.max_nbest,
                            "max_characters": settings.max_characters,
-                           "max_sentences": settings.max_sentences},
+                           "max_sentences": settings.max_sentences,
+                           "min_alpha": ALPHA_RANGE[0], "max_alpha": ALPHA_RANGE[1]},
                 "api_key_required": settings.api_key is not None}
 
     @app.post("/v1/translate", summary="translate one text or a list",
