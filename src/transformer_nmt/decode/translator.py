@@ -130,8 +130,9 @@ class TranslatorOptions:
     precision: str = "fp32"
     """fp32, bf16 or int8 (transformer_nmt.runtime.DECODE_PRECISIONS)."""
     batch_size: int | None = None
-    """Most sentences per batch (None: `sentences_in_flight` shared by the workers: for
-    two, 48 each for greedy search, 32 for beam 2, 16 for beam 4 or more)."""
+    """Most sentences per batch, whatever a call's settings (None: `sentences_in_flight`
+    of `decode` shared by the workers: for two, 48 each for greedy search, 32 for beam 2,
+    16 for beam 4 or more)."""
     max_tokens: int | None = None
     """Most source tokens per batch as well, padding included (None: no such limit)."""
     alignments: bool = False
@@ -320,7 +321,7 @@ class Translator:
         batches = length_batches(ids, (i for i, sentence in enumerate(ids) if sentence),
                                  self.options.batch_size, self.options.max_tokens)
 
-        def translate_batch(batch: list[int]) -> list[list[Translation]]:
+        def translate_one(batch: list[int]) -> list[list[Translation]]:
             # Samples are seeded by line number, so they do not depend on the batching.
             found = self._search(call, [ids[i] for i in batch],
                                  [prefixes[i] for i in batch] if prefixes else None,
@@ -333,7 +334,7 @@ class Translator:
             side_by_side = min(workers, len(batches))
         # Each batch decoding at once gets its share of the cores, for this call only.
         with torch_threads(decoding_threads(max(side_by_side, 1), self.options.device)):
-            run_in_order(batches, translate_batch, results, workers)
+            run_in_order(batches, translate_one, results, workers)
         return results
 
     def _constraint_ids(self, requests: list[TranslationRequest], decode: DecodeConfig,
