@@ -22,7 +22,6 @@ import sacrebleu
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import read_lines
-from transformer_nmt.decode.threads import decoding_threads, torch_threads
 from transformer_nmt.decode.translator import Translator, TranslationRequest, TranslatorOptions
 
 PUNCTUATION = ".,;:!?\"'()[]«»„“”‘’-"
@@ -61,21 +60,20 @@ def main() -> None:
     translator = Translator.from_file(args.model, TranslatorOptions(
         decode=DecodeConfig(beam=args.beam)))
     results = {}
-    with torch_threads(decoding_threads(translator.options.workers, translator.options.device)):
-        for name, requests in (("plain", [TranslationRequest(s) for s in sources]),
-                               ("constrained", [TranslationRequest(s, constraints=t)
-                                                for s, t in zip(sources, terms)])):
-            start = time.perf_counter()
-            translations = [hyps[0].text for hyps in translator.translate_nbest(requests)]
-            seconds = time.perf_counter() - start
-            results[name] = {
-                "search": name, "beam": args.beam, "sentences": len(sources),
-                "terms": sum(len(t) for t in terms),
-                "term_share": round(term_share(translations, terms), 4),
-                "sacrebleu": round(sacrebleu.corpus_bleu(translations, [references]).score, 2),
-                "sentences_per_s": round(len(sources) / seconds, 2),
-                "seconds": round(seconds, 2)}
-            print(json.dumps(results[name]))
+    for name, requests in (("plain", [TranslationRequest(s) for s in sources]),
+                           ("constrained", [TranslationRequest(s, constraints=t)
+                                            for s, t in zip(sources, terms)])):
+        start = time.perf_counter()
+        translations = [hyps[0].text for hyps in translator.translate_nbest(requests)]
+        seconds = time.perf_counter() - start
+        results[name] = {
+            "search": name, "beam": args.beam, "sentences": len(sources),
+            "terms": sum(len(t) for t in terms),
+            "term_share": round(term_share(translations, terms), 4),
+            "sacrebleu": round(sacrebleu.corpus_bleu(translations, [references]).score, 2),
+            "sentences_per_s": round(len(sources) / seconds, 2),
+            "seconds": round(seconds, 2)}
+        print(json.dumps(results[name]))
     print(json.dumps({"ratio": "constrained/plain", "sentences_per_s": round(
         results["constrained"]["sentences_per_s"] / results["plain"]["sentences_per_s"], 3)}))
 

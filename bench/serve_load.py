@@ -36,7 +36,6 @@ from pathlib import Path
 import torch
 
 from transformer_nmt.config import DecodeConfig, get_preset
-from transformer_nmt.decode.threads import decoding_threads, torch_threads
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import (load_for_inference, model_payload, read_model_file,
@@ -67,10 +66,9 @@ def percentile(values: list[float], share: float) -> float:
 def offline(model: Path, lines: list[str], decode: DecodeConfig) -> tuple[dict, list[str]]:
     """Throughput of the whole list through the Translator, as `nmt translate` runs it."""
     translator = Translator(load_for_inference(model), TranslatorOptions(decode))
-    with torch_threads(decoding_threads(translator.options.workers, "cpu")):
-        started = time.perf_counter()
-        outputs = list(translator.translate(lines))
-        seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    outputs = list(translator.translate(lines))
+    seconds = time.perf_counter() - started
     return {"sentences_per_s": len(lines) / seconds, "seconds": seconds}, outputs
 
 

@@ -327,3 +327,51 @@ def test_top_k_draws_only_among_the_k_likeliest():
     assert set(drawn.tolist()) == {0, 1, 2, 3, 4}
     # top-p 0.7: token 0 has 0.64 of the mass, tokens 0 and 1 reach it.
     assert set(_sample(log_probs, uniforms, replace(SAMPLING, topp=0.7)).tolist()) == {0, 1}
+
+
+# Outputs of beam search before its loop was shared with constrained search (captured on
+# this project's CPUs): the shared loop must find the same hypotheses, in the same order.
+PINNED_PLAIN = [
+    [([6, 4, 6, 11, 5, 1], -2.5008), ([11, 5, 7, 7, 5, 7, 7, 5, 7, 7], -3.4357),
+     ([11, 5, 7, 7, 5, 7, 7, 5, 7, 4], -3.5605), ([6, 4, 6, 11, 5, 7, 7, 5, 7, 7], -3.6611)],
+    [([6, 6, 4, 6, 11, 5, 1], -2.3772), ([6, 6, 4, 6, 11, 5, 1, 6, 5, 7], -3.1467),
+     ([], -3.2209), ([11, 5, 7, 7, 5, 7, 7, 5, 7, 7, 5], -3.4334)],
+    [([6, 4, 6, 4, 6, 11, 5, 1], -2.7218), ([6, 4, 6, 4, 6, 11, 5, 1, 6, 5, 7], -3.0929),
+     ([6, 4, 6, 4, 6, 11, 5, 1, 6, 5, 1], -3.2434),
+     ([6, 4, 6, 4, 6, 11, 5, 7, 7, 5, 7, 7, 5], -3.6532)],
+    [([], -1.7950), ([9, 1], -2.7566), ([11, 5, 7, 7, 5, 7, 7, 5], -2.9166),
+     ([11, 5, 7, 7, 5, 7, 4, 6], -3.1489)],
+    [([11, 5, 7, 7, 5, 7, 4, 6, 4], -2.6534), ([9, 1], -2.6605),
+     ([11, 5, 7, 7, 5, 7, 7, 5, 7], -3.0254), ([11, 5, 7, 7, 7, 5, 7, 7, 5], -3.2323)],
+    [([11, 5, 7, 7, 5, 7, 4, 6, 4], -2.7357), ([11, 5, 7, 7, 5, 7, 4, 6, 4, 6], -2.7753),
+     ([], -2.9878), ([11, 5, 7, 7, 5, 7, 7, 5, 7, 7, 5], -3.2040)],
+    [([1, 6, 4, 6, 11, 5, 1], -2.7562), ([5, 1, 11, 5, 7, 7, 5, 7, 7], -3.3707),
+     ([5, 1, 11, 5, 7, 7, 5, 7, 4], -3.5856), ([5, 1, 11, 5, 7, 7, 7, 5, 7], -3.7563)],
+]
+PINNED_PREFIXED = [
+    [([5, 6], -15.7785), ([5, 6, 11, 5, 1], -16.0194), ([5, 6, 11, 5, 7], -17.5902)],
+    [([11, 5, 7, 7, 5, 1, 6, 4, 6], -16.0432), ([11, 5, 7, 7, 9, 7, 5, 1, 9], -16.1497),
+     ([11, 5, 7, 8, 7, 4, 10, 4, 6], -16.9970)],
+    [([7, 1], -9.8193), ([7], -10.3433), ([7, 1, 9, 1], -11.1108)],
+    [([8, 9, 5, 7, 4, 1], -25.9913), ([8, 9, 5, 7, 7, 5, 1], -29.8221),
+     ([8, 9, 5, 7, 4, 1, 6, 5], -30.0129)],
+    # The forced prefix repeats the bigram (5, 5): forced all the same, as before.
+    [([5, 5, 5, 7, 9, 1], -26.3732), ([5, 5, 5, 7, 4, 1], -27.8164), ([5, 5, 5, 1, 6, 5], -28.7235)],
+    [([], -0.6770), ([9, 1], -3.8941), ([6, 4, 11, 5, 1], -8.2701)],
+    [([4, 1, 6, 4, 6, 11, 5, 1], -21.4278), ([4, 1, 6, 5, 1, 11, 5, 7, 7], -26.7372),
+     ([4, 1, 6, 4, 6, 11, 5, 7, 7], -27.7591)],
+]
+
+
+@pytest.mark.parametrize("cfg, seed, prefixes, expected", [
+    (DecodeConfig(beam=4, nbest=4, alpha=1.0, max_len_b=6), 0, None, PINNED_PLAIN),
+    (DecodeConfig(beam=5, nbest=3, alpha=-0.5, max_len_b=6, no_repeat_ngram=2), 1,
+     [[5, 6], [], [7], [8, 9, 5], [5, 5, 5], [], [4]], PINNED_PREFIXED)], ids=["plain", "rules"])
+def test_beam_search_finds_what_it_found_before_the_loop_was_shared(cfg, seed, prefixes,
+                                                                    expected):
+    found = beam_search(ToyModel(), random_sources(7, 12, seed=seed), cfg, SPECIAL,
+                        max_len_limit=None if prefixes is None else 9, prefixes=prefixes)
+    assert [[hyp.tokens for hyp in hyps] for hyps in found] == [
+        [tokens for tokens, _ in hyps] for hyps in expected]
+    assert [[hyp.score for hyp in hyps] for hyps in found] == [
+        pytest.approx([score for _, score in hyps], abs=1e-4) for hyps in expected]

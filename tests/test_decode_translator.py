@@ -135,15 +135,42 @@ def test_bad_settings_are_user_errors_naming_the_setting(model_file):
         TranslatorOptions(workers=1.5)
 
 
-def test_a_variant_shares_the_model_and_decodes_like_a_fresh_translator(model_file):
+def test_settings_passed_per_call_decode_like_a_translator_built_with_them(model_file):
     lines = sentences(5, seed=8)
     base = translator_for(model_file)
     wider = replace(SHORT, beam=3, nbest=2)
-    variant = base.variant(wider, alignments=True)
-    assert variant.model is base.model
+    per_call = list(base.translate_nbest(lines, wider, alignments=True))
     assert base.options.decode == SHORT and not base.options.alignments
     fresh = translator_for(model_file, wider, alignments=True)
-    assert list(variant.translate_nbest(lines)) == list(fresh.translate_nbest(lines))
+    assert per_call == list(fresh.translate_nbest(lines))
+    # A call without settings decodes with the options' again.
+    assert list(base.translate(lines)) == list(translator_for(model_file).translate(lines))
+    assert base.translate_batch(lines, wider, alignments=True) == per_call
+
+
+def test_a_call_sets_its_threads_and_gives_the_callers_back(model_file, monkeypatch):
+    monkeypatch.setattr(threads_module, "_PROCESS_THREADS", 4)
+    seen = []
+    search = Translator._search
+
+    def recording(self, *args):
+        seen.append(torch.get_num_threads())
+        return search(self, *args)
+
+    monkeypatch.setattr(Translator, "_search", recording)
+    lines = sentences(6, seed=18)
+    before = torch.get_num_threads()
+    two = translator_for(model_file, batch_size=2, workers=2)
+    list(two.translate(lines))
+    assert set(seen) == {2}  # each of two workers on half the cores
+    seen.clear()
+    list(two.translate(lines[:1]))
+    assert seen == [4]  # a lone batch on every core
+    seen.clear()
+    two.translate_batch(lines[:2])
+    two.translate_batch(lines[:2], alone=True)
+    assert seen == [2, 4]  # beside the other worker's batch, or alone
+    assert torch.get_num_threads() == before
 
 
 def test_requests_with_a_prefix_start_with_it(model_file):

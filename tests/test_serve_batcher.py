@@ -10,6 +10,7 @@ import pytest
 
 from decode_fixtures import SHORT, sentences
 from serve_fixtures import FAST
+from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.translator import Translator
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.serve.batcher import Batcher, QueueFull, SearchKey, _spans
@@ -61,6 +62,31 @@ def test_a_sentence_translates_the_same_alone_and_among_other_requests(translato
     # The twelve requests were decoded in fewer batches than requests.
     assert sample(metrics, "nmt_batch_sentences_count") < len(lines)
     assert sample(metrics, "nmt_batch_sentences_sum") == len(lines)
+
+
+def test_a_requests_samples_do_not_depend_on_the_requests_sharing_its_batch(translator):
+    # Each sentence is seeded by its position in its own request, not in the batch.
+    request, others = sentences(3, seed=19), sentences(5, seed=20)
+    key = SearchKey(DecodeConfig(sampling=True, nbest=2, max_len_b=6, seed=5), alignments=False)
+
+    def texts(found):
+        return [[translation.text for translation in translations] for translations in found]
+
+    async def alone(batcher):
+        return await batcher.translate(request, tokens_of(translator, request), key)
+
+    async def mixed(batcher):
+        # Other requests queue first, so the request's sentences sit later in the batch.
+        return await asyncio.gather(
+            batcher.translate(others[:2], tokens_of(translator, others[:2]), key),
+            batcher.translate(others[2:], tokens_of(translator, others[2:]), key),
+            batcher.translate(request, tokens_of(translator, request), key))
+
+    alone_found, _ = asyncio.run(with_batcher(translator, alone))
+    (*_, mixed_found), metrics = asyncio.run(with_batcher(translator, mixed, max_wait_s=0.5))
+    assert sample(metrics, "nmt_batch_sentences_count") == 1  # one batch of eight
+    assert texts(mixed_found) == texts(alone_found)
+    assert len({tuple(samples) for samples in texts(alone_found)}) > 1  # not one seed for all
 
 
 def test_requests_with_other_settings_are_never_mixed_into_one_batch(translator):
@@ -115,10 +141,8 @@ def test_a_failing_batch_gives_its_requests_the_error_and_the_next_batch_works(
     lines = sentences(2, seed=16)
 
     async def body(batcher):
-        broken = translator.variant(SHORT)
-        monkeypatch.setattr(broken, "translate_nbest", lambda lines: 1 / 0)
         with monkeypatch.context() as patch:
-            patch.setattr(batcher.translator, "variant", lambda *args, **kwargs: broken)
+            patch.setattr(batcher.translator, "translate_batch", lambda *args, **kwargs: 1 / 0)
             with pytest.raises(ZeroDivisionError):
                 await batcher.translate(lines, tokens_of(translator, lines), key)
         return await batcher.translate(lines, tokens_of(translator, lines), key)
@@ -139,7 +163,7 @@ def test_two_slots_decode_side_by_side_and_keep_every_request_in_order(model_fil
                                                                    batch_size=2))
     lines = sentences(9, seed=17)
     key = SearchKey(SHORT, alignments=False)
-    alone = [next(two_slots.variant(SHORT, workers=1).translate([line])) for line in lines]
+    alone = [next(two_slots.translate([line], SHORT)) for line in lines]
 
     async def body(batcher):
         assert batcher.slots == 2

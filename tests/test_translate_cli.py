@@ -153,20 +153,22 @@ def test_each_worker_translates_on_its_share_of_the_cores_for_the_command_only(
         model_file, tmp_path, monkeypatch):
     monkeypatch.setattr(threads_module, "_PROCESS_THREADS", 4)
     seen = []
-    translate_nbest = Translator.translate_nbest
+    search = Translator._search
 
-    def recording(self, lines):
+    def recording(self, *args):
         seen.append(torch.get_num_threads())
-        return translate_nbest(self, lines)
+        return search(self, *args)
 
-    monkeypatch.setattr(Translator, "translate_nbest", recording)
+    monkeypatch.setattr(Translator, "_search", recording)
     source = tmp_path / "in.txt"
-    source.write_text("the house\n", encoding="utf-8")
+    source.write_text("the house\na dog\nthe green garden\n", encoding="utf-8")
     before = torch.get_num_threads()
     for workers, threads in (("2", 2), ("1", 4)):
         assert main(["translate", "--model", str(model_file), "--input", str(source),
-                     "--output", str(tmp_path / "out.txt"), "--workers", workers, *FAST]) == 0
-        assert seen.pop() == threads
+                     "--output", str(tmp_path / "out.txt"), "--workers", workers,
+                     "--batch-size", "1", *FAST]) == 0
+        assert set(seen) == {threads} and len(seen) == 3
+        seen.clear()
         assert torch.get_num_threads() == before
 
 

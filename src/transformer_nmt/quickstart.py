@@ -19,7 +19,6 @@ from typing import Callable
 from transformer_nmt.attention_plot import compute_attention, write_attention_pictures
 from transformer_nmt.config import get_preset
 from transformer_nmt.data.prepare import PrepareOptions, prepare
-from transformer_nmt.decode.threads import decoding_threads, torch_threads
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.evaluate import evaluate_model, format_table
 from transformer_nmt.model_file import save_model_file
@@ -151,9 +150,7 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
 
     _stage(log, 4, "evaluating on the test split (beam 4, length penalty 0.6)")
     decoding = TranslatorOptions(device="cpu").resolved()
-    # Each worker on its share of the cores, as `nmt evaluate` runs them.
-    with torch_threads(decoding_threads(decoding.workers, decoding.device)):
-        scores = evaluate_model(model_path, data_dir, "test", decoding)
+    scores = evaluate_model(model_path, data_dir, "test", decoding)
     log(scores["speed"])
     log(format_table(scores))
 

@@ -135,7 +135,6 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
 def run_translate(args: argparse.Namespace) -> None:
     from transformer_nmt.data.text import count_lines, iter_lines, read_lines
     from transformer_nmt.decode.stream import requests, translate_file, translate_stream
-    from transformer_nmt.decode.threads import decoding_threads, torch_threads
     from transformer_nmt.decode.translator import Translator
 
     if args.interactive and args.input is not None:
@@ -151,15 +150,13 @@ def run_translate(args: argparse.Namespace) -> None:
             None if args.constraints is None else read_lines(args.constraints, args.errors),
             args.prefix, args.constraints)
     as_json = args.format == "json"
-    # Each worker on its share of the cores, for this command only.
-    with torch_threads(decoding_threads(translator.options.workers, translator.options.device)):
-        if args.output is None:
-            speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
-                                     flush_each=args.interactive, as_json=as_json)
-        else:
-            total = count_lines(args.input) if args.input is not None else None
-            speed = translate_file(translator, lines, args.output, nbest=args.nbest > 1,
-                                   total=total, as_json=as_json)
+    if args.output is None:
+        speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
+                                 flush_each=args.interactive, as_json=as_json)
+    else:
+        total = count_lines(args.input) if args.input is not None else None
+        speed = translate_file(translator, lines, args.output, nbest=args.nbest > 1,
+                               total=total, as_json=as_json)
     if not args.interactive:
         print(speed.summary(args.output), file=sys.stderr)
 
@@ -206,7 +203,6 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> None:
-    from transformer_nmt.decode.threads import decoding_threads, torch_threads
     from transformer_nmt.evaluate import evaluate_files, evaluate_model, format_table
 
     if args.hyp or args.ref:
@@ -219,11 +215,9 @@ def run_evaluate(args: argparse.Namespace) -> None:
             raise UserError("give --model and --data (translate a split and score it), or "
                             "--hyp and --ref (score a file)")
         options = _translator_options(args).resolved()
-        # Each worker on its share of the cores, for this command only.
-        with torch_threads(decoding_threads(options.workers, options.device)):
-            result = evaluate_model(
-                args.model, args.data, args.split, options, src_lang=args.src_lang,
-                tgt_lang=args.tgt_lang, json_path=args.json, hyp_path=args.output)
+        result = evaluate_model(args.model, args.data, args.split, options,
+                                src_lang=args.src_lang, tgt_lang=args.tgt_lang,
+                                json_path=args.json, hyp_path=args.output)
         print(result["speed"], file=sys.stderr)
         print(f"{result['sentences']} sentences of {args.data} {args.split}, "
               f"{result['src_lang']}-{result['tgt_lang']}; translations in {result['hyp']}")

@@ -15,9 +15,11 @@ hypothesis that met every phrase, except at the maximum length, where EOS is for
 in plain beam search (so the search always ends); finished hypotheses rank by whether
 they met every phrase, then by score.
 
-Batched over sentences like `beam_search`, with its definitions (scores, lengths,
-completion when a sentence has k finished hypotheses or reaches its maximum length);
-there is no early stop, as the bound of plain beam search does not account for banks.
+The loop is plain beam search's (transformer_nmt.decode.beam), with its definitions
+(scores, lengths, completion when a sentence has k finished hypotheses or reaches its
+maximum length); the selection (`DynamicBeamAllocation`) and two step processors
+(`RequirePhrases`, `WordEnds`) are this module's. There is no early stop, as the bound
+of plain beam search does not account for banks.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.search import (Hypothesis, Seq2Seq, SpecialIds, Stepper,
-                                           length_penalty, max_lengths)
+from transformer_nmt.decode.beam import Ranked, beam_loop
+from transformer_nmt.decode.search_base import Hypothesis, Seq2Seq, SpecialIds, max_lengths
 from transformer_nmt.decode.selection import top_k
-from transformer_nmt.decode.step_rules import StepRules, fit_prefixes, prefix_tensor
+from transformer_nmt.decode.step_rules import Step, fit_prefixes, prefix_tensor, step_processors
 
 
 def phrase_tensors(constraints: list[list[list[int]]], device: torch.device
@@ -120,6 +122,81 @@ def _bank_order(scores: Tensor, banks: Tensor, top_bank: int) -> Tensor:
     return by_score.gather(1, key.argsort(dim=1, stable=True))
 
 
+class DynamicBeamAllocation:
+    """Constrained search's selection: the likeliest extensions and those that advance a
+    phrase, taken from the banks in turn (`_bank_order`); keeps each open hypothesis'
+    phrase state."""
+
+    _ranked: tuple[tuple[Tensor, Tensor, Tensor, Tensor], Tensor, int, int]
+    """Set by `rank` for `keep`: the candidates' phrase states, their order, the width
+    and the candidates per row."""
+
+    def __init__(self, phrases: Tensor, lengths: Tensor) -> None:
+        self.phrases, self.lengths = phrases, lengths  # (active, M, L), (active, M)
+        self.state = _PhraseState(phrases.size(0), phrases.size(1), phrases.device)
+        self.top_bank = int(lengths.sum(1).max())
+
+    def unfinished(self, width: int) -> Tensor:
+        """(rows,) True for the open hypotheses (width per sentence) that have not met
+        every phrase of their sentence."""
+        return self.state.unfinished(self.lengths.repeat_interleave(width, dim=0))
+
+    def rank(self, scores: Tensor, log_probs: Tensor, width: int, k: int) -> Ranked:
+        n = scores.size(0)
+        row_phrases = self.phrases.repeat_interleave(width, dim=0)  # (rows, M, L)
+        row_lengths = self.lengths.repeat_interleave(width, dim=0)  # (rows, M)
+        best = top_k(log_probs, min(2 * k, log_probs.size(1)))[1]  # (rows, 2k)
+        wanted = self.state.wanted(row_phrases, row_lengths)  # (rows, 1 + M)
+        repeated = wanted.unsqueeze(2).eq(best.unsqueeze(1)).any(dim=2) | torch.tril(
+            wanted.unsqueeze(2).eq(wanted.unsqueeze(1)), diagonal=-1).any(dim=2)
+        extra = wanted.lt(0) | repeated  # (rows, 1 + M) not a new candidate
+        candidates = torch.cat([best, wanted.clamp(min=0)], dim=1)  # (rows, W)
+        cand_scores = scores.view(-1, 1) + log_probs.gather(1, candidates)
+        cand_scores[:, best.size(1):] = cand_scores[:, best.size(1):].masked_fill(
+            extra, float("-inf"))
+        met, current, depth, ended, banks = self.state.advanced(candidates, row_phrases,
+                                                                row_lengths)
+        per_row = candidates.size(1)
+        flat_scores = cand_scores.view(n, width * per_row)
+        order = _bank_order(flat_scores, banks.view(n, width * per_row),
+                            self.top_bank)[:, : 2 * k]  # (n, 2k) indices into width * W
+        top_beam = order // per_row
+        all_met = ~self.state.unfinished(row_lengths).view(n, width).gather(1, top_beam)
+        self._ranked = (met, current, depth, ended), order, width, per_row
+        return Ranked(flat_scores.gather(1, order), candidates.view(n, -1).gather(1, order),
+                      top_beam, all_met)
+
+    def keep(self, sentences: Tensor, ranks: Tensor) -> None:
+        advanced, order, width, per_row = self._ranked
+        chosen = order[sentences].gather(1, ranks)  # (n_next, k) indices into width * W
+        self.state.take(*advanced, ((sentences * width * per_row).unsqueeze(1)
+                                    + chosen).view(-1))
+        self.phrases, self.lengths = self.phrases[sentences], self.lengths[sentences]
+
+
+class RequirePhrases:
+    """EOS only after every phrase, except at the maximum length (EOS is forced there)."""
+
+    def __init__(self, selection: DynamicBeamAllocation, eos: int) -> None:
+        self.selection, self.eos = selection, eos
+
+    def __call__(self, log_probs: Tensor, step: Step) -> None:
+        unfinished = self.selection.unfinished(step.width)
+        log_probs[unfinished & ~step.at_limit, self.eos] = float("-inf")
+
+
+class WordEnds:
+    """A phrase ends where a word ends: the token after its last may not continue it."""
+
+    def __init__(self, selection: DynamicBeamAllocation, word_pieces: Tensor) -> None:
+        self.selection = selection
+        self.word_pieces = word_pieces  # (vocab,) True for pieces that continue a word
+
+    def __call__(self, log_probs: Tensor, step: Step) -> None:
+        log_probs.masked_fill_(self.selection.state.ended.unsqueeze(1)
+                               & self.word_pieces.unsqueeze(0), float("-inf"))
+
+
 @torch.inference_mode()
 def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[list[int]]],
                             cfg: DecodeConfig = DecodeConfig(),
@@ -137,90 +214,16 @@ def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[
     word_pieces (vocab,) bool marks the tokens that continue a word (None: phrases may
     end inside a word).
     """
-    k, nbest = cfg.beam, cfg.nbest
-    batch, device = src.size(0), src.device
-    phrases, lengths = phrase_tensors(constraints, device)  # (active, M, L), (active, M)
-    prefix = prefix_tensor(prefixes, device)
-    rules = StepRules(cfg, special.eos, prefix)
+    phrases, lengths = phrase_tensors(constraints, src.device)  # (batch, M, L), (batch, M)
+    prefix = prefix_tensor(prefixes, src.device)
     limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
     limits = torch.maximum(limits, lengths.sum(1))
     if max_len_limit is not None:
         limits = limits.clamp(max=max_len_limit)
-    top_bank = int(lengths.sum(1).max())
-    longest = int(limits.max())
-    stepper = Stepper(model, model.encode(src), use_cache, longest + 1)
-    width = 1
-    tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long, device=device)
-    scores = torch.zeros(batch, 1, device=device)  # (active, width)
-    state = _PhraseState(batch, phrases.size(1), device)
-    active = torch.arange(batch, device=device)
-    finished: list[list[tuple[bool, Hypothesis]]] = [[] for _ in range(batch)]
-    step = 0
-    while active.numel():
-        n = active.numel()
-        log_probs = stepper.log_probs(tokens, step, special)  # (n * width, vocab)
-        row_phrases = phrases.repeat_interleave(width, dim=0)  # (rows, M, L)
-        row_lengths = lengths.repeat_interleave(width, dim=0)  # (rows, M)
-        at_limit = limits.repeat_interleave(width) == step
-        unfinished = state.unfinished(row_lengths)
-        log_probs[unfinished & ~at_limit, special.eos] = float("-inf")
-        if word_pieces is not None:
-            log_probs.masked_fill_(state.ended.unsqueeze(1) & word_pieces.unsqueeze(0),
-                                   float("-inf"))
-        rules.apply(log_probs, tokens, step, width, at_limit)
-
-        best = top_k(log_probs, min(2 * k, log_probs.size(1)))[1]  # (rows, 2k)
-        wanted = state.wanted(row_phrases, row_lengths)  # (rows, 1 + M)
-        repeated = wanted.unsqueeze(2).eq(best.unsqueeze(1)).any(dim=2) | torch.tril(
-            wanted.unsqueeze(2).eq(wanted.unsqueeze(1)), diagonal=-1).any(dim=2)
-        extra = wanted.lt(0) | repeated  # (rows, 1 + M) not a new candidate
-        candidates = torch.cat([best, wanted.clamp(min=0)], dim=1)  # (rows, W)
-        cand_scores = scores.view(-1, 1) + log_probs.gather(1, candidates)
-        cand_scores[:, best.size(1):] = cand_scores[:, best.size(1):].masked_fill(
-            extra, float("-inf"))
-        met, current, depth, ended, banks = state.advanced(candidates, row_phrases, row_lengths)
-        per_row = candidates.size(1)
-
-        flat_scores = cand_scores.view(n, width * per_row)
-        order = _bank_order(flat_scores, banks.view(n, width * per_row), top_bank)[:, : 2 * k]
-        top_scores = flat_scores.gather(1, order)  # (n, 2k) in DBA's order
-        top_token = candidates.view(n, -1).gather(1, order)
-        top_beam = order // per_row
-        is_eos = top_token.eq(special.eos)
-        all_met = ~state.unfinished(row_lengths).view(n, width).gather(1, top_beam)
-
-        finishing = is_eos[:, :k] & top_scores[:, :k].isfinite()  # (n, k)
-        done = limits.le(step)
-        if finishing.any():
-            normalized = top_scores[:, :k] / length_penalty(step + 1, cfg.alpha)
-            for i, rank in finishing.nonzero().tolist():
-                row = i * width + int(top_beam[i, rank])
-                sentence = finished[int(active[i])]
-                sentence.append((bool(all_met[i, rank]), Hypothesis(
-                    tokens[row, 1: step + 1].tolist(), float(normalized[i, rank]),
-                    float(top_scores[i, rank]))))
-                if len(sentence) >= k:
-                    done[i] = True
-
-        rank = torch.arange(2 * k, device=device) + is_eos * (2 * k)  # EOS ones last
-        keep_rank = rank.topk(k, dim=1, largest=False).indices  # (n, k)
-        scores = top_scores.gather(1, keep_rank)
-        chosen = order.gather(1, keep_rank)  # (n, k) indices into width * W
-        next_beam, next_token = chosen // per_row, top_token.gather(1, keep_rank)
-        done |= scores.isinf().all(dim=1)
-
-        keep = (~done).nonzero().squeeze(1)
-        rows = ((keep * width).unsqueeze(1) + next_beam[keep]).view(-1)
-        state.take(met, current, depth, ended,
-                   ((keep * width * per_row).unsqueeze(1) + chosen[keep]).view(-1))
-        tokens = tokens[rows]
-        tokens[:, step + 1] = next_token[keep].view(-1)
-        scores, limits, active = scores[keep], limits[keep], active[keep]
-        phrases, lengths = phrases[keep], lengths[keep]
-        rules.keep(keep)
-        if active.numel():
-            stepper.reorder(rows, keep if keep.numel() < n else None)
-        width = k
-        step += 1
-    return [[hyp for _, hyp in sorted(hyps, key=lambda pair: (not pair[0], -pair[1].score))][:nbest]
-            for hyps in finished]
+    selection = DynamicBeamAllocation(phrases, lengths)
+    own = [RequirePhrases(selection, special.eos)]
+    if word_pieces is not None:
+        own.append(WordEnds(selection, word_pieces))
+    return beam_loop(model, src, limits, cfg, special,
+                     step_processors(cfg, special.eos, prefix, own), selection,
+                     use_cache=use_cache, early_stop=False)

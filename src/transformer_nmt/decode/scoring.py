@@ -15,6 +15,7 @@ from typing import Iterable, Iterator
 import torch
 
 from transformer_nmt.data.text import normalize
+from transformer_nmt.decode.batching import buffers, length_batches, run_in_order
 from transformer_nmt.decode.search import length_penalty, teacher_forced
 from transformer_nmt.decode.translator import Translator
 from transformer_nmt.errors import UserError
@@ -40,18 +41,21 @@ def score_ids(translator: Translator, sources: list[list[int]], targets: list[li
     """Scores of target token ids given source token ids (both without EOS), batched by
     source length as the translator batches translations; results in input order."""
     special, alpha = translator.special, translator.options.decode.alpha
-    results: list[PairScore | None] = [None] * len(sources)
-    order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
-    for batch in translator.batches(order, sources):
+
+    def score_batch(batch: list[int]) -> list[PairScore]:
         src = translator.source_tensor([sources[i] for i in batch])  # (batch, longest + 1)
         owners = torch.arange(len(batch), device=src.device)
         scores, _ = teacher_forced(translator.model, src, owners,
                                    [targets[i] for i in batch], special)
-        for index, token_scores in zip(batch, scores):
-            log_prob = sum(token_scores)
-            results[index] = PairScore(targets[index], token_scores, log_prob, float(
-                log_prob / length_penalty(len(token_scores), alpha)))
-    return results  # type: ignore[return-value]  # every index is in one batch
+        return [PairScore(targets[index], token_scores, sum(token_scores), float(
+                    sum(token_scores) / length_penalty(len(token_scores), alpha)))
+                for index, token_scores in zip(batch, scores)]
+
+    results: list[PairScore] = [None] * len(sources)  # type: ignore[list-item]  # all filled
+    batches = length_batches(sources, range(len(sources)), translator.options.batch_size,
+                             translator.options.max_tokens)
+    run_in_order(batches, score_batch, results)
+    return results
 
 
 def score_lines(translator: Translator, sources: Iterable[str], targets: Iterable[str],
@@ -64,25 +68,24 @@ def score_lines(translator: Translator, sources: Iterable[str], targets: Iterabl
     positions (it cannot be scored whole); a source line too long is cut, with a warning,
     as for translation.
     """
-    pairs: list[tuple[str, str]] = []
-    line = 0
-    for source, target in zip_longest(sources, targets):
-        line += 1
-        if source is None or target is None:
-            shorter = source_name if source is None else target_name
-            raise UserError(f"{shorter} has fewer lines than the other side ({line - 1}); "
-                            "give one target line per source line")
-        pairs.append((source, target))
-        if len(pairs) == buffer_size:
-            yield from _score_buffer(translator, pairs, line - len(pairs), target_name)
-            pairs = []
-    if pairs:
-        yield from _score_buffer(translator, pairs, line - len(pairs), target_name)
+    def pairs() -> Iterator[tuple[str, str]]:
+        for line, (source, target) in enumerate(zip_longest(sources, targets), start=1):
+            if source is None or target is None:
+                shorter = source_name if source is None else target_name
+                raise UserError(f"{shorter} has fewer lines than the other side ({line - 1}); "
+                                "give one target line per source line")
+            yield source, target
+
+    first_line = 0
+    for buffer in buffers(pairs(), buffer_size):
+        yield from _score_buffer(translator, buffer, first_line, target_name)
+        first_line += len(buffer)
 
 
 def _score_buffer(translator: Translator, pairs: list[tuple[str, str]], first_line: int,
                   target_name: str) -> list[PairScore]:
-    sources = translator.source_ids([source for source, _ in pairs])
+    sources = translator.source_ids([source for source, _ in pairs],
+                                    numbers=list(range(first_line, first_line + len(pairs))))
     targets = translator.vocab.encode_batch([normalize(target) for _, target in pairs])
     for offset, target in enumerate(targets):
         if len(target) > translator.max_len_limit:

@@ -20,154 +20,35 @@ Definitions used throughout:
   once it has `beam` finished hypotheses (fairseq's rule, so beam 1 is exactly greedy
   search; tensor2tensor's runs until the bound below) or reaches its maximum length.
   It stops earlier, without changing the result, when no open hypothesis can still
-  beat the nbest-th finished one (see `_best_possible_scores`).
+  beat the nbest-th finished one (transformer_nmt.decode.beam.best_possible_scores).
 - PAD and BOS are never generated.
 
-Beyond the model, every search obeys the same step rules (transformer_nmt.decode.
-step_rules): EOS at the maximum length, a forced prefix, no repeated n-grams. `sample`
-draws tokens instead of choosing the likeliest, one seeded generator per sentence.
-Terminology constraints are transformer_nmt.decode.constrained's; scoring given outputs
-is `teacher_forced`.
+Beyond the model, every search obeys the same step rules, a list of step processors
+(transformer_nmt.decode.step_rules): EOS at the maximum length, a forced prefix, no
+repeated n-grams. Beam search's loop is transformer_nmt.decode.beam's, shared with
+terminology constraints (transformer_nmt.decode.constrained). `sample` draws tokens
+instead of choosing the likeliest, one seeded generator per sentence; scoring given
+outputs is `teacher_forced`. The model protocol, `SpecialIds`, `Hypothesis` and the
+length rules are transformer_nmt.decode.search_base's, imported here as well.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.selection import row_max, top_k
-from transformer_nmt.decode.step_rules import StepRules, fit_prefixes, prefix_tensor
-from transformer_nmt.memory import release_free_memory
-
-
-class EncoderState(Protocol):
-    """What `Seq2Seq.encode` returns; the search only needs to pick batch rows from it."""
-
-    def select(self, index: Tensor) -> "EncoderState":
-        """Rows `index` (new_batch,) of the batch."""
-
-
-class DecoderState(Protocol):
-    """The incremental-decoding cache; the search reorders it as hypotheses move."""
-
-    def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep decoder rows `index` (new_batch,) in that order, and encoder rows
-        `sentences` (new_sentences,) when sentences leave the batch (None: all stay)."""
-
-
-class DecoderOutput(Protocol):
-    """What `Seq2Seq.decode` returns."""
-
-    logits: Tensor
-    """(batch, tgt_len, vocab); unnormalized, or log-probabilities (an ensemble's)."""
-    cross_attention: list[Tensor]
-    """Per layer (batch, heads, tgt_len, src_len), filled when need_weights is True."""
-
-
-class Seq2Seq(Protocol):
-    """The model interface the searches use (transformer_nmt.model.transformer.Transformer)."""
-
-    def encode(self, src: Tensor) -> EncoderState:
-        """Encode source ids (batch, src_len), each sentence ending in EOS, padded with PAD."""
-
-    def new_cache(self, max_length: int = 0) -> DecoderState:
-        """An empty incremental-decoding cache for at most max_length target positions
-        (a hint; 0: unknown)."""
-
-    def decode(self, tgt: Tensor, enc: EncoderState, cache: DecoderState | None = None,
-               need_weights: bool = False) -> DecoderOutput:
-        """Logits for target prefixes; with a cache, tgt holds only the new positions.
-
-        tgt's batch is g times enc's (g = 1 for greedy search, the beam size after beam
-        search's first step): rows r * g .. r * g + g - 1 belong to source sentence r.
-        """
-
-
-@dataclass(frozen=True)
-class SpecialIds:
-    """The reserved token ids (fixed by the data pipeline's vocabulary)."""
-
-    pad: int = 0
-    bos: int = 2
-    eos: int = 3
-
-
-@dataclass
-class Hypothesis:
-    """One finished translation of one source sentence, as token ids."""
-
-    tokens: list[int]
-    """Generated token ids, without BOS and EOS."""
-    score: float
-    """log P(Y | X) / lp(Y), the quantity the search maximizes."""
-    log_prob: float
-    """log P(Y | X), EOS included."""
-    attention: Tensor | None = None
-    """(len(tokens) + 1, src_len + 1) encoder-decoder attention of the step that produced
-    each output token (EOS last) over the source tokens (EOS last), averaged over heads of
-    one decoder layer; only when asked for."""
-    token_scores: list[float] | None = None
-    """log P of each token given the ones before it, EOS last (len(tokens) + 1 values
-    summing to log_prob); only when asked for."""
-
-
-def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
-    """GNMT length penalty lp = ((5 + length) / 6) ** alpha; length counts tokens with EOS."""
-    return ((5 + length) / 6) ** alpha
-
-
-def max_lengths(src: Tensor, cfg: DecodeConfig, pad_id: int, limit: int | None = None) -> Tensor:
-    """Per-sentence maximum output length (batch,) before EOS: floor(a * src_len + b).
-
-    src (batch, src_len) holds ids + EOS + padding; src_len excludes EOS and padding.
-    `limit` caps the length, e.g. so that BOS and the tokens fit the model's positions.
-    """
-    src_len = src.ne(pad_id).sum(1) - 1  # (batch,)
-    lengths = torch.floor(cfg.max_len_a * src_len.double() + cfg.max_len_b).long().clamp(min=0)
-    return lengths if limit is None else lengths.clamp(max=limit)
-
-
-class Stepper:
-    """Next-token log-probabilities for a batch of prefixes that grows one token per step.
-
-    With `use_cache`, only the newest token is fed and the model's cache holds the past;
-    without, the whole prefix is decoded every step (the reference the tests and the
-    benchmark compare against).
-    """
-
-    def __init__(self, model: Seq2Seq, enc: EncoderState, use_cache: bool,
-                 max_length: int) -> None:
-        self.model, self.enc = model, enc
-        self.cache = model.new_cache(max_length) if use_cache else None
-        # The encoder's working memory is free by now: hand it back before the caches
-        # grow, or the allocator keeps it for the whole batch, part of a beam search's peak.
-        release_free_memory()
-
-    def log_probs(self, tokens: Tensor, step: int, special: SpecialIds) -> Tensor:
-        """float32 (batch, vocab) log P(next | tokens[:, :step + 1]); PAD and BOS at -inf."""
-        if self.cache is None:
-            logits = self.model.decode(tokens[:, : step + 1], self.enc).logits[:, -1]
-        else:
-            logits = self.model.decode(tokens[:, step: step + 1], self.enc, self.cache).logits[:, 0]
-        # float32 even for a bf16 model: sums of log-probs over ~100 steps need the mantissa.
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
-        log_probs[:, special.pad] = float("-inf")
-        log_probs[:, special.bos] = float("-inf")
-        return log_probs
-
-    def reorder(self, rows: Tensor, sentences: Tensor | None) -> None:
-        """Continue with prefix rows `rows`; sentences: the encoder rows to keep if
-        sentences left the batch, None if they all stay."""
-        if self.cache is not None:
-            self.cache.reorder(rows, sentences)
-        if sentences is not None:
-            self.enc = self.enc.select(sentences)
+from transformer_nmt.decode.beam import TopK, beam_loop
+from transformer_nmt.decode.beam import (  # noqa: F401 (tests check the bound)
+    best_possible_scores as _best_possible_scores)
+from transformer_nmt.decode.search_base import (EncoderState, Hypothesis, Seq2Seq,
+                                                SpecialIds, Stepper, length_penalty,
+                                                max_lengths)
+from transformer_nmt.decode.selection import row_max
+from transformer_nmt.decode.step_rules import (Step, StepProcessor, apply_processors,
+                                               fit_prefixes, prefix_tensor, step_processors)
 
 
 def _sample(log_probs: Tensor, uniforms: Tensor, cfg: DecodeConfig) -> Tensor:
@@ -204,7 +85,7 @@ def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(
     prefix = prefix_tensor(prefixes, src.device)
     limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
     return _token_by_token(model, model.encode(src), limits, cfg, special, use_cache,
-                           StepRules(cfg, special.eos, prefix))
+                           step_processors(cfg, special.eos, prefix))
 
 
 @torch.inference_mode()
@@ -233,7 +114,7 @@ def sample(model: Seq2Seq, src: Tensor, cfg: DecodeConfig, seeds: list[int],
                    generator=torch.Generator().manual_seed(_sentence_seed(cfg.seed, seed))).T
         for seed in seeds]).to(src.device)  # (batch * count, longest + 1)
     found = _token_by_token(model, model.encode(src).select(owner), limits, cfg, special,
-                            True, StepRules(cfg, special.eos, prefix), uniforms)
+                            True, step_processors(cfg, special.eos, prefix), uniforms)
     return [sorted(found[i * count: (i + 1) * count], key=lambda hyp: -hyp.score)
             for i in range(batch)]
 
@@ -247,7 +128,7 @@ def _sentence_seed(seed: int, sentence: int) -> int:
 
 
 def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: DecodeConfig,
-                    special: SpecialIds, use_cache: bool, rules: StepRules,
+                    special: SpecialIds, use_cache: bool, processors: list[StepProcessor],
                     uniforms: Tensor | None = None) -> list[Hypothesis]:
     """One output per encoder row, token by token: the likeliest, or with uniforms
     (rows, longest + 1) drawn as `_sample` does."""
@@ -263,7 +144,8 @@ def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: Deco
     step = 0
     while active.numel():
         log_probs = stepper.log_probs(tokens, step, special)  # (active, vocab)
-        rules.apply(log_probs, tokens, step, 1, limits == step)
+        apply_processors(processors, log_probs,
+                         Step(step, tokens[:, : step + 1], active, 1, limits == step))
         if uniforms is None:
             best_log_prob, best = row_max(log_probs)  # (active,)
         else:
@@ -278,8 +160,8 @@ def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: Deco
                 results[int(active[row])] = Hypothesis(
                     tokens[row, 1: step + 1].tolist(), float(scores[row]), float(log_prob[row]))
             keep = (~done).nonzero().squeeze(1)
-            tokens, log_prob, limits, active = tokens[keep], log_prob[keep], limits[keep], active[keep]
-            rules.keep(keep)
+            tokens, log_prob = tokens[keep], log_prob[keep]
+            limits, active = limits[keep], active[keep]
             if uniforms is not None:
                 uniforms = uniforms[keep]
             if active.numel():
@@ -288,23 +170,6 @@ def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: Deco
     return results  # type: ignore[return-value]  # every sentence ends by its maximum length
 
 
-def _best_possible_scores(open_log_probs: Tensor, length: int, limits: Tensor,
-                          alpha: float) -> Tensor:
-    """Upper bound (sentences,) on the score of any future hypothesis of each sentence.
-
-    open_log_probs (sentences, beam) are the open hypotheses' log P after `length` tokens.
-    A completion Y' of one of them has log P' <= log P <= 0 and length+1 <= |Y'| <=
-    limit+1, so score(Y') = log P' / lp(|Y'|) <= log P / lp(|Y'|) <= log P / max lp,
-    where max lp over that range sits at its upper end when alpha >= 0 and at its lower
-    end when alpha < 0 (dividing a non-positive number by a larger lp raises it).
-    """
-    best = open_log_probs.max(dim=1).values  # (sentences,)
-    longest = length_penalty(limits + 1, alpha)
-    shortest = length_penalty(torch.full_like(limits, length + 1), alpha)
-    return best / torch.maximum(longest, shortest)
-
-
-@torch.inference_mode()
 def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
                 special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
                 use_cache: bool = True, early_stop: bool = True,
@@ -315,76 +180,10 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
     early_stop=False runs every sentence until it is complete (see the module docstring);
     the result is the same, which the tests check. `prefixes` as in greedy_search.
     """
-    k, nbest = cfg.beam, cfg.nbest
-    batch, device = src.size(0), src.device
-    prefix = prefix_tensor(prefixes, device)
-    rules = StepRules(cfg, special.eos, prefix)
-    limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)  # (active,)
-    # Every sentence starts with one empty prefix: step 0 decodes one row per sentence
-    # (and computes the encoder-decoder keys/values once), later steps k rows.
-    longest = int(limits.max())
-    stepper = Stepper(model, model.encode(src), use_cache, longest + 1)
-    width = 1  # rows per sentence in the current step
-    tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long,
-                        device=device)  # (active * width, BOS + tokens + EOS), row = sentence * width + beam
-    scores = torch.zeros(batch, 1, device=device)  # (active, width) log P of each open prefix
-    active = torch.arange(batch, device=device)  # original index of each active sentence
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    nbest_score = torch.full((batch,), float("-inf"), device=device)  # (active,)
-    step = 0
-    while active.numel():
-        n = active.numel()
-        log_probs = stepper.log_probs(tokens, step, special)  # (n * width, vocab)
-        vocab = log_probs.size(1)
-        rules.apply(log_probs, tokens, step, width, limits.repeat_interleave(width) == step)
-        candidates = (scores.view(n * width, 1) + log_probs).view(n, width * vocab)
-        if candidates.size(1) < 2 * k:  # a vocabulary smaller than the beam
-            candidates = F.pad(candidates, (0, 2 * k - candidates.size(1)), value=float("-inf"))
-        top_scores, top_index = top_k(candidates, 2 * k)  # (n, 2k), best first
-        # Padding candidates (-inf, never kept alive) point at the sentence's last row.
-        top_beam = (top_index // vocab).clamp(max=width - 1)
-        top_token = top_index % vocab
-        is_eos = top_token.eq(special.eos)
-
-        # EOS within the first k ranks finishes a hypothesis.
-        finishing = is_eos[:, :k] & top_scores[:, :k].isfinite()  # (n, k)
-        done = limits.le(step)
-        if finishing.any():
-            normalized = top_scores[:, :k] / length_penalty(step + 1, cfg.alpha)
-            for i, rank in finishing.nonzero().tolist():
-                row = i * width + int(top_beam[i, rank])
-                sentence = finished[int(active[i])]
-                sentence.append(Hypothesis(tokens[row, 1: step + 1].tolist(),
-                                           float(normalized[i, rank]), float(top_scores[i, rank])))
-                if len(sentence) >= nbest:
-                    # stable sort: among equal scores the one found first stays ahead.
-                    sentence.sort(key=lambda hyp: -hyp.score)
-                    nbest_score[i] = sentence[nbest - 1].score
-                if len(sentence) >= k:
-                    done[i] = True
-
-        # The first k candidates not ending in EOS stay open; EOS ones sort last.
-        rank = torch.arange(2 * k, device=device) + is_eos * (2 * k)  # (n, 2k)
-        keep_rank = rank.topk(k, dim=1, largest=False).indices  # (n, k)
-        scores = top_scores.gather(1, keep_rank)  # (n, k)
-        next_beam, next_token = top_beam.gather(1, keep_rank), top_token.gather(1, keep_rank)
-        if early_stop:
-            done |= nbest_score >= _best_possible_scores(scores, step + 1, limits, cfg.alpha)
-        done |= scores.isinf().all(dim=1)
-
-        keep = (~done).nonzero().squeeze(1)  # (n_next,)
-        rows = ((keep * width).unsqueeze(1) + next_beam[keep]).view(-1)  # (n_next * k,) source rows
-        tokens = tokens[rows]
-        tokens[:, step + 1] = next_token[keep].view(-1)
-        scores, limits, active, nbest_score = scores[keep], limits[keep], active[keep], nbest_score[keep]
-        rules.keep(keep)
-        if active.numel():
-            # The encoder rows (one per sentence, shared by its beams) change only when
-            # sentences leave.
-            stepper.reorder(rows, keep if keep.numel() < n else None)
-        width = k
-        step += 1
-    return [sorted(hyps, key=lambda hyp: -hyp.score)[:nbest] for hyps in finished]
+    prefix = prefix_tensor(prefixes, src.device)
+    limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
+    return beam_loop(model, src, limits, cfg, special, step_processors(cfg, special.eos, prefix),
+                     TopK(), use_cache, early_stop)
 
 
 def search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),

@@ -4,8 +4,8 @@ many threads each one's tensor operations get.
 A decoding step multiplies a few dozen rows by each weight matrix, products that split
 poorly across cores: separate batches, one per share of the cores, keep the cores busier
 than one batch split across all of them (bench/RESULTS.md has the measurements). The
-thread count is a setting of the whole process, so the library only computes it; the
-program that translates applies it (`torch_threads`), as `nmt translate` does.
+Translator applies the count around its own work (`torch_threads`) and gives the calling
+thread its previous count back, so that its callers never set threads themselves.
 """
 
 from __future__ import annotations

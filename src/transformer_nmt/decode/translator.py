@@ -1,15 +1,17 @@
 """Text in, text out: normalize → sentencepiece encode → search → decode, in input order.
 
+A Translator's resources are fixed when it is built (the model, its precision and
+device, the batching, the workers and their threads); the search settings are each
+call's (`translate_nbest(lines, decode=...)`), as CTranslate2's translators take them.
 Lines are read ahead in a buffer, sorted by length into batches (little padding, so
-little wasted compute), translated, and given back in their original order.
+little wasted compute), translated, and given back in their original order
+(transformer_nmt.decode.batching).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -20,11 +22,12 @@ from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import normalize
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.alignment import word_alignment
+from transformer_nmt.decode.batching import buffers, length_batches, run_in_order
 from transformer_nmt.decode.constrained import constrained_beam_search
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, attach_details, search
-from transformer_nmt.decode.threads import default_workers
+from transformer_nmt.decode.threads import decoding_threads, default_workers, torch_threads
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model_file import InferenceModel, load_for_inference, model_languages
@@ -118,27 +121,31 @@ class TranslatorOptions:
     are batched. Fields left None are decided by `resolved`."""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig)
-    """Search settings: beam, length penalty, longest output, n-best."""
+    """The search settings of a call that gives none: beam, length penalty, longest
+    output, n-best, sampling."""
     device: str | torch.device | None = DEFAULT_DEVICE
     """'cpu', 'cuda', 'cuda:N', or None for CUDA when present (the CPU for int8), as
     transformer_nmt.runtime decides."""
     precision: str = "fp32"
     """fp32, bf16 or int8 (transformer_nmt.runtime.DECODE_PRECISIONS)."""
     batch_size: int | None = None
-    """Most sentences per batch (None: `sentences_in_flight` shared by the workers: for
-    two, 48 each for greedy search, 32 for beam 2, 16 for beam 4 or more)."""
+    """Most sentences per batch, whatever a call's settings (None: `sentences_in_flight`
+    of `decode` shared by the workers: for two, 48 each for greedy search, 32 for beam 2,
+    16 for beam 4 or more)."""
     max_tokens: int | None = None
     """Most source tokens per batch as well, padding included (None: no such limit)."""
     alignments: bool = False
-    """Also align each translation's words with the source's (Translation.alignment)."""
+    """Also align each translation's words with the source's (Translation.alignment),
+    in a call that does not say."""
     token_scores: bool = False
-    """Also score each translation's tokens (Translation.token_scores)."""
+    """Also score each translation's tokens (Translation.token_scores), in a call that
+    does not say."""
     buffer_size: int = 1024
     """Lines read ahead and sorted by length into batches; 1 translates line by line, as
     interactive use needs."""
     workers: int | None = None
-    """Batches translated at once, by that many threads (None: `default_workers`, or 1
-    with buffer_size 1); see `decoding_threads` for their share of the cores."""
+    """Batches translated at once, by that many threads, each on its share of the cores
+    (None: `default_workers`, or 1 with buffer_size 1; see transformer_nmt.decode.threads)."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_tokens", "buffer_size", "workers"):
@@ -160,6 +167,15 @@ class TranslatorOptions:
         return replace(self, device=device, workers=workers, batch_size=batch_size)
 
 
+@dataclass(frozen=True)
+class _Call:
+    """The settings of one call: the search, and what each translation carries."""
+
+    decode: DecodeConfig
+    alignments: bool
+    token_scores: bool
+
+
 class Translator:
     """Translates lines of raw text with a loaded model, batched by length, order kept."""
 
@@ -169,9 +185,9 @@ class Translator:
         holds them resolved (see `TranslatorOptions.resolved`). The model is converted in
         place (see `prepare_model`).
 
-        The process's thread count is left alone: to give each worker its share of the
-        cores, translate inside `torch_threads(decoding_threads(workers, device))` (see
-        transformer_nmt.decode.threads), as `nmt translate` does."""
+        Each call sets the thread count of its decoding, each batch decoding at once on
+        its share of the cores (transformer_nmt.decode.threads), and gives the calling
+        thread its own count back when it is done."""
         self.options = options = options.resolved()
         self.vocab = inference_model.vocab
         self.languages = model_languages(inference_model.payload_meta)
@@ -179,12 +195,12 @@ class Translator:
         self.model = prepare_model(inference_model.model, options.device, options.precision)
         max_positions = inference_model.model.cfg.max_positions
         self.src_limit = source_limit(max_positions, options.decode)
+        """Most source tokens of a line translated with the options' decode settings."""
         self.max_len_limit = max_positions - 1
         self.special = SpecialIds(self.vocab.pad_id, self.vocab.bos_id, self.vocab.eos_id)
         self.word_pieces = word_piece_mask(self.vocab, self.special).to(options.device)
         """(vocab,) True for pieces that continue a word: constraints end at word ends."""
         self._warned_long = False
-        self._lines_seen = 0
 
     @classmethod
     def from_file(cls, path: str | Path,
@@ -217,122 +233,117 @@ class Translator:
         return cls(InferenceModel(ensemble, first.vocab, first.path, first.payload_meta),
                    options)
 
-    def variant(self, decode: DecodeConfig, alignments: bool | None = None,
-                workers: int | None = None) -> "Translator":
-        """A Translator sharing this one's model and vocabulary that searches with `decode`
-        (and aligns words when `alignments`, with `workers` workers; each unchanged when
-        None): a server holds one model and decodes each request with the settings it
-        asked for."""
-        other = copy.copy(self)
-        if alignments is None:
-            alignments = self.options.alignments
-        other.options = replace(self.options, decode=decode, alignments=alignments,
-                                workers=workers or self.options.workers)
-        other.src_limit = source_limit(self.max_len_limit + 1, decode)
-        return other
-
-    def translate(self, lines: Iterable[str]) -> Iterator[str]:
-        """The best translation of each line, in order; an empty line gives an empty line."""
-        for translations in self.translate_nbest(lines):
+    def translate(self, lines: Iterable[str], decode: DecodeConfig | None = None
+                  ) -> Iterator[str]:
+        """The best translation of each line, in order; an empty line gives an empty line.
+        `decode`: the search settings of this call (None: the options' decode)."""
+        for translations in self.translate_nbest(lines, decode):
             yield translations[0].text
 
-    def translate_nbest(self, lines: Iterable[str | TranslationRequest]
-                        ) -> Iterator[list[Translation]]:
+    def translate_nbest(self, lines: Iterable[str | TranslationRequest],
+                        decode: DecodeConfig | None = None, *, alignments: bool | None = None,
+                        token_scores: bool | None = None) -> Iterator[list[Translation]]:
         """The decode.nbest best translations of each line, best first, in input order
-        (samples, with decode.sampling); a line may be a TranslationRequest, to force
-        a prefix."""
-        buffer: list[str | TranslationRequest] = []
-        for line in lines:
-            buffer.append(line)
-            if len(buffer) == self.options.buffer_size:
-                yield from self._translate_buffer(buffer)
-                buffer = []
-        if buffer:
-            yield from self._translate_buffer(buffer)
+        (samples, with decode.sampling, seeded by each line's number in this call); a
+        line may be a TranslationRequest, to force a prefix or require phrases.
 
-    def source_ids(self, lines: list[str]) -> list[list[int]]:
+        decode, alignments and token_scores are this call's settings (None: the
+        options'). Lines are read ahead options.buffer_size at a time, sorted by length
+        into batches, and translated by options.workers workers at once."""
+        call = self._call(decode, alignments, token_scores)
+        first_line = 0
+        for buffer in buffers(lines, self.options.buffer_size):
+            numbers = list(range(first_line, first_line + len(buffer)))
+            yield from self._translate_items(buffer, call, numbers, self.options.workers)
+            first_line += len(buffer)
+
+    def translate_batch(self, items: list[str | TranslationRequest],
+                        decode: DecodeConfig | None = None, *, alignments: bool | None = None,
+                        token_scores: bool | None = None, numbers: list[int] | None = None,
+                        alone: bool = False) -> list[list[Translation]]:
+        """The translations of `items` as translate_nbest gives them, decoded in the
+        calling thread, batch after batch: for a caller that schedules its own workers,
+        as the server's batcher does.
+
+        numbers: each item's line number, which seeds its samples and names it in
+        warnings (None: 0, 1, ...). alone: no other call decodes beside this one, so it
+        gets every core rather than one worker's share."""
+        call = self._call(decode, alignments, token_scores)
+        numbers = list(range(len(items))) if numbers is None else numbers
+        return self._translate_items(items, call, numbers, 1,
+                                     1 if alone else self.options.workers)
+
+    def _call(self, decode: DecodeConfig | None, alignments: bool | None,
+              token_scores: bool | None) -> _Call:
+        """One call's settings, the options' where not given."""
+        options = self.options
+        return _Call(options.decode if decode is None else decode,
+                     options.alignments if alignments is None else alignments,
+                     options.token_scores if token_scores is None else token_scores)
+
+    def source_ids(self, lines: list[str], decode: DecodeConfig | None = None,
+                   numbers: list[int] | None = None) -> list[list[int]]:
         """Subword ids of each line (normalized, without EOS), cut to what the model can
-        translate, with a warning the first time."""
+        translate with `decode` (None: the options'), with a warning the first time that
+        names the line by its number in `numbers` (None: 0, 1, ...)."""
+        decode = self.options.decode if decode is None else decode
+        limit = source_limit(self.max_len_limit + 1, decode)
         ids = self.vocab.encode_batch([normalize(line) for line in lines])
-        decode = self.options.decode
         for offset, sentence in enumerate(ids):
-            if len(sentence) > self.src_limit:
+            if len(sentence) > limit:
                 if not self._warned_long:
                     logger.warning(
                         "input line %d has %d subword tokens, more than the %d this model can "
                         "translate (max_positions %d, output up to %g * length + %d); "
                         "translating its first %d tokens; later long lines are truncated "
-                        "without further warning", self._lines_seen + offset + 1,
-                        len(sentence), self.src_limit, self.max_len_limit + 1,
-                        decode.max_len_a, decode.max_len_b, self.src_limit)
+                        "without further warning",
+                        (offset if numbers is None else numbers[offset]) + 1, len(sentence),
+                        limit, self.max_len_limit + 1, decode.max_len_a, decode.max_len_b, limit)
                     self._warned_long = True
-                del sentence[self.src_limit:]
-        self._lines_seen += len(lines)
+                del sentence[limit:]
         return ids
 
-    def batches(self, order: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
-        """Consecutive runs of `order` (indices into `ids`, longest first) within the
-        options' batch limits."""
-        batch: list[int] = []
-        for index in order:
-            width = len(ids[batch[0]]) + 1 if batch else len(ids[index]) + 1
-            max_tokens = self.options.max_tokens
-            too_many_tokens = max_tokens is not None and (len(batch) + 1) * width > max_tokens
-            if batch and (len(batch) == self.options.batch_size or too_many_tokens):
-                yield batch
-                batch = []
-            batch.append(index)
-        if batch:
-            yield batch
-
-    def _translate_buffer(self, items: list[str | TranslationRequest]
-                          ) -> list[list[Translation]]:
+    def _translate_items(self, items: list[str | TranslationRequest], call: _Call,
+                         numbers: list[int], workers: int, side_by_side: int | None = None
+                         ) -> list[list[Translation]]:
+        """The translations of `items` (line numbers `numbers`), sorted by length into
+        batches that `workers` threads translate, each on its share of the cores when
+        `side_by_side` batches decode at once (None: as many as this call runs at once)."""
         requests = [item if isinstance(item, TranslationRequest) else TranslationRequest(item)
                     for item in items]
-        first_line = self._lines_seen
-        ids = self.source_ids([request.text for request in requests])
+        ids = self.source_ids([request.text for request in requests], call.decode, numbers)
         prefixes = self._prefix_ids(requests)
-        constraints = self._constraint_ids(requests, first_line)
-        empty = [] if self.options.alignments else None
-        results = [[Translation("", 0.0, [], empty, [] if self.options.token_scores else None)]
+        constraints = self._constraint_ids(requests, call.decode, numbers)
+        empty = [] if call.alignments else None
+        results = [[Translation("", 0.0, [], empty, [] if call.token_scores else None)]
                    for _ in requests]
-        order = sorted((i for i, sentence in enumerate(ids) if sentence),
-                       key=lambda i: -len(ids[i]))
-        batches = list(self.batches(order, ids))
+        batches = length_batches(ids, (i for i, sentence in enumerate(ids) if sentence),
+                                 self.options.batch_size, self.options.max_tokens)
 
-        def search_batch(batch: list[int]) -> list[list[Hypothesis]]:
+        def translate_one(batch: list[int]) -> list[list[Translation]]:
             # Samples are seeded by line number, so they do not depend on the batching.
-            return self._search([ids[i] for i in batch],
-                                [prefixes[i] for i in batch] if prefixes else None,
-                                [first_line + i for i in batch],
-                                [constraints[i] for i in batch] if constraints else None)
+            found = self._search(call, [ids[i] for i in batch],
+                                 [prefixes[i] for i in batch] if prefixes else None,
+                                 [numbers[i] for i in batch],
+                                 [constraints[i] for i in batch] if constraints else None)
+            return [[self._translation(ids[i], hyp) for hyp in hyps]
+                    for i, hyps in zip(batch, found)]
 
-        if self.options.workers == 1 or len(batches) == 1:
-            # In the calling thread, with the thread count it has (a server's decoding
-            # slot, or interactive use): no pool to start for one batch at a time.
-            found: Iterable[list[list[Hypothesis]]] = map(search_batch, batches)
-            self._collect(results, ids, batches, found)
-            return results
-        with ThreadPoolExecutor(self.options.workers) as pool:
-            # Tensor operations release the GIL, so the threads decode in parallel.
-            self._collect(results, ids, batches, pool.map(search_batch, batches))
+        if side_by_side is None:
+            side_by_side = min(workers, len(batches))
+        # Each batch decoding at once gets its share of the cores, for this call only.
+        with torch_threads(decoding_threads(max(side_by_side, 1), self.options.device)):
+            run_in_order(batches, translate_one, results, workers)
         return results
 
-    def _collect(self, results: list[list[Translation]], ids: list[list[int]],
-                 batches: list[list[int]], found: Iterable[list[list[Hypothesis]]]) -> None:
-        """Each batch's hypotheses, as Translations, into `results` at their lines."""
-        for batch, hyps_of_batch in zip(batches, found):
-            for index, hyps in zip(batch, hyps_of_batch):
-                results[index] = [self._translation(ids[index], hyp) for hyp in hyps]
-
-    def _constraint_ids(self, requests: list[TranslationRequest], first_line: int
-                        ) -> list[list[list[int]]] | None:
+    def _constraint_ids(self, requests: list[TranslationRequest], decode: DecodeConfig,
+                        numbers: list[int]) -> list[list[list[int]]] | None:
         """Each request's constraint phrases as target token ids; None when no request
         has any. Warns about a line whose phrases cannot all fit in the longest output
         the model's positions allow (the search then misses some, rather than hang)."""
         if not any(request.constraints for request in requests):
             return None
-        if self.options.decode.sampling:
+        if decode.sampling:
             raise UserError("constraints need beam search; leave out sampling")
         found = []
         for offset, request in enumerate(requests):
@@ -343,7 +354,7 @@ class Translator:
                 logger.warning(
                     "the constraints of input line %d need %d subword tokens, more than the "
                     "%d this model's outputs can have; its translation will miss some",
-                    first_line + offset + 1, needed, self.max_len_limit)
+                    numbers[offset] + 1, needed, self.max_len_limit)
             found.append(phrases)
         return found
 
@@ -367,23 +378,21 @@ class Translator:
             src[row, len(sentence)] = self.special.eos
         return src.to(self.options.device)
 
-    def _search(self, batch: list[list[int]], prefixes: list[list[int]] | None,
+    def _search(self, call: _Call, batch: list[list[int]], prefixes: list[list[int]] | None,
                 seeds: list[int], constraints: list[list[list[int]]] | None
                 ) -> list[list[Hypothesis]]:
         src = self.source_tensor(batch)
         if constraints is not None and any(constraints):
-            found = constrained_beam_search(self.model, src, constraints, self.options.decode,
+            found = constrained_beam_search(self.model, src, constraints, call.decode,
                                             self.special, self.max_len_limit,
                                             prefixes=prefixes, word_pieces=self.word_pieces)
-            if self.options.alignments or self.options.token_scores:
+            if call.alignments or call.token_scores:
                 attach_details(self.model, src, found, self.special,
-                               attention=self.options.alignments,
-                               token_scores=self.options.token_scores)
+                               attention=call.alignments, token_scores=call.token_scores)
         else:
-            found = search(self.model, src, self.options.decode, self.special,
-                           self.max_len_limit, need_attention=self.options.alignments,
-                           need_token_scores=self.options.token_scores, prefixes=prefixes,
-                           seeds=seeds)
+            found = search(self.model, src, call.decode, self.special, self.max_len_limit,
+                           need_attention=call.alignments, need_token_scores=call.token_scores,
+                           prefixes=prefixes, seeds=seeds)
         release_free_memory()
         return found
 

@@ -10,12 +10,13 @@ its last one is done, so new requests never wait for a whole round of batches. W
 slot is free and the queue is short, a sentence waits at most `max_wait_s` for company.
 Decoding never runs on the event loop, so the server keeps answering while it decodes.
 The Translator pads each batch, so a sentence's translation does not depend on what else
-was in its batch.
+was in its batch; a sampled one is seeded by its position in its own request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -24,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.threads import decoding_threads, torch_threads
 from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.serve.metrics import ServerMetrics
 
@@ -50,6 +50,8 @@ class _Piece:
 
     key: SearchKey
     lines: list[str | TranslationRequest]
+    first: int
+    """The position of its first line in its request: positions seed the samples."""
     tokens: int
     future: asyncio.Future
     arrived: float
@@ -127,7 +129,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         pieces = []
         for start, end in _spans(tokens, self.max_batch_tokens, self.max_batch_sentences):
-            piece = _Piece(key, lines[start:end], sum(tokens[start:end]),
+            piece = _Piece(key, lines[start:end], start, sum(tokens[start:end]),
                            loop.create_future(), time.monotonic())
             pieces.append(piece)
             self._pending.append(piece)
@@ -215,18 +217,16 @@ class Batcher:
     async def _decode(self, batch: list[_Piece], slot: int) -> None:
         lines = [line for piece in batch for line in piece.lines]
         key = batch[0].key
-        # One worker: the slot is the worker, decoding in its own thread. A variant is a
-        # shallow copy, made per batch rather than kept per key: callers choose alpha
-        # freely, so a cache of them would grow without bound.
-        translator = self.translator.variant(key.decode, key.alignments, workers=1)
         # A batch decoding alone in the lead slot gets every core; batches side by side
         # share them.
         alone = slot == 0 and len(self._free_slots) == self.slots - 1 and not self._pending
-        threads = decoding_threads(1 if alone else self.slots, self.translator.options.device)
+        translate = functools.partial(
+            self.translator.translate_batch, lines, key.decode, alignments=key.alignments,
+            numbers=[piece.first + i for piece in batch for i in range(len(piece.lines))],
+            alone=alone)
         started = time.perf_counter()
         try:
-            results = await self.run_in_decoder(self._translate, translator, lines, threads,
-                                                slot=slot)
+            results = await self.run_in_decoder(translate, slot=slot)
         except Exception as error:  # noqa: BLE001 (each waiting request gets the error)
             logger.exception("decoding a batch of %d sentences failed", len(lines))
             for piece in batch:
@@ -243,14 +243,6 @@ class Batcher:
             if not piece.future.done():
                 piece.future.set_result(results[offset: offset + len(piece.lines)])
             offset += len(piece.lines)
-
-    @staticmethod
-    def _translate(translator: Translator, lines: list[str | TranslationRequest],
-                   threads: int) -> list[list[Translation]]:
-        """The translations of one batch, in a slot's thread, on `threads` threads."""
-        with torch_threads(threads):
-            return list(translator.translate_nbest(lines))
-
 
 def _spans(tokens: list[int], token_budget: int, sentence_budget: int) -> list[tuple[int, int]]:
     """[start, end) runs of consecutive sentences, each within `token_budget` tokens (a
