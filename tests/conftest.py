@@ -1,7 +1,9 @@
 """The test session's settings and the fixtures shared by test modules."""
 
 import io
+import os
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -16,6 +18,9 @@ from train_fixtures import make_tiny_data, tiny_overrides
 # other processes (OpenMP threads wait on each other): the whole session uses one, set
 # here once. No library code changes the thread count behind a test's back.
 torch.set_num_threads(1)
+# What training's precision 'auto' measures about the machine is cached; the tests (and
+# the commands they start) keep theirs aside rather than in the user's cache.
+os.environ["NMT_CACHE_DIR"] = tempfile.mkdtemp(prefix="nmt-test-cache-")
 from transformer_nmt.config import get_preset
 from transformer_nmt.data.manifest import SPM_MODEL
 from transformer_nmt.data.text import read_lines

@@ -1,18 +1,74 @@
 """The one place that decides device and precision, for training and decoding alike."""
 
+import json
+
 import pytest
 import torch
 
+from transformer_nmt import runtime
 from transformer_nmt.errors import UserError
-from transformer_nmt.runtime import bf16_supported, resolve_device, resolve_precision, resolve_runtime
+from transformer_nmt.runtime import (MatmulRates, bf16_supported, cached_matmul_rates,
+                                     resolve_device, resolve_precision, resolve_runtime)
 
 CPU = torch.device("cpu")
 NATIVE_BF16 = bf16_supported(CPU)
 
 
-def test_auto_precision_is_bf16_only_where_native():
-    assert resolve_precision("auto", CPU, training=True) == ("bf16" if NATIVE_BF16 else "fp32")
+def test_auto_precision_is_fp32_where_bf16_is_not_native(monkeypatch):
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: False)
+    monkeypatch.setattr(runtime, "measure_matmul_rates", lambda *a: pytest.fail("measured"))
+    said = []
+    assert resolve_precision("auto", CPU, training=True, log=said.append) == "fp32"
+    assert said == ["precision auto: fp32 (this CPU has no native bf16)"]
     assert resolve_precision("fp32", CPU, training=True) == "fp32"
+
+
+@pytest.mark.parametrize("bf16_rate, chosen", [(0.5e11, "fp32"), (1.2e11, "fp32"),
+                                                (1.25e11, "bf16"), (4.0e11, "bf16")])
+def test_auto_precision_on_a_native_cpu_follows_the_measured_rates(
+        monkeypatch, tmp_path, bf16_rate, chosen):
+    """Native bf16 is not enough: it must multiply clearly faster than fp32 (a CPU with
+    AVX-512 BF16 but no AMX runs it at about half the fp32 rate)."""
+    monkeypatch.setenv("NMT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
+    monkeypatch.setattr(runtime, "measure_matmul_rates",
+                        lambda device, shape: MatmulRates(fp32=1.0e11, bf16=bf16_rate))
+    said = []
+    assert resolve_precision("auto", CPU, training=True, log=said.append) == chosen
+    assert said[0].startswith(f"precision auto: {chosen} (bf16 products ran "
+                              f"{bf16_rate / 1e11:.2f}x as fast as fp32")
+    assert "100 GFLOP/s" in said[0]
+
+
+def test_the_measured_rates_are_cached_per_machine_and_shape(monkeypatch, tmp_path):
+    monkeypatch.setenv("NMT_CACHE_DIR", str(tmp_path / "cache"))
+    measured = []
+
+    def measure(device, shape):
+        measured.append(shape)
+        return MatmulRates(fp32=1e11, bf16=3e11)
+
+    assert cached_matmul_rates(CPU, (8, 4, 2), measure) == (MatmulRates(1e11, 3e11), False)
+    assert cached_matmul_rates(CPU, (8, 4, 2), measure) == (MatmulRates(1e11, 3e11), True)
+    assert cached_matmul_rates(CPU, (16, 4, 2), measure)[1] is False
+    assert measured == [(8, 4, 2), (16, 4, 2)]
+    stored = json.loads((tmp_path / "cache" / "matmul_rates.json").read_text())
+    assert len(stored) == 2 and all("threads" in key for key in stored)
+
+
+def test_a_broken_or_unwritable_cache_is_measured_around(monkeypatch, tmp_path):
+    (tmp_path / "matmul_rates.json").write_text("{not json")
+    monkeypatch.setenv("NMT_CACHE_DIR", str(tmp_path))
+    rates = cached_matmul_rates(CPU, (8, 4, 2), lambda device, shape: MatmulRates(1e11, 2e11))
+    assert rates == (MatmulRates(1e11, 2e11), False)
+    monkeypatch.setenv("NMT_CACHE_DIR", str(tmp_path / "matmul_rates.json" / "below-a-file"))
+    assert cached_matmul_rates(CPU, (8, 4, 2),
+                               lambda device, shape: MatmulRates(1e11, 2e11))[1] is False
+
+
+def test_measured_rates_are_real_numbers():
+    rates = runtime.measure_matmul_rates(CPU, (64, 32, 16))
+    assert rates.fp32 > 0 and rates.bf16 > 0
 
 
 def test_fp16_needs_a_gpu_and_auto_is_for_training_only():

@@ -5,19 +5,28 @@ The rules: no device named means CUDA when present, else the CPU, except that in
 (dynamic quantization) runs on the CPU only; bf16 only where the device computes it
 natively (emulated bf16 is no mere slowdown: a CPU without AVX-512 BF16 or AMX multiplies
 bf16 matrices far slower than fp32); fp16 only on CUDA, where a
-gradient scaler keeps its small range usable; 'auto' (training) is bf16 where native,
-else fp32.
+gradient scaler keeps its small range usable; 'auto' (training) is bf16 on a GPU that
+has it, and on a CPU only where bf16 matrix products at the model's shapes, measured, are
+clearly faster than fp32's: native is not enough (a CPU with AVX-512 BF16 but no AMX
+multiplies bf16 at about half the fp32 rate). The measurement is cached per machine.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import platform
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 import torch
 
 from transformer_nmt.config import DECODE_PRECISIONS, TRAIN_PRECISIONS
 from transformer_nmt.errors import UserError
+from transformer_nmt.files import write_json_atomic
 
 DEFAULT_DEVICE = None
 """The device of everything that names none (the library's Translator and trainer, every
@@ -53,14 +62,134 @@ def resolve_device(name: str | torch.device | None, precision: str = "fp32",
     return device
 
 
-def resolve_precision(precision: str, device: torch.device, training: bool) -> str:
-    """The precision to compute in on `device`: 'auto' (training only) becomes bf16 where
-    native, else fp32; a precision the device cannot do well is a UserError."""
+BF16_MARGIN = 1.25
+"""How much faster bf16 products must be for 'auto' to train in bf16: autocast also pays
+for casts and keeps LayerNorm, softmax and the optimizer in fp32, which a small win in the
+products does not cover."""
+PRODUCT_SHAPE = (2048, 512, 2048)
+"""(rows, inner, columns) of the product 'auto' times when the caller gives none: a
+feed-forward layer of the base model on a 2048-token batch."""
+
+
+@dataclass(frozen=True)
+class MatmulRates:
+    """Measured FLOP/s of one matrix product shape in fp32 and in bf16."""
+
+    fp32: float
+    bf16: float
+
+
+def measure_matmul_rates(device: torch.device, shape: tuple[int, int, int]) -> MatmulRates:
+    """FLOP/s of a (rows, inner) @ (inner, columns) product in fp32 and bf16 on `device`,
+    the best of a few runs each. Constant inputs: it draws nothing from the random
+    generators, so that a resumed run sees the same random stream."""
+    rows, inner, columns = shape
+
+    def rate(dtype: torch.dtype) -> float:
+        a = torch.full((rows, inner), 0.5, dtype=dtype, device=device)
+        b = torch.full((inner, columns), 0.25, dtype=dtype, device=device)
+        a @ b  # first-call dispatch and kernel selection
+        best = math.inf
+        for _ in range(5):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            a @ b
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            best = min(best, time.perf_counter() - start)
+        return 2 * rows * inner * columns / max(best, 1e-9)
+
+    return MatmulRates(rate(torch.float32), rate(torch.bfloat16))
+
+
+def cache_dir() -> Path:
+    """Where measurements about this machine are kept: $NMT_CACHE_DIR, else
+    $XDG_CACHE_HOME/transformer-nmt, else ~/.cache/transformer-nmt."""
+    if os.environ.get("NMT_CACHE_DIR"):
+        return Path(os.environ["NMT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "transformer-nmt"
+
+
+def _machine_key(device: torch.device, shape: tuple[int, int, int]) -> str:
+    """What the rates depend on: the processor, torch's build, threads and the shape."""
+    if device.type == "cuda":
+        processor = torch.cuda.get_device_name(device)
+    else:
+        processor = _cpu_model_name() or platform.processor() or platform.machine()
+    return (f"{device.type}|{processor}|torch {torch.__version__}|"
+            f"threads {torch.get_num_threads()}|{'x'.join(map(str, shape))}")
+
+
+def _cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            return next((line.split(":", 1)[1].strip() for line in info
+                         if line.startswith("model name")), "")
+    except OSError:
+        return ""
+
+
+def cached_matmul_rates(device: torch.device, shape: tuple[int, int, int],
+                        measure: Callable[..., MatmulRates] | None = None
+                        ) -> tuple[MatmulRates, bool]:
+    """The rates of `shape` on this machine and whether they came from the cache; measured
+    and cached when absent. A cache that cannot be read or written is measured around."""
+    path = cache_dir() / "matmul_rates.json"
+    key = _machine_key(device, shape)
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(stored, dict):
+            stored = {}
+    except (OSError, ValueError):
+        stored = {}
+    found = stored.get(key)
+    if isinstance(found, dict) and {"fp32", "bf16"} <= set(found):
+        try:
+            return MatmulRates(float(found["fp32"]), float(found["bf16"])), True
+        except (TypeError, ValueError):
+            pass
+    rates = (measure or measure_matmul_rates)(device, shape)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, {**stored, key: {"fp32": rates.fp32, "bf16": rates.bf16}})
+    except OSError:
+        pass
+    return rates, False
+
+
+def auto_training_precision(device: torch.device,
+                            shape: tuple[int, int, int] = PRODUCT_SHAPE) -> tuple[str, str]:
+    """(precision, the sentence that says why) for training precision 'auto' on `device`."""
+    if not bf16_supported(device):
+        return "fp32", f"this {device.type.upper()} has no native bf16"
+    if device.type == "cuda":
+        return "bf16", "this GPU computes bf16 natively"
+    rates, cached = cached_matmul_rates(device, shape)
+    ratio = rates.bf16 / rates.fp32
+    chosen = "bf16" if ratio >= BF16_MARGIN else "fp32"
+    rule = "at least" if chosen == "bf16" else "less than"
+    return chosen, (f"bf16 products ran {ratio:.2f}x as fast as fp32 "
+                    f"({rates.bf16 / 1e9:.0f} against {rates.fp32 / 1e9:.0f} GFLOP/s at "
+                    f"{'x'.join(map(str, shape))}{', cached' if cached else ''}), {rule} "
+                    f"the {BF16_MARGIN}x bf16 needs")
+
+
+def resolve_precision(precision: str, device: torch.device, training: bool,
+                      log: Callable[[str], None] | None = None,
+                      shape: tuple[int, int, int] = PRODUCT_SHAPE) -> str:
+    """The precision to compute in on `device`: 'auto' (training only) as
+    `auto_training_precision` decides at the products' `shape` (the decision and its
+    reason go to `log`); a precision the device cannot do well is a UserError."""
     allowed = TRAIN_PRECISIONS if training else DECODE_PRECISIONS
     if precision not in allowed:
         raise UserError(f"precision must be one of {', '.join(allowed)}, not {precision!r}")
     if precision == "auto":
-        return "bf16" if bf16_supported(device) else "fp32"
+        chosen, reason = auto_training_precision(device, shape)
+        if log is not None:
+            log(f"precision auto: {chosen} ({reason})")
+        return chosen
     if precision == "fp16" and device.type != "cuda":
         raise UserError("precision fp16 needs a CUDA GPU (CPUs have no fast fp16 matrix "
                         "products); use bf16 or fp32 on the CPU")
