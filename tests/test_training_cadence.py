@@ -58,7 +58,7 @@ def test_saving_by_the_clock_counts_from_the_last_save():
     clock.now = 120.0
     assert timed.save_time_up()
     assert timed.save_due(7, stopping=False, save_time_up=True)
-    timed.saved()
+    timed.restart_clock()
     clock.now = 200.0
     assert not timed.save_time_up()
     clock.now = 1e6

@@ -32,12 +32,13 @@ class Cadence:
         self.last_save = clock()
 
     def save_time_up(self) -> bool:
-        """Whether save_every_minutes have passed since the last save (or the start)."""
+        """Whether save_every_minutes have passed since the clock was last restarted."""
         minutes = self.cfg.save_every_minutes
         return bool(minutes) and self.clock() - self.last_save >= 60 * minutes
 
-    def saved(self) -> None:
-        """Restart the clock of save_every_minutes: a checkpoint was just written."""
+    def restart_clock(self) -> None:
+        """Count save_every_minutes from now: when the loop starts, and after every
+        checkpoint."""
         self.last_save = self.clock()
 
     def log_due(self, step: int | None, stopping: bool) -> bool:

@@ -151,7 +151,7 @@ class RunPlan:
     resume_from: Path | None
     """The checkpoint to continue from; None starts a new run."""
     record: dict[str, Any]
-    """config.json as it will be written (the trainer adds this session's entry)."""
+    """config.json as it will be written (the session adds its own entry)."""
 
 
 def read_run_config(run_dir: Path) -> dict[str, Any] | None:

@@ -207,6 +207,7 @@ class _Session:
         the session; what stopped it."""
         wall_before, started = self.progress.wall, time.perf_counter()
         self.interval.reset()
+        self.cadence.restart_clock()
         # Under a time limit the step limit is usually far away: a bar towards it would
         # promise an ETA of days, so the bar counts steps and the postfix says the time left.
         bar = tqdm(total=None if self.cfg.max_time else self.cfg.max_steps,
@@ -279,7 +280,7 @@ class _Session:
             stopped_by = stopped_by or self._limit(time_up)
         if self.cadence.save_due(step, stopped_by is not None, save_time_up):
             self._save(best=improved)
-            self.cadence.saved()
+            self.cadence.restart_clock()
         elif improved:
             self._save(best=True, numbered=False)
         if validate or save_time_up:

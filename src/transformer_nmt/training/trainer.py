@@ -2,7 +2,7 @@
 
 `Trainer` owns a model's optimizer, schedule, precision and DDP wrapper, and knows how to
 take one optimizer step from a list of batches and how to evaluate; it touches no files.
-The whole of `nmt train` (the run, its data, loop and checkpoints) is training/session.py.
+A session of `nmt train` (the data, the loop over steps, checkpoints) is training/session.py.
 
 One optimizer step sums the loss over every target token of its batches (update_freq of
 them per process) and divides the gradient by the number of target tokens of the whole
