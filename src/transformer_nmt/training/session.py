@@ -264,7 +264,7 @@ class _Session:
     def _after_step(self, result: StepResult, log: MetricsLog | None, signals: StopSignals,
                     wall: float, seconds: float, peak: PeakFlops) -> str | None:
         """Log, validate and save as due after a step; what stops the session, if anything.
-        Every process takes the same decisions: the clocks' and signals' are agreed."""
+        Every process decides alike: the signals and clocks of all are agreed first."""
         signalled, time_up, save_time_up = self.context.any(
             signals.received is not None, self._time_up(wall), self.cadence.save_time_up())
         stopped_by = self._limit(time_up) or ((signals.received or "signal") if signalled
