@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import weakref
-from pathlib import Path
 
 import pytest
 import torch

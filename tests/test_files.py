@@ -1,12 +1,19 @@
-"""File plumbing: atomic writes that leave the old file on any failure, and format tags."""
+"""File plumbing: atomic writes that leave the old file on any failure and make their
+renames durable, and format tags."""
 
 import errno
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from transformer_nmt import files
+from transformer_nmt.data.binarize import IdsWriter
+from transformer_nmt.data.text import LineWriter
 from transformer_nmt.errors import UserError
-from transformer_nmt.files import AllOrNothing, atomic_write, check_format, write_json_atomic
+from transformer_nmt.files import (AllOrNothing, AtomicFile, atomic_link, atomic_write,
+                                   check_format, write_json_atomic)
 
 
 def test_a_full_disk_is_one_line_naming_the_file_and_the_old_file_stays(tmp_path):
@@ -59,3 +66,46 @@ def test_all_or_nothing_closes_on_success_and_aborts_on_failure():
         with Recorder(log), Recorder(log):
             raise KeyError("x")
     assert log == ["close", "abort", "abort"]
+
+
+def test_an_atomic_file_appears_whole_on_close_and_nothing_on_abort(tmp_path):
+    path = tmp_path / "x.txt"
+    path.write_bytes(b"old")
+    with AtomicFile(path) as file:
+        file.handle.write(b"new")
+        assert path.read_bytes() == b"old"
+    assert path.read_bytes() == b"new"
+    with pytest.raises(KeyError):
+        with AtomicFile(path) as file:
+            file.handle.write(b"torn")
+            raise KeyError("x")
+    assert path.read_bytes() == b"new"
+    assert [p.name for p in tmp_path.iterdir()] == ["x.txt"]
+
+
+def write_lines(path):
+    with LineWriter(path) as writer:
+        writer.write("a line")
+
+
+def write_ids(path):
+    with IdsWriter(path, path.with_suffix(".idx"), np.uint16) as writer:
+        writer.add([[1, 2, 3]])
+
+
+def link(path):
+    source = path.with_name("source")
+    source.write_bytes(b"x")
+    atomic_link(source, path)
+
+
+@pytest.mark.parametrize("write", [lambda path: write_json_atomic(path, {}), write_lines,
+                                   write_ids, link])
+def test_every_writer_makes_its_rename_durable_by_syncing_the_directory(tmp_path, monkeypatch,
+                                                                       write):
+    synced = []
+    monkeypatch.setattr(files, "fsync_dir", lambda path: synced.append(Path(path)))
+    write(tmp_path / "out.bin")
+    assert (tmp_path / "out.bin").is_file()
+    assert synced and set(synced) == {tmp_path}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+import torch
 
+from transformer_nmt import quickstart as quickstart_module
 from transformer_nmt.cli import main
 from transformer_nmt.config import get_preset
-from transformer_nmt.quickstart import QuickstartOptions, _shorter_warmup
+from transformer_nmt.quickstart import QuickstartOptions, _shorter_warmup, quickstart
 from transformer_nmt.training.schedule import InverseSqrtSchedule
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k"
@@ -96,3 +98,38 @@ def test_the_shorter_warmup_reaches_the_presets_peak_learning_rate():
                                    preset.train.lr_scale)
     assert shorter(300) == pytest.approx(original(preset.train.warmup_steps), rel=1e-5)
     assert _shorter_warmup(QuickstartOptions(preset="tiny", warmup=300)) == []  # already short
+
+
+def test_the_device_given_reaches_evaluation_and_translation(tmp_path, monkeypatch):
+    # This PyTorch is told it has a GPU; every stage is a fake that records its device.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    devices = {}
+
+    def evaluate_model(model_path, data_dir, split, options):
+        devices["evaluation"] = torch.device(options.device)
+        return {"speed": "fast", "json": tmp_path / "scores.json"}
+
+    class Translator:
+        model = vocab = None
+
+        @classmethod
+        def from_file(cls, path, options):
+            devices["translation"] = torch.device(options.device)
+            return cls()
+
+        def translate(self, lines, **settings):
+            return [line.upper() for line in lines]
+
+    monkeypatch.setattr(quickstart_module, "prepare", lambda *args, **kwargs: None)
+    monkeypatch.setattr(quickstart_module, "_train", lambda *args: (None, tmp_path / "c.png"))
+    monkeypatch.setattr(quickstart_module, "_average", lambda *args: [tmp_path / "a.pt"])
+    monkeypatch.setattr(quickstart_module, "evaluate_model", evaluate_model)
+    monkeypatch.setattr(quickstart_module, "format_table", lambda scores: "")
+    monkeypatch.setattr(quickstart_module, "Translator", Translator)
+    monkeypatch.setattr(quickstart_module, "compute_attention", lambda *args: None)
+    monkeypatch.setattr(quickstart_module, "write_attention_pictures",
+                        lambda maps, out: [out / "overview.png"])
+    result = quickstart(QuickstartOptions(out=tmp_path, device="cuda"), log=lambda text: None)
+    assert {stage: device.type for stage, device in devices.items()} == {
+        "evaluation": "cuda", "translation": "cuda"}
+    assert result["translations"][0][1] == result["translations"][0][0].upper()

@@ -1,6 +1,7 @@
 """Data parallelism: the batch of an update is global. 2 CPU processes over gloo, each
 deriving its half of every update, train the same model as 1 process that accumulates
-both halves, and a run goes on with another number of processes on the same batch."""
+both halves, a run goes on with another number of processes on the same batch, and what
+rank 0 reads reaches every process, errors included."""
 
 import json
 import math
@@ -13,9 +14,10 @@ import torch
 
 from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.binarize import load_split
+from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import read_model_file
 from transformer_nmt.training.checkpoint import LAST
-from transformer_nmt.training.distributed import init_distributed
+from transformer_nmt.training.distributed import Distributed, init_distributed
 from transformer_nmt.training.session import train
 
 from train_fixtures import tiny_overrides
@@ -104,3 +106,24 @@ def test_a_run_goes_on_with_two_processes_on_the_same_global_batch(tiny_data, tm
     assert [r["step"] for r in records(run_dir)] == list(range(1, 7))
     checkpoint = read_model_file(run_dir / LAST)
     assert checkpoint["step"] == 6 and checkpoint["epoch"] > epoch_before
+
+
+def test_only_rank_0_reads_and_every_process_gets_its_value_or_its_error(monkeypatch):
+    sent = []
+
+    def broadcast(self, value):  # rank 0 sends first; the others receive what it sent
+        if self.is_main:
+            sent.append(value)
+        return sent[-1]
+
+    monkeypatch.setattr(Distributed, "broadcast", broadcast)
+    main, other = (Distributed(rank, 2, rank, torch.device("cpu")) for rank in (0, 1))
+    assert main.main_reads(lambda: {"step": 7}) == {"step": 7}
+    assert other.main_reads(lambda: pytest.fail("only rank 0 reads")) == {"step": 7}
+
+    def damaged():
+        raise UserError("checkpoint_7.pt: damaged")
+
+    for context in (main, other):
+        with pytest.raises(UserError, match="checkpoint_7.pt: damaged"):
+            context.main_reads(damaged)

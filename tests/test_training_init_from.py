@@ -18,7 +18,7 @@ from transformer_nmt.training.session import train
 from transformer_nmt.training.trainer import Trainer
 from transformer_nmt.training.validation import validation_batches
 
-from train_fixtures import TINY, make_copy_task_data, make_tiny_data, tiny_overrides
+from train_fixtures import TINY, make_copy_task_data, tiny_overrides
 
 FINETUNE = dict(warmup_steps=5, lr_peak=3e-3)
 """A fine-tuning rate for the tiny model (d_model 32) that moves it within a few steps."""

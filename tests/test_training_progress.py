@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_nmt.training.progress import (Interval, ProgressState, TrainSummary,
-                                            finished_lines, report_lines)
+from transformer_nmt.training.progress import (Interval, RunProgress, SessionSummary,
+                                               finished_lines, report_lines)
 from transformer_nmt.training.trainer import StepResult
 
 
@@ -18,12 +18,12 @@ def step(tgt=100, src=90):
 
 
 def test_progress_survives_a_checkpoint_read_with_weights_only(tmp_path):
-    state = ProgressState(wall=12.5, best_valid_nll=1.25)
+    state = RunProgress(wall=12.5, best_valid_nll=1.25)
     state.add(step())
     state.add(step(tgt=50, src=40))
     torch.save({"progress": state.to_dict()}, tmp_path / "checkpoint.pt")
     loaded = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["progress"]
-    assert ProgressState.from_dict(loaded) == state
+    assert RunProgress.from_dict(loaded) == state
     assert (state.tgt_tokens, state.src_tokens, state.flops) == (150, 130, 2e9)
 
 
@@ -43,7 +43,7 @@ def test_an_interval_averages_per_token_and_resets():
 
 
 def summary(stopped_by):
-    return TrainSummary(Path("runs/x"), 7, 1.5, 1000, 900, 60.0, 1e12, 1e10, 2, stopped_by,
+    return SessionSummary(Path("runs/x"), 7, 1.5, 1000, 900, 60.0, 1e12, 1e10, 2, stopped_by,
                         best_valid_nll=1.0, checkpoint=Path("runs/x/checkpoint_7.pt"))
 
 
@@ -57,7 +57,7 @@ def test_the_report_says_why_training_stopped_and_how_to_go_on():
 
 
 def test_state_of_an_older_checkpoint_ranks_by_its_best_nll():
-    state = ProgressState.from_dict({"wall": 1.0, "tgt_tokens": 2, "src_tokens": 2,
+    state = RunProgress.from_dict({"wall": 1.0, "tgt_tokens": 2, "src_tokens": 2,
                                      "flops": 3.0, "best_valid_nll": 2.5})
     assert (state.best_valid, state.best_valid_step, state.bad_validations) == (2.5, None, 0)
-    assert ProgressState.from_dict(state.to_dict()) == state
+    assert RunProgress.from_dict(state.to_dict()) == state

@@ -199,10 +199,12 @@ def test_directories_that_hold_no_run_are_never_resumed_or_written_into(tiny_dat
         plan(tiny_data, broken)
     record = json.loads((existing_run / CONFIG_FILE).read_text())
     (broken / CONFIG_FILE).write_text(json.dumps({**record, "format": "something-else"}))
-    with pytest.raises(UserError, match="is not a transformer-nmt run configuration"):
+    with pytest.raises(UserError, match="not a transformer-nmt-run file; continue it with "
+                                        "the release that wrote it, or train into a new"):
         plan(tiny_data, broken)
     (broken / CONFIG_FILE).write_text(json.dumps({**record, "version": 99}))
-    with pytest.raises(UserError, match="run format version 99 is not supported"):
+    with pytest.raises(UserError, match=r"transformer-nmt-run version 99 is not supported "
+                                        r"by this release \(it reads version 1\)"):
         plan(tiny_data, broken)
 
 

@@ -1,6 +1,6 @@
 """One optimizer step (training/trainer.py): accumulation equals one big batch, skipped updates
 leave nothing behind (non-finite, out of GPU memory, fp16 overflow), bf16 and fp16 keep
-float32 weights, and the trainer's state round-trips."""
+float32 weights, evaluation keeps the model's mode, and the trainer's state round-trips."""
 
 import dataclasses
 import math
@@ -67,6 +67,16 @@ def test_bf16_step_keeps_float32_weights_and_optimizer(tiny_data):
     assert all(p.dtype == torch.float32 for p in trainer.raw_model.parameters())
     state = next(iter(trainer.optimizer.state.values()))
     assert state["exp_avg"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_evaluation_leaves_the_models_mode_as_it_found_it(tiny_data, training):
+    data = load_split(tiny_data, "valid")
+    trainer = tiny_trainer(dropout=0.1)
+    trainer.raw_model.train(training)
+    result = trainer.evaluate([collate(data, [0, 1, 2]), None])
+    assert result["tokens"] > 0 and math.isfinite(result["nll"])
+    assert all(module.training == training for module in trainer.raw_model.modules())
 
 
 def snapshot(trainer):

@@ -1,7 +1,7 @@
 """What training measures on the validation split (training/validation.py): every pair in one
 process's batches exactly once, BLEU and chrF that reward a trained model and score its
-own translations 100 however the sentences are batched, the bounded and beam variants,
-and which metric values count as better."""
+own translations 100 however the sentences are batched, and the bounded and beam
+variants."""
 
 import shutil
 
@@ -17,7 +17,7 @@ from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.training.checkpoint import LAST
 from transformer_nmt.training.session import train
-from transformer_nmt.training.validation import better, translation_scores, validation_batches
+from transformer_nmt.training.validation import translation_scores, validation_batches
 
 from train_fixtures import tiny_overrides
 
@@ -119,12 +119,6 @@ def test_beam_validation_scores_the_beam_translations(tiny_data, trained, tmp_pa
     # chrF: the beam's translations of this barely trained model are mostly shorter than
     # four words, which BLEU scores 0 whatever they are.
     assert scores["chrf"] == pytest.approx(100.0)
-
-
-def test_better_is_lower_for_loss_and_higher_for_translation_metrics():
-    assert better("loss", 1.0, None) and better("bleu", 0.0, None)
-    assert better("loss", 1.0, 2.0) and not better("loss", 2.0, 2.0)
-    assert better("bleu", 20.0, 10.0) and not better("chrf", 10.0, 10.0)
 
 
 def test_the_models_training_mode_is_left_as_it_was(tiny_data, trained):

@@ -35,67 +35,6 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
-    """Call `write` on a temporary file in `path`'s directory, fsync it, rename it over
-    `path`, and fsync the directory. On any failure the temporary file is removed and
-    the old `path`, if any, is left as it was."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp makes the file private (0600); what we write gets the permissions of
-        # any file the user creates, so that a group sharing a directory can read it.
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException as error:
-        Path(tmp_name).unlink(missing_ok=True)
-        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-            free = shutil.disk_usage(path.parent).free
-            raise UserError(f"{path}: no space left on its disk ({free / 2**20:.0f} MiB free); "
-                            "the previous file, if any, is kept; free some space and "
-                            "run the command again") from None
-        raise
-    fsync_dir(path.parent)
-
-
-def write_json_atomic(path: str | Path, value: Any) -> None:
-    """Write `value` as indented UTF-8 JSON to `path` atomically (see `atomic_write`)."""
-    text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"
-    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
-
-
-def atomic_link(source: Path, target: Path) -> None:
-    """Make `target` the same file as `source` (a hard link, or a copy where links are not
-    supported), replacing any old `target` atomically."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.link")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(source, tmp)
-    except OSError:
-        shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
-
-
-def check_format(record: Any, path: str | Path, name: str, version: int, *,
-                 name_key: str | None = "format", version_key: str = "version",
-                 remedy: str) -> None:
-    """UserError unless `record` (read from `path`) is a dict tagged with format `name`
-    (under `name_key`; None: no name is stored) and `version` (under `version_key`).
-
-    remedy: what the user should do with a foreign or outdated file, said in the error.
-    """
-    if not isinstance(record, dict) or (name_key is not None and record.get(name_key) != name):
-        raise UserError(f"{path}: not a {name} file; {remedy}")
-    found = record.get(version_key)
-    if found != version:
-        raise UserError(f"{path}: {name} version {found} is not supported by this release "
-                        f"(it reads version {version}); {remedy}")
-
-
 class AllOrNothing:
     """A writer with `close()` (put the complete file in place) and `abort()` (delete
     what was written, leave the target as it was): as a context manager it closes on
@@ -115,3 +54,103 @@ class AllOrNothing:
             self.close()
         else:
             self.abort()
+
+
+class AtomicFile(AllOrNothing):
+    """A file written under a temporary name in its directory and put in place whole.
+
+    `handle` takes the bytes; `close()` flushes and fsyncs it, renames it over `path` and
+    fsyncs the directory, so that the rename survives a crash too; `abort()` deletes it
+    and leaves the old `path`, if any, as it was. As a context manager (see
+    `AllOrNothing`) it closes on success and aborts on any exception. A full disk is a
+    UserError naming the file.
+
+    buffer_size: the handle's buffer in bytes (-1: Python's default).
+    """
+
+    def __init__(self, path: str | Path, buffer_size: int = -1) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp",
+                                    dir=self.path.parent)
+        self._temporary = Path(name)
+        # mkstemp makes the file private (0600); what we write gets the permissions of
+        # any file the user creates, so that a group sharing a directory can read it.
+        os.fchmod(fd, 0o666 & ~_umask())
+        self.handle: BinaryIO = os.fdopen(fd, "wb", buffering=buffer_size)
+
+    def close(self) -> None:
+        """Put the complete file in place, durably."""
+        try:
+            self.handle.flush()
+            os.fsync(self.handle.fileno())
+            self.handle.close()
+            os.replace(self._temporary, self.path)
+        except BaseException as error:
+            self.abort()
+            _raise_full_disk(error, self.path)
+            raise
+        fsync_dir(self.path.parent)
+
+    def abort(self) -> None:
+        """Delete what was written; the old file, if any, stays."""
+        try:
+            self.handle.close()
+        except OSError:
+            pass  # a failed flush of data that is being thrown away
+        self._temporary.unlink(missing_ok=True)
+
+    def __exit__(self, kind, value, traceback) -> None:
+        super().__exit__(kind, value, traceback)
+        _raise_full_disk(value, self.path)
+
+
+def _raise_full_disk(error: BaseException | None, path: Path) -> None:
+    """A one-line UserError in place of `error` if it says `path`'s disk is full."""
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        free = shutil.disk_usage(path.parent).free
+        raise UserError(f"{path}: no space left on its disk ({free / 2**20:.0f} MiB free); "
+                        "the previous file, if any, is kept; free some space and "
+                        "run the command again") from None
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """Call `write` on the handle of an `AtomicFile` for `path` and put it in place: on
+    any failure the temporary file is removed and the old `path`, if any, is kept."""
+    with AtomicFile(path) as file:
+        write(file.handle)
+
+
+def write_json_atomic(path: str | Path, value: Any) -> None:
+    """Write `value` as indented UTF-8 JSON to `path` atomically (see `atomic_write`)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def atomic_link(source: Path, target: Path) -> None:
+    """Make `target` the same file as `source` (a hard link, or a copy where links are not
+    supported), replacing any old `target` atomically."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.link")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+    fsync_dir(target.parent)
+
+
+def check_format(record: Any, path: str | Path, name: str, version: int, *,
+                 name_key: str | None = "format", version_key: str = "version",
+                 remedy: str) -> None:
+    """UserError unless `record` (read from `path`) is a dict tagged with format `name`
+    (under `name_key`; None: no name is stored) and `version` (under `version_key`).
+
+    remedy: what the user should do with a foreign or outdated file, said in the error.
+    """
+    if not isinstance(record, dict) or (name_key is not None and record.get(name_key) != name):
+        raise UserError(f"{path}: not a {name} file; {remedy}")
+    found = record.get(version_key)
+    if found != version:
+        raise UserError(f"{path}: {name} version {found} is not supported by this release "
+                        f"(it reads version {version}); {remedy}")

@@ -25,6 +25,7 @@ from transformer_nmt.model_file import save_model_file
 from transformer_nmt.training.checkpoint import (average_checkpoints, checkpoints_to_average,
                                               numbered_checkpoints)
 from transformer_nmt.training.metrics import plot_metrics
+from transformer_nmt.training.progress import SessionSummary
 from transformer_nmt.training.session import train
 
 # Sentences of the kind the default corpus teaches (its domain is scripture), per language.
@@ -80,7 +81,8 @@ class QuickstartOptions:
     overrides: list[tuple[str, str]] = field(default_factory=list)
     """Further (field, value) pairs of ModelConfig/TrainConfig, as `train`'s overrides."""
     device: str | None = None
-    """'cpu', 'cuda', or None for CUDA when present."""
+    """Where every stage computes, training, evaluation and translation alike: 'cpu',
+    'cuda', or None for CUDA when present."""
     progress: bool = True
     """Show progress bars."""
 
@@ -111,6 +113,38 @@ def _example_sentences(data_dir: Path, corpus: str, src: str, count: int = 5) ->
         return [line.rstrip("\n") for line, _ in zip(handle, range(count))]
 
 
+def _train(options: QuickstartOptions, data_dir: Path, run_dir: Path,
+           log: Callable[[str], None]) -> tuple[SessionSummary, Path]:
+    """Stage 2: train (or go on training) the run within the time budget; the session's
+    summary and the picture of its curves."""
+    # Checkpoints every twentieth of the budget: the last five average its final quarter.
+    save_minutes = max(options.minutes / 20, 0.05)
+    # Validation (loss and greedy BLEU) every 150 steps: a few points for the curves
+    # picture at a few percent of the training time.
+    overrides = [("max_time", str(options.minutes * 60)), ("save_every_minutes", str(save_minutes)),
+                 ("keep_last", str(max(options.average_last, 5))), ("valid_every", "150"),
+                 ("valid_bleu", "true"), ("batch_tokens", str(options.batch_tokens)),
+                 *_shorter_warmup(options)] + list(options.overrides)
+    summary = train(out=run_dir, data=data_dir, preset=options.preset, overrides=overrides,
+                    device=options.device, command="nmt quickstart", progress=options.progress)
+    for line in summary.lines:
+        log(line)
+    curves = plot_metrics(run_dir / "metrics.jsonl", run_dir / "curves.png", x_axis="wall")
+    log(f"drew the training curves (validation loss and BLEU against time) into {curves}")
+    return summary, curves
+
+
+def _average(options: QuickstartOptions, run_dir: Path, model_path: Path,
+             log: Callable[[str], None]) -> list[Path]:
+    """Stage 3: average the run's last checkpoints into `model_path`; the files averaged."""
+    count = min(options.average_last, len(numbered_checkpoints(run_dir)))
+    _stage(log, 3, f"averaging the last {count} checkpoint{'' if count == 1 else 's'}")
+    paths = checkpoints_to_average([run_dir], count)
+    save_model_file(average_checkpoints(paths), model_path)
+    log(f"averaged {', '.join(p.name for p in paths)} into {model_path}")
+    return paths
+
+
 def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -> dict:
     """Run every stage; return the paths and scores it produced."""
 
@@ -127,35 +161,17 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
             command="nmt quickstart", progress=options.progress, log=log)
 
     _stage(log, 2, f"training the {options.preset} preset for up to {options.minutes:g} minutes")
-    # Checkpoints every twentieth of the budget: the last five average its final quarter.
-    save_minutes = max(options.minutes / 20, 0.05)
-    # Validation (loss and greedy BLEU) every 150 steps: a few points for the curves
-    # picture at a few percent of the training time.
-    overrides = [("max_time", str(options.minutes * 60)), ("save_every_minutes", str(save_minutes)),
-                 ("keep_last", str(max(options.average_last, 5))), ("valid_every", "150"),
-                 ("valid_bleu", "true"), ("batch_tokens", str(options.batch_tokens)),
-                 *_shorter_warmup(options)] + list(options.overrides)
-    summary = train(out=run_dir, data=data_dir, preset=options.preset, overrides=overrides,
-                    device=options.device, command="nmt quickstart", progress=options.progress)
-    for line in summary.lines:
-        log(line)
-    curves = plot_metrics(run_dir / "metrics.jsonl", run_dir / "curves.png", x_axis="wall")
-    log(f"drew the training curves (validation loss and BLEU against time) into {curves}")
-
-    count = min(options.average_last, len(numbered_checkpoints(run_dir)))
-    _stage(log, 3, f"averaging the last {count} checkpoint{'' if count == 1 else 's'}")
-    paths = checkpoints_to_average([run_dir], count)
-    save_model_file(average_checkpoints(paths), model_path)
-    log(f"averaged {', '.join(p.name for p in paths)} into {model_path}")
+    summary, curves = _train(options, data_dir, run_dir, log)
+    paths = _average(options, run_dir, model_path, log)
 
     _stage(log, 4, "evaluating on the test split (beam 4, length penalty 0.6)")
-    decoding = TranslatorOptions(device="cpu").resolved()
+    decoding = TranslatorOptions(device=options.device).resolved()
     scores = evaluate_model(model_path, data_dir, "test", decoding)
     log(scores["speed"])
     log(format_table(scores))
 
     _stage(log, 5, "translating example sentences")
-    translator = Translator.from_file(model_path)
+    translator = Translator.from_file(model_path, TranslatorOptions(device=options.device))
     examples = _example_sentences(data_dir, options.corpus, options.src)
     translations = list(translator.translate(examples))
     for source, target in zip(examples, translations):
@@ -166,12 +182,24 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     written = write_attention_pictures(maps, pictures)
     log(f"wrote {len(written)} pictures to {pictures}/ (overview: {written[-1].name})")
 
-    q = shlex.quote
     log(f"\ndone in {(time.time() - started) / 60:.1f} minutes.")
+    _log_where_and_what_next(log, data_dir, run_dir, model_path, len(paths), scores["json"],
+                             pictures)
+    sys.stdout.flush()
+    return {"data": data_dir, "run": run_dir, "curves": curves, "model": model_path, "scores": scores,
+            "train": summary, "seconds": time.time() - started,
+            "translations": list(zip(examples, translations)), "pictures": written}
+
+
+def _log_where_and_what_next(log: Callable[[str], None], data_dir: Path, run_dir: Path,
+                             model_path: Path, averaged: int, scores: Path,
+                             pictures: Path) -> None:
+    """Where everything is, and the commands that go on from it."""
+    q = shlex.quote
     log(f"  data:      {data_dir}/ (manifest.json, spm.model, token ids)")
     log(f"  run:       {run_dir}/ (checkpoints, metrics.jsonl, config.json, curves.png)")
-    log(f"  model:     {model_path} (average of the last {len(paths)} checkpoints)")
-    log(f"  scores:    {scores['json']}")
+    log(f"  model:     {model_path} (average of the last {averaged} checkpoints)")
+    log(f"  scores:    {scores}")
     log(f"  pictures:  {pictures}/")
     log("next:")
     log(f"  train longer:     nmt train --resume {q(str(run_dir))} --max-time 2h")
@@ -181,7 +209,3 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     log(f"  look at a pair:   nmt attention --model {q(str(model_path))} --src \"...\" --out DIR")
     log(f"  score a split:    nmt evaluate --model {q(str(model_path))} --data {q(str(data_dir))} --split test")
     log(f"  serve it:         nmt serve --model {q(str(model_path))}   (then open http://127.0.0.1:8080/)")
-    sys.stdout.flush()
-    return {"data": data_dir, "run": run_dir, "curves": curves, "model": model_path, "scores": scores,
-            "train": summary, "seconds": time.time() - started,
-            "translations": list(zip(examples, translations)), "pictures": written}

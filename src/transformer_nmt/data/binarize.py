@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import mmap
-import os
 from functools import cached_property
 from pathlib import Path
 from typing import Sequence
@@ -21,7 +20,7 @@ import numpy as np
 
 from transformer_nmt.data.manifest import bin_path, idx_path, read_manifest, text_path
 from transformer_nmt.errors import UserError
-from transformer_nmt.files import AllOrNothing
+from transformer_nmt.files import AllOrNothing, AtomicFile
 
 OFFSET_DTYPE = np.dtype("<i8")
 
@@ -34,7 +33,7 @@ def ids_dtype(vocab_size: int) -> np.dtype:
 class IdsWriter(AllOrNothing):
     """Streams sequences of token ids into a .bin/.idx pair.
 
-    Both files are written under a '.tmp' name and renamed into place by `close`, so an
+    Both files are written as `AtomicFile`s and renamed into place by `close`, so an
     interrupted run never leaves a file that looks complete. Use as a context manager:
     an exception inside the block deletes the temporary files.
     """
@@ -42,10 +41,8 @@ class IdsWriter(AllOrNothing):
     def __init__(self, bin_file: str | Path, idx_file: str | Path, dtype: np.dtype) -> None:
         self.bin_file, self.idx_file = Path(bin_file), Path(idx_file)
         self.dtype = np.dtype(dtype)
-        self._bin_tmp = self.bin_file.with_name(self.bin_file.name + ".tmp")
-        self._idx_tmp = self.idx_file.with_name(self.idx_file.name + ".tmp")
-        self._bin = open(self._bin_tmp, "wb")
-        self._idx = open(self._idx_tmp, "wb")
+        self._files = (AtomicFile(self.bin_file), AtomicFile(self.idx_file))
+        self._bin, self._idx = (file.handle for file in self._files)
         self.sequences = 0
         """Sequences written so far."""
         self.tokens = 0
@@ -71,18 +68,13 @@ class IdsWriter(AllOrNothing):
 
     def close(self) -> None:
         """Flush, fsync and rename both files into place."""
-        for handle in (self._bin, self._idx):
-            handle.flush()
-            os.fsync(handle.fileno())
-            handle.close()
-        os.replace(self._bin_tmp, self.bin_file)
-        os.replace(self._idx_tmp, self.idx_file)
+        for file in self._files:
+            file.close()
 
     def abort(self) -> None:
         """Close and delete the temporary files."""
-        for handle, tmp in ((self._bin, self._bin_tmp), (self._idx, self._idx_tmp)):
-            handle.close()
-            tmp.unlink(missing_ok=True)
+        for file in self._files:
+            file.abort()
 
 
 def _map(path: Path, dtype: np.dtype) -> np.ndarray:

@@ -10,8 +10,6 @@ replacement, and every error names the file and the line.
 from __future__ import annotations
 
 import gzip
-import io
-import os
 import unicodedata
 import zlib
 from dataclasses import dataclass
@@ -22,7 +20,7 @@ import numpy as np
 
 from transformer_nmt.config import Utf8Errors
 from transformer_nmt.errors import UserError
-from transformer_nmt.files import AllOrNothing
+from transformer_nmt.files import AllOrNothing, AtomicFile
 
 ERRORS = get_args(Utf8Errors)
 """The ways of handling invalid UTF-8: stop with an error, or replace bad bytes by U+FFFD."""
@@ -175,15 +173,14 @@ def read_tsv(path: str | Path, errors: str = "strict") -> Iterator[tuple[str, st
 
 
 class LineWriter(AllOrNothing):
-    """Writes lines of text as UTF-8 with b"\\n" endings, to `path` + '.tmp' then renamed
-    into place by `close`, so a half-written file never carries the final name. Missing
-    parent directories are created, as for model files."""
+    """Writes lines of text as UTF-8 with b"\\n" endings to an `AtomicFile`, put in place
+    by `close`, so a half-written file never carries the final name. Missing parent
+    directories are created, as for model files."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(self.path.name + ".tmp")
-        self._handle = io.BufferedWriter(io.FileIO(self._tmp, "w"), buffer_size=1 << 20)
+        self._file = AtomicFile(self.path, buffer_size=1 << 20)
+        self._handle = self._file.handle
 
     def write(self, line: str) -> None:
         """Write one line; it must not contain a newline."""
@@ -198,15 +195,11 @@ class LineWriter(AllOrNothing):
 
     def close(self) -> None:
         """Flush, fsync and rename into place."""
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._handle.close()
-        os.replace(self._tmp, self.path)
+        self._file.close()
 
     def abort(self) -> None:
         """Close and delete the temporary file."""
-        self._handle.close()
-        self._tmp.unlink(missing_ok=True)
+        self._file.abort()
 
 
 FILTER_NAMES = ("empty", "max_len", "max_ratio")

@@ -9,6 +9,11 @@ A run directory keeps numbered checkpoints `checkpoint_{step}.pt` (the newest
 costs no second copy) and `checkpoint_best.pt` (best by the run's valid_metric). Every file
 appears by an atomic rename, so a crash leaves the previous good file in place.
 
+Resuming reads checkpoint_last.pt, or the newest checkpoint that can be read when it is
+damaged, checks that it belongs to the run, and restores the optimizer, the batch order,
+the random streams and the run's progress from it, so that a resumed run equals an
+uninterrupted one.
+
 A checkpoint written at a step that was validated carries that validation under
 "validation" ({step, metric, value, nll, bleu, chrf}): `nmt average --best K` ranks
 checkpoints by it. The checkpoint itself is the record, rather than metrics.jsonl, so
@@ -18,19 +23,27 @@ log cannot mismatch steps and files.
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from transformer_nmt.config import differences
+from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import atomic_link
 from transformer_nmt.model_file import (build_model, model_languages, model_payload,
                                         read_model_file, save_model_file)
+from transformer_nmt.training.distributed import Distributed
+from transformer_nmt.training.progress import RunProgress
+from transformer_nmt.training.trainer import Trainer
 
 LAST = "checkpoint_last.pt"
 BEST = "checkpoint_best.pt"
@@ -89,6 +102,90 @@ def set_rng_states(states: dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
     if states.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def resume_candidates(run_dir: Path) -> list[Path]:
+    """The checkpoints a run directory could continue from, newest first:
+    checkpoint_last.pt, then the numbered ones that are not the same file (last, best and
+    the newest numbered checkpoint are hard links to one file: a damaged one is damaged
+    in all three, and older numbered checkpoints are the fallback)."""
+    candidates = [run_dir / LAST] if (run_dir / LAST).is_file() else []
+    for _, path in reversed(numbered_checkpoints(run_dir)):
+        if not any(os.path.samefile(path, other) for other in candidates):
+            candidates.append(path)
+    return candidates
+
+
+def resume_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint a run directory continues from: checkpoint_last.pt, else the newest
+    numbered one, else None (`read_newest_checkpoint` falls back to older ones that can
+    be read)."""
+    candidates = resume_candidates(run_dir)
+    return candidates[0] if candidates else None
+
+
+def read_newest_checkpoint(run_dir: Path) -> dict[str, Any]:
+    """The newest checkpoint of the run that can be read, saying which damaged ones were
+    skipped and why; the error of the newest if none can be read."""
+    candidates = resume_candidates(run_dir)
+    first_error = None
+    for path in candidates:
+        try:
+            checkpoint = read_model_file(path)
+        except UserError as error:
+            first_error = first_error or error
+            tqdm.write(f"skipping {path}: {error}", file=sys.stderr)
+            continue
+        if path != candidates[0]:
+            tqdm.write(f"resuming from {path}, the newest checkpoint that could be read",
+                       file=sys.stderr)
+        return checkpoint
+    raise first_error
+
+
+def check_resumable(checkpoint: dict[str, Any], where: Path, data_digest: str,
+                    model_config: dict[str, Any], vocab_size: int) -> None:
+    """UserError unless `checkpoint` (read from `where`) is a training checkpoint of a
+    run of the architecture `model_config` on the data of `data_digest`, whose
+    vocabulary has `vocab_size` pieces."""
+    if "trainer" not in checkpoint:
+        raise UserError(f"{where} is a model file without training state; it cannot be resumed")
+    if checkpoint.get("data_digest") != data_digest:
+        raise UserError(f"{where} was trained on other data (digest "
+                        f"{str(checkpoint.get('data_digest'))[:12]}, now "
+                        f"{data_digest[:12]}); resume with the same prepared data")
+    for key, value in checkpoint["model_config"].items():
+        if model_config.get(key) != value:
+            raise UserError(f"{where} holds another architecture ({key} {value!r}, the run "
+                            f"config says {model_config.get(key)!r})")
+    if checkpoint["vocab_size"] != vocab_size:
+        raise UserError(f"{where} has a vocabulary of {checkpoint['vocab_size']}, the data "
+                        f"{vocab_size}; resume with the same prepared data")
+
+
+def restore(checkpoint: dict[str, Any], trainer: Trainer, sampler: TokenBatchSampler,
+            context: Distributed) -> RunProgress:
+    """Continue the optimizer, batch order and random streams of `checkpoint` (the model's
+    weights are loaded already); return the run's progress. Rank 0 warns when another
+    number of processes or another batch size makes the result differ from an
+    uninterrupted run."""
+    trainer.load_state_dict(checkpoint["trainer"])
+    sampler.load_state_dict(checkpoint["sampler"])
+    states, world_size = checkpoint["rng"], context.world_size
+    changes = []
+    if len(states) == world_size:
+        set_rng_states(states[context.rank])
+    else:
+        changes.append(f"{len(states)} processes before, {world_size} now: dropout "
+                       "draws new random numbers")
+    before, now = checkpoint["sampler"]["max_tokens"], sampler.max_tokens
+    if before != now:
+        changes.append(f"batches of {before} tokens before, {now} now: the epoch goes on "
+                       "from the same fraction of batches cut anew")
+    if changes and context.is_main:
+        warnings.warn(f"resuming with {'; and '.join(changes)}; the result differs from "
+                      "an uninterrupted run", stacklevel=3)
+    return RunProgress.from_dict(checkpoint["progress"])
 
 
 def recorded_validation(path: Path) -> dict[str, Any] | None:

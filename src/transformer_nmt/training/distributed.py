@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from transformer_nmt.errors import UserError
 from transformer_nmt.runtime import resolve_device
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,21 @@ class Distributed:
         box = [value]
         dist.broadcast_object_list(box, src=0)
         return box[0]
+
+    def main_reads(self, read: Callable[[], T]) -> T:
+        """What `read()` returns on rank 0, on every process; or the UserError it raised,
+        raised on every process. Only rank 0 calls `read`, so that only it needs to see
+        the files `read` reads, and every process stops alike when one is wrong."""
+        value, error = None, None
+        if self.is_main:
+            try:
+                value = read()
+            except UserError as caught:
+                error = caught
+        value, error = self.broadcast((value, error))
+        if error is not None:
+            raise error
+        return value
 
     def gather(self, value: Any) -> list[Any]:
         """Every process's `value`, in rank order, on every process."""

@@ -13,7 +13,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -140,18 +140,20 @@ def read_metrics(path: str | Path) -> Iterator[dict[str, Any]]:
                 raise UserError(f"{path}, line {number}: not a JSON record") from None
 
 
+_X_LABELS = {"step": "optimizer step", "wall": "training hours", "tokens": "target tokens seen"}
+
+
 def plot_metrics(metrics_path: str | Path, out: str | Path, x_axis: str = "step") -> Path:
     """Draw a run's training curves into a PNG: loss, validation perplexity, rate.
 
     x_axis: 'step', 'wall' (hours of training) or 'tokens' (target tokens seen).
     """
-    if x_axis not in ("step", "wall", "tokens"):
+    if x_axis not in _X_LABELS:
         raise UserError(f"x axis must be step, wall or tokens, not {x_axis!r}")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
 
     records = list(read_metrics(metrics_path))
     train = [r for r in records if r["event"] == "train"]
@@ -166,9 +168,28 @@ def plot_metrics(metrics_path: str | Path, out: str | Path, x_axis: str = "step"
             return [r.get("tokens_seen", 0) for r in rows]
         return [r["step"] for r in rows]
 
-    label = {"step": "optimizer step", "wall": "training hours",
-             "tokens": "target tokens seen"}[x_axis]
     figure, (loss_ax, ppl_ax, rate_ax) = plt.subplots(3, 1, figsize=(8, 10), sharex=True)
+    _plot_losses(loss_ax, ppl_ax, train, valid, xs)
+    if train:
+        _plot_rates(rate_ax, train, xs)
+    rate_ax.set_xlabel(_X_LABELS[x_axis])
+    for axis in (loss_ax, ppl_ax, rate_ax):
+        axis.grid(alpha=0.3)
+    figure.suptitle(f"{Path(metrics_path).resolve().name}: training curves")
+    figure.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=100)
+    plt.close(figure)
+    return out
+
+
+def _plot_losses(loss_ax, ppl_ax, train: list[dict[str, Any]], valid: list[dict[str, Any]],
+                 xs: Callable[[list[dict[str, Any]]], list[float]]) -> None:
+    """Training and validation losses on `loss_ax`; validation perplexity, BLEU and chrF
+    on `ppl_ax`."""
+    import matplotlib.ticker
+
     if train:
         loss_ax.plot(xs(train), [r["loss"] for r in train], label="train loss (smoothed)")
         loss_ax.plot(xs(train), [r["nll"] for r in train], label="train NLL")
@@ -193,25 +214,19 @@ def plot_metrics(metrics_path: str | Path, out: str | Path, x_axis: str = "step"
     loss_ax.legend()
     ppl_ax.set_ylabel("perplexity")
     ppl_ax.legend(loc="upper left")
-    if train:
-        rate_ax.plot(xs(train), [r["lr"] for r in train], color="C4", label="learning rate")
-        rate_ax.set_ylabel("learning rate")
-        speed_ax = rate_ax.twinx()
-        speed_ax.plot(xs(train), [r["tgt_tok_s"] for r in train], color="C5", alpha=0.6,
-                      label="target tokens/s")
-        speed_ax.set_ylabel("target tokens/s")
-        rate_ax.legend(loc="upper left")
-        speed_ax.legend(loc="upper right")
-    rate_ax.set_xlabel(label)
-    for axis in (loss_ax, ppl_ax, rate_ax):
-        axis.grid(alpha=0.3)
-    figure.suptitle(f"{Path(metrics_path).resolve().name}: training curves")
-    figure.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=100)
-    plt.close(figure)
-    return out
+
+
+def _plot_rates(rate_ax, train: list[dict[str, Any]],
+                xs: Callable[[list[dict[str, Any]]], list[float]]) -> None:
+    """The learning rate on `rate_ax`, and the training speed on its twin axis."""
+    rate_ax.plot(xs(train), [r["lr"] for r in train], color="C4", label="learning rate")
+    rate_ax.set_ylabel("learning rate")
+    speed_ax = rate_ax.twinx()
+    speed_ax.plot(xs(train), [r["tgt_tok_s"] for r in train], color="C5", alpha=0.6,
+                  label="target tokens/s")
+    speed_ax.set_ylabel("target tokens/s")
+    rate_ax.legend(loc="upper left")
+    speed_ax.legend(loc="upper right")
 
 
 def format_count(number: float) -> str:

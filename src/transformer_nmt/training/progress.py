@@ -1,7 +1,8 @@
-"""The bookkeeping of a training run: its totals across sessions, the sums of one logging
-interval, and the closing summary with the text it prints.
+"""The bookkeeping of a training run: its totals across sessions (`RunProgress`), the sums
+of one logging interval, and what one session prints: each validation's line and the
+closing summary.
 
-`ProgressState` is saved in every checkpoint under "progress" as a plain dict of numbers,
+`RunProgress` is saved in every checkpoint under "progress" as a plain dict of numbers,
 so that checkpoints stay loadable with torch.load(weights_only=True).
 """
 
@@ -18,11 +19,11 @@ from transformer_nmt.training.metrics import format_count, format_duration
 from transformer_nmt.training.trainer import StepResult
 
 SIGNALS = ("SIGINT", "SIGTERM", "signal")
-"""The values of `TrainSummary.stopped_by` that mean a signal stopped the run."""
+"""The values of `SessionSummary.stopped_by` that mean a signal stopped the session."""
 
 
 @dataclass
-class ProgressState:
+class RunProgress:
     """What the run has done so far, earlier sessions included."""
 
     wall: float = 0.0
@@ -53,7 +54,7 @@ class ProgressState:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "ProgressState":
+    def from_dict(cls, values: dict[str, Any]) -> "RunProgress":
         """The state `to_dict` saved. Checkpoints from before valid_metric existed ranked
         by the NLL alone: their best NLL is their best value."""
         values = dict(values)
@@ -116,8 +117,8 @@ class Interval:
 
 
 @dataclass
-class TrainSummary:
-    """What a `train` call did."""
+class SessionSummary:
+    """What a `train` call (one session) did, and where its run stands after it."""
 
     run_dir: Path
     step: int
@@ -148,14 +149,28 @@ class TrainSummary:
     """The closing report, as printed."""
 
 
-def finished_lines(summary: TrainSummary, limit: str) -> list[str]:
+def validation_line(step: int, result: dict[str, float], scores: dict[str, float],
+                    improved: bool, progress: RunProgress, metric: str, patience: int) -> str:
+    """The line a validation prints: its loss, NLL, perplexity and scores (`result` of
+    `Trainer.evaluate`, `scores` of BLEU and chrF), and the best so far unless it is."""
+    text = (f"valid step {step}: loss {result['loss']:.3f} nll {result['nll']:.3f} "
+            f"ppl {result['ppl']:.2f}" + "".join(f" {name} {scores[name]:.2f}"
+                                                for name in ("bleu", "chrf") if name in scores))
+    if improved:
+        return text + " (best)"
+    return (text + f" (best {metric} {progress.best_valid:.3f} at step "
+            f"{progress.best_valid_step}; {progress.bad_validations} without improvement"
+            + (f" of patience {patience})" if patience else ")"))
+
+
+def finished_lines(summary: SessionSummary, limit: str) -> list[str]:
     """The report of a session that found its run already at `limit`."""
     return [f"{summary.run_dir} has finished training ({limit} reached at step "
             f"{summary.step}); nothing to do. Raise --max-steps, --max-epochs, --max-time or "
             "--patience to train further, or train into a new --out"]
 
 
-def report_lines(summary: TrainSummary, device_type: str, precision: str,
+def report_lines(summary: SessionSummary, device_type: str, precision: str,
                  limit_value: object) -> list[str]:
     """The closing report of a session that trained: what, how fast, at what cost, the best
     validation, and why it stopped (`limit_value`: the setting of the limit it reached)."""

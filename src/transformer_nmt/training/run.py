@@ -16,7 +16,6 @@ import dataclasses
 import datetime
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -29,13 +28,13 @@ from transformer_nmt.config import (BATCH_SPLIT, CHANGEABLE_ON_RESUME, ModelConf
 from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
 from transformer_nmt.fields import parse_duration  # noqa: F401  (re-exported for callers)
 from transformer_nmt.fields import parse_text
-from transformer_nmt.files import write_json_atomic
+from transformer_nmt.files import check_format, write_json_atomic
 from transformer_nmt.errors import UserError
 from transformer_nmt.training.batch_size import fixes_batch_per_process
-from transformer_nmt.training.checkpoint import LAST, numbered_checkpoints
-from transformer_nmt.training.init_from import (FINETUNE_LR_PEAK, FINETUNE_WARMUP,
-                                             check_init_architecture, check_init_vocab,
-                                             read_init_model)
+from transformer_nmt.training.checkpoint import resume_checkpoint
+from transformer_nmt.training.init_from import (FINETUNE_LR_PEAK, FINETUNE_WARMUP, InitModel,
+                                                check_init_architecture, check_init_vocab,
+                                                read_init_model)
 from transformer_nmt.training.run_lock import LOCK_FILE
 
 RUN_FORMAT = "transformer-nmt-run"
@@ -103,7 +102,7 @@ class RunPlan:
     resume_from: Path | None
     """The checkpoint to continue from; None starts a new run."""
     record: dict[str, Any]
-    """config.json as it will be written (the trainer adds this session's entry)."""
+    """config.json as it will be written (the session adds its own entry)."""
 
 
 def read_run_config(run_dir: Path) -> dict[str, Any] | None:
@@ -123,12 +122,9 @@ def read_run_config(run_dir: Path) -> dict[str, Any] | None:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise UserError(f"{path}: unreadable run configuration ({error})") from None
-    if not isinstance(record, dict) or record.get("format") != RUN_FORMAT:
-        raise UserError(f"{path} is not a transformer-nmt run configuration; "
-                        "choose a new or empty run directory")
-    if record.get("version") != RUN_VERSION:
-        raise UserError(f"{path}: run format version {record.get('version')} is not "
-                        f"supported by this release (expects {RUN_VERSION})")
+    check_format(record, path, RUN_FORMAT, RUN_VERSION,
+                 remedy="continue it with the release that wrote it, or train into a new "
+                        "or empty run directory")
     return record
 
 
@@ -172,25 +168,6 @@ def may_hold_run(run_dir: Path) -> bool:
         path.name == LOCK_FILE for path in run_dir.iterdir()))
 
 
-def resume_candidates(run_dir: Path) -> list[Path]:
-    """The checkpoints a run directory could continue from, newest first:
-    checkpoint_last.pt, then the numbered ones that are not the same file (last, best and
-    the newest numbered checkpoint are hard links to one file: a damaged one is damaged
-    in all three, and older numbered checkpoints are the fallback)."""
-    candidates = [run_dir / LAST] if (run_dir / LAST).is_file() else []
-    for _, path in reversed(numbered_checkpoints(run_dir)):
-        if not any(os.path.samefile(path, other) for other in candidates):
-            candidates.append(path)
-    return candidates
-
-
-def resume_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint a run directory continues from: checkpoint_last.pt, else the newest
-    numbered one, else None (the session falls back to older ones that can be read)."""
-    candidates = resume_candidates(run_dir)
-    return candidates[0] if candidates else None
-
-
 def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | Path | None,
              preset: str | None, config_file: str | Path | None,
              overrides: Iterable[tuple[str, Any]], init_from: str | Path | None = None
@@ -204,85 +181,124 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
     a preset or config file is given, with FINETUNE_WARMUP and FINETUNE_LR_PEAK unless
     set, and is refused if the data's vocabulary or the architecture is not the model's.
     """
-    overrides = list(overrides)
-    if init_from is not None:
-        overrides.append(("init_from", str(init_from)))
-    requested = [value for name, value in overrides if name == "init_from"]
-    if requested and requested[-1]:
-        # One spelling of the path, so that rerunning from another directory is the same run.
-        overrides.append(("init_from", str(Path(requested[-1]).resolve())))
-    if resume is not None and out is not None and Path(resume).resolve() != Path(out).resolve():
-        raise UserError(f"resume {resume} and out {out} name different run directories; "
-                        "give one of them")
-    run_dir = Path(resume if resume is not None else out) if (resume or out) else None
-    if run_dir is None:
-        raise UserError("say where the run goes (out, a run directory) or which run to "
-                        "continue (resume)")
+    overrides, init_path = _with_init_from(list(overrides), init_from)
+    run_dir = _run_dir(out, resume)
     stored = read_run_config(run_dir)
     if resume is not None and stored is None:
         raise UserError(f"{run_dir} holds no run to resume (no {CONFIG_FILE}); start one with "
                         "prepared data and a new run directory")
-
     file_values = _read_config_file(Path(config_file)) if config_file else {}
-    init = read_init_model(requested[-1]) if requested and requested[-1] and stored is None \
-        else None
+    init = read_init_model(init_path) if init_path and stored is None else None
     preset_name = (preset or file_values.get("preset") or (stored or {}).get("preset")
                    or (init.preset if init else None) or "base")
-    if stored is not None and not preset and not config_file:
-        model = config_from_dict(ModelConfig, stored["model"])
-        train = config_from_dict(TrainConfig, _train_record(stored))
-    elif init is not None and not preset and not config_file:
-        model = init.model()
-        train = init.train() or get_preset(preset_name).train
+    chosen = bool(preset or config_file)
+    model, train = _configuration(preset_name, chosen, file_values, stored, init)
+    model, train = apply_overrides(model, train, overrides)
+    data_dir = _data_dir(data, stored)
+    digest = data_digest(data_dir)
+
+    resume_from = None
+    if stored is not None:
+        _check_same_run(run_dir, stored, preset_name, chosen, model, train, data_dir, digest)
+        resume_from = resume_checkpoint(run_dir)
+    if init is not None:
+        check_init_architecture(init.path, init.model_config, model)
+        check_init_vocab(init.path, init.vocab_sha256, data_dir)
+    record = _run_record(preset_name, model, train, data_dir, digest, stored, init)
+    return RunPlan(run_dir, data_dir, preset_name, model, train, digest, resume_from, record)
+
+
+def _with_init_from(overrides: list[tuple[str, Any]], init_from: str | Path | None
+                    ) -> tuple[list[tuple[str, Any]], str | None]:
+    """`overrides` with `init_from` added and the model file it ends up naming spelt as
+    an absolute path, and that path (None: the run starts from no model)."""
+    if init_from is not None:
+        overrides.append(("init_from", str(init_from)))
+    requested = [value for name, value in overrides if name == "init_from"]
+    if not requested or not requested[-1]:
+        return overrides, None
+    # One spelling of the path, so that rerunning from another directory is the same run.
+    overrides.append(("init_from", str(Path(requested[-1]).resolve())))
+    return overrides, requested[-1]
+
+
+def _run_dir(out: str | Path | None, resume: str | Path | None) -> Path:
+    """The run directory `out` or `resume` names; UserError if neither or two do."""
+    if resume is not None and out is not None and Path(resume).resolve() != Path(out).resolve():
+        raise UserError(f"resume {resume} and out {out} name different run directories; "
+                        "give one of them")
+    if not (resume or out):
+        raise UserError("say where the run goes (out, a run directory) or which run to "
+                        "continue (resume)")
+    return Path(resume if resume is not None else out)
+
+
+def _configuration(preset_name: str, chosen: bool, file_values: dict[str, Any],
+                   stored: dict[str, Any] | None, init: InitModel | None
+                   ) -> tuple[ModelConfig, TrainConfig]:
+    """The configuration before overrides: the stored run's, or the starting model's,
+    unless a preset or config file was `chosen`; else the preset's under the file's."""
+    if stored is not None and not chosen:
+        return (config_from_dict(ModelConfig, stored["model"]),
+                config_from_dict(TrainConfig, _train_record(stored)))
+    if init is not None and not chosen:
+        model, train = init.model(), init.train() or get_preset(preset_name).train
     else:
-        chosen = get_preset(preset_name)
-        model, train = chosen.model, chosen.train
-        model = config_from_dict(ModelConfig, {**dataclasses.asdict(model),
+        preset = get_preset(preset_name)
+        model = config_from_dict(ModelConfig, {**dataclasses.asdict(preset.model),
                                                **file_values.get("model", {})})
-        train = config_from_dict(TrainConfig, {**dataclasses.asdict(train),
+        train = config_from_dict(TrainConfig, {**dataclasses.asdict(preset.train),
                                                **file_values.get("train", {})})
     if init is not None:
         regime = file_values.get("train", {})
         train = dataclasses.replace(
             train, warmup_steps=regime.get("warmup_steps", FINETUNE_WARMUP),
             lr_peak=regime.get("lr_peak", FINETUNE_LR_PEAK))
-    model, train = apply_overrides(model, train, overrides)
+    return model, train
 
+
+def _data_dir(data: str | Path | None, stored: dict[str, Any] | None) -> Path:
+    """The prepared data directory: `data`, else the stored run's."""
     if data is None:
         if stored is None:
             raise UserError("say which prepared data directory to train on (data)")
         data = stored["data"]["dir"]
-    data_dir = Path(data).resolve()
-    digest = data_digest(data_dir)
+    return Path(data).resolve()
+
+
+def _check_same_run(run_dir: Path, stored: dict[str, Any], preset_name: str, chosen: bool,
+                    model: ModelConfig, train: TrainConfig, data_dir: Path, digest: str
+                    ) -> None:
+    """UserError naming the difference unless the configuration and data continue the
+    run stored in `run_dir` (only the fields that may change on resume may differ)."""
+    old_model = config_from_dict(ModelConfig, stored["model"])
+    old_train = config_from_dict(TrainConfig, _train_record(stored))
+    changeable = CHANGEABLE_ON_RESUME
+    if not any(fixes_batch_per_process(cfg.max_tokens, cfg.update_freq)
+               for cfg in (old_train, train)):
+        changeable |= BATCH_SPLIT
+    changes = differences({**dataclasses.asdict(old_model), **dataclasses.asdict(old_train)},
+                          {**dataclasses.asdict(model), **dataclasses.asdict(train)},
+                          skip=changeable)
+    if stored.get("preset") != preset_name and chosen:
+        changes.insert(0, f"preset {stored.get('preset')!r} -> {preset_name!r}")
+    if changes:
+        raise UserError(f"{run_dir} holds a run with another configuration ("
+                        f"{'; '.join(changes)}); continue it without these changes, or "
+                        "train into a new run directory")
+    if stored["data"]["digest"] != digest:
+        raise UserError(f"{run_dir} was trained on other data ({stored['data']['dir']}, "
+                        f"digest {stored['data']['digest'][:12]}) than {data_dir} (digest "
+                        f"{digest[:12]}); resume with the same prepared data, or train "
+                        "into a new run directory")
+
+
+def _run_record(preset_name: str, model: ModelConfig, train: TrainConfig, data_dir: Path,
+                digest: str, stored: dict[str, Any] | None, init: InitModel | None
+                ) -> dict[str, Any]:
+    """config.json as the run will write it: its configuration, data and the sessions
+    so far (the session about to start adds its own)."""
     manifest = read_manifest(data_dir)
-
-    resume_from = None
-    if stored is not None:
-        old_model = config_from_dict(ModelConfig, stored["model"])
-        old_train = config_from_dict(TrainConfig, _train_record(stored))
-        changeable = CHANGEABLE_ON_RESUME
-        if not any(fixes_batch_per_process(cfg.max_tokens, cfg.update_freq)
-                   for cfg in (old_train, train)):
-            changeable |= BATCH_SPLIT
-        changes = differences({**dataclasses.asdict(old_model), **dataclasses.asdict(old_train)},
-                              {**dataclasses.asdict(model), **dataclasses.asdict(train)},
-                              skip=changeable)
-        if stored.get("preset") != preset_name and (preset or config_file):
-            changes.insert(0, f"preset {stored.get('preset')!r} -> {preset_name!r}")
-        if changes:
-            raise UserError(f"{run_dir} holds a run with another configuration ("
-                            f"{'; '.join(changes)}); continue it without these changes, or "
-                            "train into a new run directory")
-        if stored["data"]["digest"] != digest:
-            raise UserError(f"{run_dir} was trained on other data ({stored['data']['dir']}, "
-                            f"digest {stored['data']['digest'][:12]}) than {data_dir} (digest "
-                            f"{digest[:12]}); resume with the same prepared data, or train "
-                            "into a new run directory")
-        resume_from = resume_checkpoint(run_dir)
-    if init is not None:
-        check_init_architecture(init.path, init.model_config, model)
-        check_init_vocab(init.path, init.vocab_sha256, data_dir)
-
     record = {
         "format": RUN_FORMAT,
         "version": RUN_VERSION,
@@ -296,27 +312,7 @@ def plan_run(*, out: str | Path | None, resume: str | Path | None, data: str | P
     started_from = init.record() if init is not None else (stored or {}).get("init_from")
     if started_from is not None:
         record["init_from"] = started_from
-    return RunPlan(run_dir, data_dir, preset_name, model, train, digest, resume_from, record)
-
-
-def check_checkpoint(checkpoint: dict[str, Any], plan: RunPlan, vocab_size: int) -> None:
-    """UserError unless `checkpoint` (read from plan.resume_from) is a training checkpoint
-    of this run's model and data, whose vocabulary has `vocab_size` pieces."""
-    where = plan.resume_from
-    if "trainer" not in checkpoint:
-        raise UserError(f"{where} is a model file without training state; it cannot be resumed")
-    if checkpoint.get("data_digest") != plan.data_digest:
-        raise UserError(f"{where} was trained on other data (digest "
-                        f"{str(checkpoint.get('data_digest'))[:12]}, now "
-                        f"{plan.data_digest[:12]}); resume with the same prepared data")
-    model_cfg = plan.record["model"]
-    for key, value in checkpoint["model_config"].items():
-        if model_cfg.get(key) != value:
-            raise UserError(f"{where} holds another architecture ({key} {value!r}, the run "
-                            f"config says {model_cfg.get(key)!r})")
-    if checkpoint["vocab_size"] != vocab_size:
-        raise UserError(f"{where} has a vocabulary of {checkpoint['vocab_size']}, the data "
-                        f"{vocab_size}; resume with the same prepared data")
+    return record
 
 
 def session_record(*, from_step: int, command: str, world_size: int, device: str,

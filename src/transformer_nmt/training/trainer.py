@@ -2,7 +2,7 @@
 
 `Trainer` owns a model's optimizer, schedule, precision and DDP wrapper, and knows how to
 take one optimizer step from a list of batches and how to evaluate; it touches no files.
-The whole of `nmt train` (the run, its data, loop and checkpoints) is training/session.py.
+A session of `nmt train` (the data, the loop over steps, checkpoints) is training/session.py.
 
 One optimizer step sums the loss over every target token of its batches (update_freq of
 them per process) and divides the gradient by the number of target tokens of the whole
@@ -123,43 +123,9 @@ class Trainer:
         take one optimizer step, unless the loss or gradient is not finite or a batch ran
         out of GPU memory; then the update is skipped and the reason returned."""
         self.raw_model.train()
-        sums = torch.zeros(2, dtype=torch.float32, device=self.device)  # loss, nll
-        tgt_tokens = src_tokens = sentences = 0
-        flops = 0.0
-        out_of_memory = False
-        for i, batch in enumerate(batches):
-            # Gradients are all-reduced in the backward of the last batch only.
-            sync = i == len(batches) - 1 or not self.context.enabled
-            with contextlib.nullcontext() if sync else self.model.no_sync():
-                real = batch is not None and not out_of_memory
-                failed = False
-                try:
-                    loss, nll = self._forward_backward(batch if real else self._dummy,
-                                                       1.0 if real else 0.0)
-                except torch.OutOfMemoryError:
-                    if not self.skip_out_of_memory:
-                        raise
-                    failed = out_of_memory = True
-                # Recovery waits until the except clause is left: until then the exception's
-                # traceback holds the failed batch's frames, and with them its activations.
-                if failed:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    torch.cuda.empty_cache()
-                    if sync and self.context.enabled:
-                        self._forward_backward(self._dummy, 0.0)
-                    continue
-            if real:
-                sums += torch.stack([loss, nll])
-                tgt_tokens += batch.tgt_tokens
-                src_tokens += batch.src_tokens
-                sentences += len(batch)
-                flops += train_step_flops(self.raw_model.cfg, self.raw_model.vocab_size,
-                                          batch.src.size(1), batch.tgt_out.size(1), len(batch))
-        totals = torch.cat([sums.double(), torch.tensor(
-            [tgt_tokens, src_tokens, sentences, flops, out_of_memory], dtype=torch.float64,
-            device=self.device)])
+        sums = self._accumulate(batches)
         loss_sum, nll_sum, tgt, src, sents, flops, ooms = \
-            self.context.all_reduce_sum(totals).tolist()
+            self.context.all_reduce_sum(sums).tolist()
         result = StepResult(loss_sum, nll_sum, int(tgt), int(src), int(sents), flops,
                             math.nan, self.schedule(self.step + 1), updated=False)
         if ooms:
@@ -171,6 +137,58 @@ class Trainer:
         else:
             self._update(result, tgt)
         self.optimizer.zero_grad(set_to_none=True)
+        self._count(result)
+        return result
+
+    def _accumulate(self, batches: list[Batch | None]) -> torch.Tensor:
+        """Backpropagate every batch of a step; return this process's sums (loss, nll,
+        target tokens, source tokens, sentences, FLOPs, out of memory) as float64."""
+        sums = torch.zeros(2, dtype=torch.float32, device=self.device)  # loss, nll
+        tgt_tokens = src_tokens = sentences = 0
+        flops = 0.0
+        out_of_memory = False
+        for i, batch in enumerate(batches):
+            # Gradients are all-reduced in the backward of the last batch only.
+            sync = i == len(batches) - 1 or not self.context.enabled
+            real = batch is not None and not out_of_memory
+            losses = self._backward_or_recover(batch if real else self._dummy,
+                                               1.0 if real else 0.0, sync)
+            if losses is None:
+                out_of_memory = True
+            elif real:
+                sums += torch.stack(losses)
+                tgt_tokens += batch.tgt_tokens
+                src_tokens += batch.src_tokens
+                sentences += len(batch)
+                flops += train_step_flops(self.raw_model.cfg, self.raw_model.vocab_size,
+                                          batch.src.size(1), batch.tgt_out.size(1), len(batch))
+        return torch.cat([sums.double(), torch.tensor(
+            [tgt_tokens, src_tokens, sentences, flops, out_of_memory], dtype=torch.float64,
+            device=self.device)])
+
+    def _backward_or_recover(self, batch: Batch, weight: float, sync: bool
+                             ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """`_forward_backward` of one batch (gradients synced when `sync`); None if it ran
+        out of GPU memory, after freeing what it held."""
+        failed = False
+        with contextlib.nullcontext() if sync else self.model.no_sync():
+            try:
+                return self._forward_backward(batch, weight)
+            except torch.OutOfMemoryError:
+                if not self.skip_out_of_memory:
+                    raise
+                failed = True
+        # Recovery waits until the except clause is left: until then the exception's
+        # traceback holds the failed batch's frames, and with them its activations.
+        if failed:
+            self.optimizer.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+            if sync and self.context.enabled:
+                self._forward_backward(self._dummy, 0.0)
+        return None
+
+    def _count(self, result: StepResult) -> None:
+        """Count an update, or a skipped one (and a bad one in a row if non-finite)."""
         if result.updated:
             self.step += 1
             self.bad_steps = 0
@@ -178,7 +196,6 @@ class Trainer:
             self.skipped_total += 1
             if result.skipped.startswith("non-finite"):
                 self.bad_steps += 1
-        return result
 
     def _update(self, result: StepResult, tgt_tokens: float) -> None:
         """Normalize, clip and apply the accumulated gradients, filling in `result`."""
@@ -208,7 +225,9 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, batches: Iterable[Batch | None]) -> dict[str, float]:
-        """Loss, NLL and perplexity per target token over `batches` and every process."""
+        """Loss, NLL and perplexity per target token over `batches` and every process;
+        the model's training mode is left as it was found."""
+        was_training = self.raw_model.training
         model = self.raw_model.eval()
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss, nll, tokens
         for batch in batches:
@@ -225,7 +244,7 @@ class Trainer:
             sums += torch.stack([loss.double(), nll.double(),
                                  torch.tensor(batch.tgt_tokens, dtype=torch.float64,
                                               device=self.device)])
-        model.train()
+        model.train(was_training)
         loss, nll, tokens = self.context.all_reduce_sum(sums).tolist()
         tokens = max(tokens, 1.0)
         return {"loss": loss / tokens, "nll": nll / tokens, "ppl": perplexity(nll / tokens),

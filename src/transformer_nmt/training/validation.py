@@ -1,5 +1,5 @@
-"""What training measures on the validation split: its batches, the BLEU and chrF of a
-model's translations of it, and which of two results of a metric is better.
+"""What training measures on the validation split: its batches, and the BLEU and chrF of a
+model's translations of it (which result is better: training/early_stopping.py).
 
 The loss and perplexity of those batches come from `Trainer.evaluate`, which shares the
 training step's precision and model; BLEU and chrF need search and text, so they live here.
@@ -31,14 +31,6 @@ def validation_batches(data: ParallelData, max_tokens: int, max_len: int, *, see
                                 shuffle=False, rank=rank, world_size=world_size)
     for indices in sampler:
         yield collate(data, indices, max_len=max_len) if indices else None
-
-
-def better(metric: str, value: float, best: float | None) -> bool:
-    """Whether `value` of validation metric `metric` beats `best` (None: nothing yet):
-    lower for 'loss' (the NLL per token), higher for 'bleu' and 'chrf'."""
-    if best is None:
-        return True
-    return value < best if metric == "loss" else value > best
 
 
 def translation_scores(model: Transformer, data: ParallelData, vocab: Vocab, max_tokens: int,

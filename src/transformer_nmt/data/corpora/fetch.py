@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 from transformer_nmt.data.corpora.base import SourceOptions
 from transformer_nmt.errors import UserError
+from transformer_nmt.files import AtomicFile
 
 
 @dataclass(frozen=True)
@@ -53,16 +54,12 @@ def download(url: str, target: Path, hint: str) -> Path:
     so an interrupted download is never taken for a finished one)."""
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".part")
     try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
-            shutil.copyfileobj(response, out, 1 << 20)
+        with urllib.request.urlopen(url, timeout=60) as response, AtomicFile(target) as out:
+            shutil.copyfileobj(response, out.handle, 1 << 20)
     except (urllib.error.URLError, OSError, ValueError) as error:
-        tmp.unlink(missing_ok=True)
         reason = getattr(error, "reason", error)
         raise UserError(f"cannot download {url}: {reason}; {hint}") from None
-    os.replace(tmp, target)
     return target
 
 
