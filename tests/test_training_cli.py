@@ -243,3 +243,16 @@ def test_early_stopping_by_chrf_then_average_the_best(tiny_data, tmp_path, capsy
     code, out, _ = nmt(capsys, "average", run, "--best", "3", "--out", tmp_path / "best3.pt")
     assert code == 0 and f"checkpoint_{best['step']}.pt" in out
     assert config(run)["train"]["valid_beam"] == 2
+
+
+def test_precision_auto_says_what_it_chose_and_why(tiny_data, tmp_path, capsys, monkeypatch):
+    from transformer_nmt import runtime
+
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
+    monkeypatch.setattr(runtime, "measure_matmul_rates",
+                        lambda device, shape: runtime.MatmulRates(fp32=1e11, bf16=0.5e11))
+    code, _, err = nmt(capsys, *train_args(tiny_data, tmp_path / "run", "--max-steps", "1",
+                                           "--precision", "auto"))
+    assert code == 0
+    assert "precision auto: fp32 (bf16 products ran 0.50x as fast as fp32" in err
+    assert config(tmp_path / "run")["sessions"][0]["precision"] == "fp32"

@@ -7,7 +7,6 @@ many shapes), in a child process whose resident memory the test samples from /pr
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from train_fixtures import WORDS
+from train_fixtures import reversal_pairs
 from transformer_nmt.data.prepare import PrepareOptions, prepare
 from transformer_nmt.runtime import bf16_supported
 
@@ -26,11 +25,7 @@ far below what a leak of one batch's activations per step would add over 200 ste
 
 
 def many_shapes_data(root: Path) -> Path:
-    rng = random.Random(3)
-    pairs = []
-    for _ in range(800):
-        words = rng.choices(WORDS, k=rng.randint(1, 40))
-        pairs.append((" ".join(words), " ".join(reversed(words))))
+    pairs = reversal_pairs(800, seed=3, words=(1, 40))
     files = {}
     for split, chunk in (("train", pairs[:760]), ("valid", pairs[760:])):
         for side, column in (("src", 0), ("tgt", 1)):

@@ -26,14 +26,20 @@ def _write(path, lines):
     return str(path)
 
 
+def reversal_pairs(count: int, seed: int, words: tuple[int, int]) -> list[tuple[str, str]]:
+    """`count` pairs of the toy task: a sentence of `words` (fewest, most) words, reversed."""
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(count):
+        sentence = rng.choices(WORDS, k=rng.randint(*words))
+        pairs.append((" ".join(sentence), " ".join(reversed(sentence))))
+    return pairs
+
+
 def make_tiny_data(root: Path) -> Path:
     """A data directory of 240 train and 24 valid pairs of a toy copy-and-reverse task,
     vocabulary 64; in ROOT/data (about a second)."""
-    rng = random.Random(7)
-    pairs = []
-    for _ in range(264):
-        words = rng.choices(WORDS, k=rng.randint(2, 9))
-        pairs.append((" ".join(words), " ".join(reversed(words))))
+    pairs = reversal_pairs(264, seed=7, words=(2, 9))
     files = {}
     for split, chunk in (("train", pairs[:240]), ("valid", pairs[240:]), ("test", pairs[240:])):
         files[f"{split}_src"] = _write(root / f"{split}.src.txt", [s for s, _ in chunk])

@@ -79,28 +79,31 @@ class MatmulRates:
     bf16: float
 
 
-def measure_matmul_rates(device: torch.device, shape: tuple[int, int, int]) -> MatmulRates:
-    """FLOP/s of a (rows, inner) @ (inner, columns) product in fp32 and bf16 on `device`,
-    the best of a few runs each. Constant inputs: it draws nothing from the random
-    generators, so that a resumed run sees the same random stream."""
+def matmul_rate(device: torch.device, dtype: torch.dtype, shape: tuple[int, int, int],
+                repeats: int = 5) -> float:
+    """FLOP/s of a (rows, inner) @ (inner, columns) product in `dtype` on `device`, the
+    best of `repeats` runs. Constant inputs: it draws nothing from the random generators,
+    so that a resumed run sees the same random stream as an uninterrupted one."""
     rows, inner, columns = shape
+    a = torch.full((rows, inner), 0.5, dtype=dtype, device=device)
+    b = torch.full((inner, columns), 0.25, dtype=dtype, device=device)
+    a @ b  # first-call dispatch and, on a GPU, kernel selection
+    best = math.inf
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * rows * inner * columns / max(best, 1e-9)
 
-    def rate(dtype: torch.dtype) -> float:
-        a = torch.full((rows, inner), 0.5, dtype=dtype, device=device)
-        b = torch.full((inner, columns), 0.25, dtype=dtype, device=device)
-        a @ b  # first-call dispatch and kernel selection
-        best = math.inf
-        for _ in range(5):
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            a @ b
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            best = min(best, time.perf_counter() - start)
-        return 2 * rows * inner * columns / max(best, 1e-9)
 
-    return MatmulRates(rate(torch.float32), rate(torch.bfloat16))
+def measure_matmul_rates(device: torch.device, shape: tuple[int, int, int]) -> MatmulRates:
+    """FLOP/s of `shape`'s product in fp32 and in bf16 on `device`."""
+    return MatmulRates(matmul_rate(device, torch.float32, shape),
+                       matmul_rate(device, torch.bfloat16, shape))
 
 
 def cache_dir() -> Path:

@@ -10,7 +10,6 @@ at every validation and checkpoint pause, keeping the best (PeakFlops).
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -18,30 +17,15 @@ from typing import Any, Callable, Iterator
 import torch
 
 from transformer_nmt.errors import UserError
+from transformer_nmt.runtime import matmul_rate
 
 METRICS_FILE = "metrics.jsonl"
 
 
 def measure_peak_flops(device: torch.device, dtype: torch.dtype) -> float:
-    """FLOP/s of a dense square matmul in `dtype` on `device`, best of a few runs.
-
-    Uses constant inputs so that it draws nothing from the random generators (a resumed
-    run must see the same random stream as an uninterrupted one).
-    """
+    """FLOP/s of a dense square matmul in `dtype` on `device`, best of a few runs."""
     size = 4096 if device.type == "cuda" else 1024
-    a = torch.full((size, size), 0.5, dtype=dtype, device=device)
-    b = torch.full((size, size), 0.25, dtype=dtype, device=device)
-    a @ b  # warm-up: first-call dispatch and, on a GPU, kernel selection
-    best = math.inf
-    for _ in range(3):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size ** 3 / best
+    return matmul_rate(device, dtype, (size, size, size), repeats=3)
 
 
 class PeakFlops:

@@ -62,7 +62,9 @@ class _Session:
         self.run_dir = plan.run_dir
         self.command = command
         self.show_progress = progress and self.main
-        self.precision = resolve_precision(self.cfg.precision, context.device, training=True)
+        self.batch = plan_batch(self.cfg.batch_tokens, self.cfg.max_tokens,
+                                self.cfg.update_freq, context.world_size)
+        self.precision, self.precision_reason = context.main_reads(self._decide_precision)
         self._read_data()
         model = self._fresh_model()
         checkpoint = self._read_checkpoint()
@@ -71,8 +73,6 @@ class _Session:
         elif self.cfg.init_from:
             model.load_state_dict(self._read_init_weights()["model"])
         self.trainer = Trainer(model, self.cfg, context, self.precision, self.cfg.compile)
-        self.batch = plan_batch(self.cfg.batch_tokens, self.cfg.max_tokens,
-                                self.cfg.update_freq, context.world_size)
         self.sampler = TokenBatchSampler(
             self.train_data.src_lengths, self.train_data.tgt_lengths,
             self.batch.per_batch_tokens, seed=self.cfg.seed, rank=context.rank,
@@ -90,6 +90,17 @@ class _Session:
         self.last_validation: dict[str, Any] | None = None
         self.last_saved: Path | None = None
         self.last_saved_step = -1
+
+    def _decide_precision(self) -> tuple[str, str | None]:
+        """The precision to train in and, for 'auto', why (decided on rank 0 for all, so
+        that a measurement cannot split the processes). 'auto' times the feed-forward
+        product at this run's batch rows (at most 4096: the rate is flat beyond)."""
+        said: list[str] = []
+        model = self.plan.model
+        shape = (min(self.batch.per_batch_tokens, 4096), model.d_model, model.d_ff)
+        precision = resolve_precision(self.cfg.precision, self.context.device, training=True,
+                                      log=said.append, shape=shape)
+        return precision, (said[0] if said else None)
 
     def _read_data(self) -> None:
         """The train split, the valid split if there is one, and the vocabulary."""
@@ -196,6 +207,8 @@ class _Session:
             precision=self.precision, batch=self.batch._asdict()))
         write_run_config(self.run_dir, self.plan.record)
         tqdm.write(describe_batch(self.batch, self.context.world_size), file=sys.stderr)
+        if self.precision_reason:
+            tqdm.write(self.precision_reason, file=sys.stderr)
         if self.resume_step is None and cfg.init_from:
             tqdm.write(f"fine-tuning from the weights of {cfg.init_from}: fresh optimizer, "
                        f"{cfg.warmup_steps} warm-up steps to a peak rate of "
