@@ -28,7 +28,7 @@ def test_auto_precision_is_fp32_where_bf16_is_not_native(monkeypatch):
 def test_auto_precision_on_a_native_cpu_follows_the_measured_rates(
         monkeypatch, tmp_path, bf16_rate, chosen):
     """Native bf16 is not enough: it must multiply clearly faster than fp32 (a CPU with
-    AVX-512 BF16 but no AMX runs it at about half the fp32 rate)."""
+    AVX-512 BF16 but no AMX runs it slower than fp32)."""
     monkeypatch.setenv("NMT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
     monkeypatch.setattr(runtime, "measure_matmul_rates",

@@ -8,7 +8,7 @@ bf16 matrices far slower than fp32); fp16 only on CUDA, where a
 gradient scaler keeps its small range usable; 'auto' (training) is bf16 on a GPU that
 has it, and on a CPU only where bf16 matrix products at the model's shapes, measured, are
 clearly faster than fp32's: native is not enough (a CPU with AVX-512 BF16 but no AMX
-multiplies bf16 at about half the fp32 rate). The measurement is cached per machine.
+multiplies bf16 slower than fp32, bench/RESULTS.md). The measurement is cached per machine.
 """
 
 from __future__ import annotations
