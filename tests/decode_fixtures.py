@@ -15,6 +15,8 @@ import torch
 
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import train_vocab
+from transformer_nmt.decode import threads as threads_module
+from transformer_nmt.decode.translator import Translator
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, save_model_file
 
@@ -46,3 +48,18 @@ def make_model_file(directory: Path, max_positions: int = 256,
     path = directory / "model.pt"
     save_model_file(model_payload(model, vocab.to_bytes()), path)
     return path
+
+
+def record_search_threads(monkeypatch) -> list[int]:
+    """A list that receives torch's thread count at every batch the Translator searches,
+    with the process's core count pretended to be 4."""
+    monkeypatch.setattr(threads_module, "_PROCESS_THREADS", 4)
+    seen: list[int] = []
+    search = Translator._search
+
+    def recording(self, *args):
+        seen.append(torch.get_num_threads())
+        return search(self, *args)
+
+    monkeypatch.setattr(Translator, "_search", recording)
+    return seen

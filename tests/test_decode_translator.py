@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from decode_fixtures import SHORT, make_model_file, sentences
+from decode_fixtures import SHORT, make_model_file, record_search_threads, sentences
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode import threads as threads_module
 from transformer_nmt.decode.translator import (Translator, TranslationRequest,
@@ -149,15 +149,7 @@ def test_settings_passed_per_call_decode_like_a_translator_built_with_them(model
 
 
 def test_a_call_sets_its_threads_and_gives_the_callers_back(model_file, monkeypatch):
-    monkeypatch.setattr(threads_module, "_PROCESS_THREADS", 4)
-    seen = []
-    search = Translator._search
-
-    def recording(self, *args):
-        seen.append(torch.get_num_threads())
-        return search(self, *args)
-
-    monkeypatch.setattr(Translator, "_search", recording)
+    seen = record_search_threads(monkeypatch)
     lines = sentences(6, seed=18)
     before = torch.get_num_threads()
     two = translator_for(model_file, batch_size=2, workers=2)

@@ -14,10 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from decode_fixtures import make_model_file, sentences
+from decode_fixtures import make_model_file, record_search_threads, sentences
 from transformer_nmt.cli import main
-from transformer_nmt.decode import threads as threads_module
-from transformer_nmt.decode.translator import Translator
 
 FAST = ["--beam", "2", "--max-len-b", "5"]
 
@@ -151,15 +149,7 @@ def test_output_paths_get_their_directories_or_a_one_line_error(model_file, tmp_
 
 def test_each_worker_translates_on_its_share_of_the_cores_for_the_command_only(
         model_file, tmp_path, monkeypatch):
-    monkeypatch.setattr(threads_module, "_PROCESS_THREADS", 4)
-    seen = []
-    search = Translator._search
-
-    def recording(self, *args):
-        seen.append(torch.get_num_threads())
-        return search(self, *args)
-
-    monkeypatch.setattr(Translator, "_search", recording)
+    seen = record_search_threads(monkeypatch)
     source = tmp_path / "in.txt"
     source.write_text("the house\na dog\nthe green garden\n", encoding="utf-8")
     before = torch.get_num_threads()
