@@ -109,3 +109,14 @@ def test_every_writer_makes_its_rename_durable_by_syncing_the_directory(tmp_path
     assert (tmp_path / "out.bin").is_file()
     assert synced and set(synced) == {tmp_path}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_the_temporaries_a_killed_writer_left_are_removed_and_nothing_else(tmp_path):
+    writer = AtomicFile(tmp_path / "manifest.json")
+    writer.handle.write(b"half")
+    writer.handle.flush()
+    writer.handle.close()  # the process dies here: the temporary is never renamed
+    (tmp_path / "kept.json").write_text("{}")
+    (tmp_path / ".hidden").write_text("")
+    files.remove_leftover_temporaries(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "kept.json"]

@@ -105,6 +105,14 @@ class AtomicFile(AllOrNothing):
         _raise_full_disk(value, self.path)
 
 
+def remove_leftover_temporaries(directory: str | Path) -> None:
+    """Delete the temporary files that an AtomicFile in `directory` leaves behind when its
+    process is killed mid-write (a clean exit or an exception removes its own)."""
+    for path in Path(directory).glob(".*.tmp"):
+        if path.is_file():
+            path.unlink(missing_ok=True)
+
+
 def _raise_full_disk(error: BaseException | None, path: Path) -> None:
     """A one-line UserError in place of `error` if it says `path`'s disk is full."""
     if isinstance(error, OSError) and error.errno == errno.ENOSPC:

@@ -39,7 +39,7 @@ from transformer_nmt.data.vocab import (BOS_ID, EOS_ID, PAD_ID, UNK_ID,
                                         Vocab, default_character_coverage, train_vocab)
 from transformer_nmt.data.vocab_source import VocabSource, vocab_digest
 from transformer_nmt.errors import UserError
-from transformer_nmt.files import fsync_dir, write_json_atomic
+from transformer_nmt.files import fsync_dir, remove_leftover_temporaries, write_json_atomic
 
 IN_PROGRESS = ".in-progress"
 WORK = ".work"
@@ -100,8 +100,9 @@ def _remove_partial(out: Path) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         names = []
     shutil.rmtree(out / WORK, ignore_errors=True)
-    for name in names + [MANIFEST + ".tmp"]:
+    for name in names:
         (out / name).unlink(missing_ok=True)
+    remove_leftover_temporaries(out)
     marker.unlink(missing_ok=True)
 
 

@@ -94,9 +94,9 @@ class Batcher:
     def _loop_ended(self, task: asyncio.Task) -> None:
         """A loop that failed is logged with its traceback, and the sentences waiting
         get its error rather than waiting for a batch that never comes."""
-        if task.cancelled() or task.exception() is None:
+        error = None if task.cancelled() else task.exception()
+        if error is None:
             return
-        error = task.exception()
         logger.error("the batcher's loop failed; no more batches will be decoded",
                      exc_info=error)
         while self._pending:
@@ -243,6 +243,7 @@ class Batcher:
             if not piece.future.done():
                 piece.future.set_result(results[offset: offset + len(piece.lines)])
             offset += len(piece.lines)
+
 
 def _spans(tokens: list[int], token_budget: int, sentence_budget: int) -> list[tuple[int, int]]:
     """[start, end) runs of consecutive sentences, each within `token_budget` tokens (a
