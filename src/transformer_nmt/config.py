@@ -19,7 +19,8 @@ from transformer_nmt.fields import check_types, marked, parse_duration, setting
 Positional = Literal["sinusoidal", "learned"]
 TieEmbeddings = Literal["all", "decoder", "none"]
 TrainPrecision = Literal["auto", "fp32", "bf16", "fp16"]
-"""Training precisions: 'auto' is bf16 where the device has it natively, else fp32."""
+"""Training precisions: 'auto' is bf16 on a GPU that has it natively, and on a CPU only where
+bf16 products measured faster than fp32 by a margin (runtime.auto_training_precision); else fp32."""
 DecodePrecision = Literal["fp32", "bf16", "int8"]
 """Decoding precisions: fp32; bf16 weights and activations (CPUs with AVX-512 BF16 or AMX,
 and GPUs), the search's log-probabilities staying float32; int8 dynamic quantization of
