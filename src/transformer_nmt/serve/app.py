@@ -24,7 +24,7 @@ from transformer_nmt.serve.batcher import QueueFull
 from transformer_nmt.serve.libretranslate import libretranslate_routes
 from transformer_nmt.serve.middleware import BodyLimit, RequestMetrics, route_paths
 from transformer_nmt.serve.metrics import ServerMetrics
-from transformer_nmt.serve.requests import TranslateRequest
+from transformer_nmt.serve.requests import CheckedJSONRoute, TranslateRequest
 from transformer_nmt.serve.service import BadOption, Search, TooLarge, TranslationService
 from transformer_nmt.serve.settings import ServeSettings
 
@@ -106,6 +106,7 @@ def create_app(service: TranslationService, card: dict[str, Any],
                   "LibreTranslate's /translate and /languages are served as well.")
     app.state.service, app.state.card, app.state.metrics = service, card, metrics
     app.state.ready = app.state.draining = False
+    app.router.route_class = CheckedJSONRoute
     add_error_handlers(app)
     add_routes(app, service, card, metrics)
     libretranslate = libretranslate_routes(
