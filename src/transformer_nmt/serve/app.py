@@ -22,7 +22,8 @@ from transformer_nmt.version import __version__
 from transformer_nmt.serve.access import presented_key, require_key
 from transformer_nmt.serve.batcher import QueueFull
 from transformer_nmt.serve.libretranslate import libretranslate_routes
-from transformer_nmt.serve.middleware import BodyLimit, RequestMetrics, route_paths
+from transformer_nmt.serve.middleware import (BodyLimit, RequestMetrics, UnexpectedErrors,
+                                               route_paths)
 from transformer_nmt.serve.metrics import ServerMetrics
 from transformer_nmt.serve.requests import CheckedJSONRoute, TranslateRequest
 from transformer_nmt.serve.service import BadOption, Search, TooLarge, TranslationService
@@ -207,9 +208,12 @@ def add_routes(app: FastAPI, service: TranslationService, card: dict[str, Any],
 
 def wrap_in_middleware(app: FastAPI, settings: ServeSettings, metrics: ServerMetrics,
                        routes: frozenset[str]) -> None:
-    """The body limit, the request metrics (by the paths of `routes`) and CORS."""
-    # The last added is the outermost: metrics count the body limit's refusals too.
+    """The body limit, the JSON 500 of unexpected errors, the request metrics (by the
+    paths of `routes`) and CORS."""
+    # The last added is the outermost: metrics count the body limit's refusals and the
+    # 500s too, and CORS headers go on every answer.
     app.add_middleware(BodyLimit, max_bytes=4 * settings.max_characters + 65536)
+    app.add_middleware(UnexpectedErrors)
     app.add_middleware(RequestMetrics, metrics=metrics, routes=routes)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),

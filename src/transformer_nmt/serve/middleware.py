@@ -1,9 +1,11 @@
-"""ASGI middleware of the server: a cap on the body's size before it is read, and the
-request counters and latency histogram of /metrics."""
+"""ASGI middleware of the server: a cap on the body's size before it is read, a JSON 500
+for whatever the app did not expect, and the request counters and latency histogram of
+/metrics."""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 from typing import Iterable
@@ -12,6 +14,11 @@ from fastapi import HTTPException
 from starlette.routing import BaseRoute, Route
 
 from transformer_nmt.serve.metrics import ServerMetrics
+
+logger = logging.getLogger(__name__)
+
+INTERNAL_ERROR = "the server failed to answer this request; its log says why"
+"""All a client learns of an error the app did not expect: nothing of its insides."""
 
 
 def route_paths(routes: Iterable[BaseRoute]) -> frozenset[str]:
@@ -59,6 +66,34 @@ async def _refuse(send, status: int, message: str) -> None:
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+class UnexpectedErrors:
+    """Any exception the app lets out is logged with its traceback and answered as a JSON
+    500 that says nothing internal (a response already begun is cut off), so that no
+    request, however odd, gets a traceback or a plain-text page."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            logger.exception("unexpected error answering %s %s", scope["method"],
+                             scope["path"])
+            if not started:
+                await _refuse(send, 500, INTERNAL_ERROR)
 
 
 class RequestMetrics:
