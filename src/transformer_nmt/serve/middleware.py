@@ -1,9 +1,10 @@
-"""ASGI middleware of the server: a cap on the body's size before it is read, a JSON 500
-for whatever the app did not expect, and the request counters and latency histogram of
-/metrics."""
+"""ASGI middleware of the server: a cap on the body's size before it is read, a deadline
+for the body to arrive, a JSON 500 for whatever the app did not expect, and the request
+counters and latency histogram of /metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -58,6 +59,38 @@ class BodyLimit:
             return message
 
         await self.app(scope, limited_receive, send)
+
+
+class BodyDeadline:
+    """HTTP 408, with the connection closed, for a body that has not arrived in full
+    within `seconds` of its request's headers: a body shorter than its Content-Length or
+    a chunked one that never ends would otherwise hold the connection for ever."""
+
+    def __init__(self, app, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        deadline = time.monotonic() + self.seconds
+        body_done = False
+
+        async def timed_receive():
+            nonlocal body_done
+            if body_done:  # later reads only wait for the client to go: no deadline
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - time.monotonic())
+            except asyncio.TimeoutError:  # not the built-in TimeoutError before 3.11
+                raise HTTPException(408, f"the body did not arrive within the server's "
+                                    f"body_timeout_s ({self.seconds:g} s)",
+                                    headers={"Connection": "close"}) from None
+            body_done = not message.get("more_body", False)
+            return message
+
+        await self.app(scope, timed_receive, send)
 
 
 async def _refuse(send, status: int, message: str) -> None:
