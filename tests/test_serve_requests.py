@@ -66,6 +66,24 @@ def test_a_hostile_body_is_a_400_naming_the_field(client, path, body, names):
     assert names in message and "\n" not in message
 
 
+@pytest.mark.parametrize("body, message", [
+    ("q=a&source=en&source=fr&target=de", "source must be a language code, not ['en', 'fr']"),
+    ("q=a&source=en&target=de&api_key=k3y&api_key=k3y", "api_key must be a text"),
+    ("q=a&source=en&target=de&alternatives=inf", "alternatives must be a number"),
+])
+def test_a_form_field_repeated_or_of_the_wrong_kind_is_a_400_naming_it(client, body, message):
+    answer = client.post("/translate", content=body.encode(),
+                         headers={"Content-Type": "application/x-www-form-urlencoded",
+                                  "X-API-Key": KEY})
+    assert answer.status_code == 400 and message in answer.json()["error"]
+
+
+def test_a_language_that_is_not_a_text_is_named(client):
+    answer = post(client, "/translate", libre_with("target", "[1]"))
+    assert answer.json() == {"error": "Invalid request: target must be a language code, "
+                             "not [1]"}
+
+
 def test_the_deepest_body_allowed_is_read():
     assert read_json(nested(MAX_JSON_DEPTH).encode()) == json.loads(nested(MAX_JSON_DEPTH))
     with pytest.raises(UnreadableJSON, match="deeper than"):

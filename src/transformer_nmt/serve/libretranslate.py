@@ -65,8 +65,11 @@ def libretranslate_routes(translate: Translate, settings: ServeSettings,
     def check_pair(source: Any, target: Any) -> None:
         for name, value, served in (("source", source, source_language),
                                     ("target", target, target_language)):
-            if not isinstance(value, str) or not value:
+            if value is None or value == "":
                 raise HTTPException(400, f"Invalid request: missing {name} parameter")
+            if not isinstance(value, str):  # a number, a list, a form's repeated field
+                raise HTTPException(400, f"Invalid request: {name} must be a language "
+                                    f"code, not {value!r}")
             if served is not None and value != served and not (name == "source"
                                                                 and value == "auto"):
                 raise HTTPException(400, f"{value} is not supported as {name} language: "
