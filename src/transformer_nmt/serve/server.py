@@ -75,9 +75,11 @@ class HeadersDeadlineProtocol(AutoHTTPProtocol):  # httptools' or h11's, as uvic
 
     def _headers_late(self) -> None:
         # A request in progress (a pipelined one included) has all its headers; an
-        # answered one whose body never came counts as none.
+        # answered one whose body never came counts as none. A connection upgraded to a
+        # WebSocket belongs to another protocol now.
         waiting = self.cycle is None or self.cycle.response_complete
-        if waiting and not self.transport.is_closing():
+        if (waiting and self.transport.get_protocol() is self
+                and not self.transport.is_closing()):
             self.transport.close()
 
 
