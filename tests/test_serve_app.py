@@ -318,3 +318,18 @@ def test_attention_comes_with_the_words_of_its_pieces_and_attention_between_word
             assert all(len(row) == len(source_words) for row in rows)
     assert "attention" not in translate(client, text=text).json()[
         "translations"][0]["sentences"][0]
+
+
+def test_an_error_the_app_did_not_expect_is_logged_and_answered_as_a_json_500(
+        served_model, monkeypatch, caplog):
+    async def broken(*args, **kwargs):
+        raise RuntimeError("internal detail /secret/path")
+
+    with TestClient(make_app(served_model), raise_server_exceptions=False) as client:
+        monkeypatch.setattr(client.app.state.service, "translate_texts", broken)
+        answer = translate(client, text="the dog runs")
+        assert answer.status_code == 500
+        assert answer.json() == {"error": "the server failed to answer this request; its "
+                                 "log says why"}
+        assert 'route="/v1/translate",status="500"' in client.get("/metrics").text
+    assert "internal detail /secret/path" in caplog.text and "Traceback" in caplog.text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -87,3 +88,81 @@ def test_a_wrong_model_path_is_a_one_line_error(tmp_path):
                             timeout=60)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "missing.pt" in result.stderr
+
+
+DEADLINE_S = 1.0
+SLACK_S = 3.0
+"""How much later than its deadline a stalled connection may close on a loaded machine."""
+
+
+@pytest.fixture(scope="module")
+def deadline_server(served_model):
+    with running_server(served_model, "--headers-timeout", str(DEADLINE_S), "--body-timeout",
+                        str(DEADLINE_S), "--keep-alive", str(DEADLINE_S)) as (url, _):
+        yield url
+
+
+def stall(url: str, sent: bytes, dribble: bytes) -> tuple[float, bytes]:
+    """(seconds until the server closed, what it answered) of a connection that sends
+    `sent`, then `dribble` every 0.1 s, while another client gets a translation."""
+    host, port = url.removeprefix("http://").split(":")
+    received = b""
+    with ThreadPoolExecutor(1) as pool, socket.create_connection((host, int(port))) as sock:
+        started = time.monotonic()
+        other = pool.submit(post_json, url + "/v1/translate", {"text": "the dog runs"})
+        sock.sendall(sent)
+        sock.settimeout(0.1)
+        while time.monotonic() - started < DEADLINE_S + SLACK_S:
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                try:
+                    sock.sendall(dribble)
+                except OSError:  # the server closed as we sent: read what it said
+                    pass
+                continue
+            except ConnectionResetError:  # our dribble crossed the server's close
+                break
+            if not chunk:
+                break
+            received += chunk
+        closed_after = time.monotonic() - started
+        assert other.result()[0] == 200
+    return closed_after, received
+
+
+POST = b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+@pytest.mark.parametrize("sent, dribble, answer", [
+    (b"", b"", b""),  # connected, never sends a byte
+    (b"P", b"O", b""),  # headers one byte at a time
+    (POST + b"Content-Length: 100\r\n\r\n" + b'{"text": "a', b"", b"408"),  # body too short
+    (POST + b"Transfer-Encoding: chunked\r\n\r\n", b"1\r\na\r\n", b"408"),  # never ends
+    (b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", b"", b"200"),  # idle after an answer
+], ids=["idle", "slow-headers", "short-body", "endless-chunked-body", "keep-alive"])
+def test_a_stalled_connection_is_closed_at_its_deadline_while_others_are_answered(
+        deadline_server, sent, dribble, answer):
+    seconds, received = stall(deadline_server, sent, dribble)
+    assert DEADLINE_S * 0.9 <= seconds < DEADLINE_S + SLACK_S, (seconds, received)
+    assert received.startswith(b"HTTP/1.1 " + answer) if answer else received == b""
+    if answer == b"408":
+        assert b"body_timeout_s (1 s)" in received and b"connection: close" in received
+
+
+def test_many_stalled_connections_are_all_closed_and_the_server_answers_meanwhile(
+        deadline_server):
+    host, port = deadline_server.removeprefix("http://").split(":")
+    sockets = [socket.create_connection((host, int(port))) for _ in range(50)]
+    try:
+        for sock in sockets:
+            sock.sendall(b"GET / HTTP/1.1\r\n")
+        status, _ = post_json(deadline_server + "/v1/translate", {"text": "the cat sleeps"})
+        assert status == 200
+        time.sleep(DEADLINE_S)
+        for sock in sockets:
+            sock.settimeout(SLACK_S)
+            assert sock.recv(1024) == b""
+    finally:
+        for sock in sockets:
+            sock.close()

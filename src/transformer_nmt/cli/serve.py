@@ -42,6 +42,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     groups = {
         "batching": parser.add_argument_group("batching across requests"),
         "limits": parser.add_argument_group("limits (over them: HTTP 413, 429, 504)"),
+        "connections": parser.add_argument_group(
+            "connections (a client that sends too slowly is cut off: HTTP 408 or closed)"),
         "access": parser.add_argument_group("access"),
     }
     add_fields(parser, ServeSettings, groups=groups, unset=True)

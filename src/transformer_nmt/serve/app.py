@@ -22,9 +22,10 @@ from transformer_nmt.version import __version__
 from transformer_nmt.serve.access import presented_key, require_key
 from transformer_nmt.serve.batcher import QueueFull
 from transformer_nmt.serve.libretranslate import libretranslate_routes
-from transformer_nmt.serve.middleware import BodyLimit, RequestMetrics, route_paths
+from transformer_nmt.serve.middleware import (BodyDeadline, BodyLimit, RequestMetrics,
+                                               UnexpectedErrors, route_paths)
 from transformer_nmt.serve.metrics import ServerMetrics
-from transformer_nmt.serve.requests import TranslateRequest
+from transformer_nmt.serve.requests import CheckedJSONRoute, TranslateRequest
 from transformer_nmt.serve.service import BadOption, Search, TooLarge, TranslationService
 from transformer_nmt.serve.settings import ServeSettings
 
@@ -44,9 +45,9 @@ STATIC = files("transformer_nmt.serve") / "static"
 mimetypes.add_type("text/javascript", ".js")
 
 
-def error(status: int, message: str) -> JSONResponse:
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """The one-line JSON error every refusal gets."""
-    return JSONResponse({"error": message}, status_code=status)
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 def validation_error(exc: RequestValidationError) -> tuple[int, str]:
@@ -106,6 +107,7 @@ def create_app(service: TranslationService, card: dict[str, Any],
                   "LibreTranslate's /translate and /languages are served as well.")
     app.state.service, app.state.card, app.state.metrics = service, card, metrics
     app.state.ready = app.state.draining = False
+    app.router.route_class = CheckedJSONRoute
     add_error_handlers(app)
     add_routes(app, service, card, metrics)
     libretranslate = libretranslate_routes(
@@ -127,7 +129,7 @@ def add_error_handlers(app: FastAPI) -> None:
         detail = str(exc.detail)
         if detail == FASTAPI_UNREADABLE_BODY:
             detail = "the body is not valid JSON in UTF-8"
-        return error(exc.status_code, detail)
+        return error(exc.status_code, detail, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -206,9 +208,13 @@ def add_routes(app: FastAPI, service: TranslationService, card: dict[str, Any],
 
 def wrap_in_middleware(app: FastAPI, settings: ServeSettings, metrics: ServerMetrics,
                        routes: frozenset[str]) -> None:
-    """The body limit, the request metrics (by the paths of `routes`) and CORS."""
-    # The last added is the outermost: metrics count the body limit's refusals too.
+    """The body's limit and deadline, the JSON 500 of unexpected errors, the request
+    metrics (by the paths of `routes`) and CORS."""
+    # The last added is the outermost: metrics count the body limit's refusals and the
+    # 500s too, and CORS headers go on every answer.
     app.add_middleware(BodyLimit, max_bytes=4 * settings.max_characters + 65536)
+    app.add_middleware(BodyDeadline, seconds=settings.body_timeout_s)
+    app.add_middleware(UnexpectedErrors)
     app.add_middleware(RequestMetrics, metrics=metrics, routes=routes)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),

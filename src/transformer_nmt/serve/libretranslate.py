@@ -9,13 +9,13 @@ GET /languages lists the pair the model serves. Refusals have LibreTranslate's s
 
 from __future__ import annotations
 
-import json
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, HTTPException, Request
 
 from transformer_nmt.serve.access import presented_key, require_key
+from transformer_nmt.serve.requests import UnreadableJSON, read_json
 from transformer_nmt.serve.service import Search
 from transformer_nmt.serve.settings import ServeSettings
 
@@ -40,7 +40,9 @@ async def request_fields(request: Request) -> dict[str, Any]:
         return {}
     if request.headers.get("content-type", "").startswith("application/json"):
         try:
-            fields = json.loads(body)
+            fields = read_json(body)
+        except UnreadableJSON as error:
+            raise HTTPException(400, f"Invalid request: {error}") from None
         except ValueError as error:  # invalid UTF-8 included
             raise HTTPException(400, f"Invalid request: the body is not JSON ({error})") \
                 from None
@@ -63,8 +65,11 @@ def libretranslate_routes(translate: Translate, settings: ServeSettings,
     def check_pair(source: Any, target: Any) -> None:
         for name, value, served in (("source", source, source_language),
                                     ("target", target, target_language)):
-            if not isinstance(value, str) or not value:
+            if value is None or value == "":
                 raise HTTPException(400, f"Invalid request: missing {name} parameter")
+            if not isinstance(value, str):  # a number, a list, a form's repeated field
+                raise HTTPException(400, f"Invalid request: {name} must be a language "
+                                    f"code, not {value!r}")
             if served is not None and value != served and not (name == "source"
                                                                 and value == "auto"):
                 raise HTTPException(400, f"{value} is not supported as {name} language: "
@@ -74,7 +79,10 @@ def libretranslate_routes(translate: Translate, settings: ServeSettings,
     @router.post("/translate", summary="LibreTranslate: translate text")
     async def translate_route(request: Request) -> dict[str, Any]:
         fields = await request_fields(request)
-        require_key(settings.api_key, presented_key(request, fields.get("api_key")))
+        api_key = fields.get("api_key")
+        if api_key is not None and not isinstance(api_key, str):
+            raise HTTPException(400, "Invalid request: api_key must be a text")
+        require_key(settings.api_key, presented_key(request, api_key))
         q = fields.get("q")
         if q is None:
             raise HTTPException(400, "Invalid request: missing q parameter")

@@ -1,9 +1,12 @@
-"""ASGI middleware of the server: a cap on the body's size before it is read, and the
-request counters and latency histogram of /metrics."""
+"""ASGI middleware of the server: a cap on the body's size before it is read, a deadline
+for the body to arrive, a JSON 500 for whatever the app did not expect, and the request
+counters and latency histogram of /metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 
 from typing import Iterable
@@ -12,6 +15,11 @@ from fastapi import HTTPException
 from starlette.routing import BaseRoute, Route
 
 from transformer_nmt.serve.metrics import ServerMetrics
+
+logger = logging.getLogger(__name__)
+
+INTERNAL_ERROR = "the server failed to answer this request; its log says why"
+"""All a client learns of an error the app did not expect: nothing of its insides."""
 
 
 def route_paths(routes: Iterable[BaseRoute]) -> frozenset[str]:
@@ -53,12 +61,72 @@ class BodyLimit:
         await self.app(scope, limited_receive, send)
 
 
+class BodyDeadline:
+    """HTTP 408, with the connection closed, for a body that has not arrived in full
+    within `seconds` of its request's headers: a body shorter than its Content-Length or
+    a chunked one that never ends would otherwise hold the connection for ever."""
+
+    def __init__(self, app, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        deadline = time.monotonic() + self.seconds
+        body_done = False
+
+        async def timed_receive():
+            nonlocal body_done
+            if body_done:  # later reads only wait for the client to go: no deadline
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - time.monotonic())
+            except asyncio.TimeoutError:  # not the built-in TimeoutError before 3.11
+                raise HTTPException(408, f"the body did not arrive within the server's "
+                                    f"body_timeout_s ({self.seconds:g} s)",
+                                    headers={"Connection": "close"}) from None
+            body_done = not message.get("more_body", False)
+            return message
+
+        await self.app(scope, timed_receive, send)
+
+
 async def _refuse(send, status: int, message: str) -> None:
     body = json.dumps({"error": message}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+class UnexpectedErrors:
+    """Any exception the app lets out is logged with its traceback and answered as a JSON
+    500 that says nothing internal (a response already begun is cut off), so that no
+    request, however odd, gets a traceback or a plain-text page."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            logger.exception("unexpected error answering %s %s", scope["method"],
+                             scope["path"])
+            if not started:
+                await _refuse(send, 500, INTERNAL_ERROR)
 
 
 class RequestMetrics:

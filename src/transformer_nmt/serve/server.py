@@ -1,14 +1,17 @@
 """Running `nmt serve`: load the model once, build the app, and serve it with uvicorn
-until SIGTERM or Ctrl+C, answering every request already accepted before exiting."""
+until SIGTERM or Ctrl+C, answering every request already accepted before exiting; a
+client that stalls while sending a request is cut off."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 from pathlib import Path
 
 import torch
 import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.model_file import load_for_inference
@@ -35,6 +38,51 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+class DeadlineConfig(uvicorn.Config):
+    """uvicorn's configuration with what it lacks: a deadline on a request's headers."""
+
+    def __init__(self, app, *, headers_timeout_s: float, **options) -> None:
+        super().__init__(app, http=HeadersDeadlineProtocol, **options)
+        self.headers_timeout_s = headers_timeout_s
+
+
+class HeadersDeadlineProtocol(AutoHTTPProtocol):  # httptools' or h11's, as uvicorn picks
+    """uvicorn's HTTP protocol that closes a connection whose next request has not sent
+    all its headers within config.headers_timeout_s of the connection's opening or of the
+    previous answer. uvicorn's keep-alive timeout stops at the first byte, and nothing
+    bounds a new connection: a client sending one byte a second held it for ever."""
+
+    _headers_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._await_headers()
+
+    def on_response_complete(self) -> None:
+        self._await_headers()
+        super().on_response_complete()
+
+    def connection_lost(self, exc) -> None:
+        if self._headers_deadline is not None:
+            self._headers_deadline.cancel()
+        super().connection_lost(exc)
+
+    def _await_headers(self) -> None:
+        if self._headers_deadline is not None:
+            self._headers_deadline.cancel()
+        self._headers_deadline = self.loop.call_later(self.config.headers_timeout_s,
+                                                      self._headers_late)
+
+    def _headers_late(self) -> None:
+        # A request in progress (a pipelined one included) has all its headers; an
+        # answered one whose body never came counts as none. A connection upgraded to a
+        # WebSocket belongs to another protocol now.
+        waiting = self.cycle is None or self.cycle.response_complete
+        if (waiting and self.transport.get_protocol() is self
+                and not self.transport.is_closing()):
+            self.transport.close()
+
+
 def build_app(model_path: str | Path, options: TranslatorOptions, settings: ServeSettings):
     """The app serving the model at `model_path` (UserError if it is not one)."""
     inference_model = load_for_inference(model_path, "cpu")
@@ -56,7 +104,9 @@ def serve(model_path: str | Path, options: TranslatorOptions, settings: ServeSet
     # request then decodes at about half speed; bench/RESULTS.md, serve).
     torch.set_num_threads(1)
     app = build_app(model_path, options, settings)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level,
+    config = DeadlineConfig(app, host=settings.host, port=settings.port, log_level=log_level,
+                            headers_timeout_s=settings.headers_timeout_s,
+                            timeout_keep_alive=settings.keep_alive_s,
                             # Requests in flight get their full timeout to finish.
                             timeout_graceful_shutdown=int(settings.timeout_s) + 5)
     # uvicorn raises the signal it caught again once it has drained; by then SIGTERM has

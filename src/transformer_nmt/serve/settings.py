@@ -15,6 +15,8 @@ from transformer_nmt.fields import check_types, parse_text, setting
 
 ENVIRONMENT_PREFIX = "NMT_"
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+DEADLINES = ("headers_timeout_s", "body_timeout_s", "keep_alive_s")
+"""The settings that bound how long a client may hold a connection without sending."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,17 @@ class ServeSettings:
     """Widest beam a caller may ask for."""
     max_nbest: int = setting(16, group="limits")
     """Most alternatives a caller may ask for (never more than its beam)."""
+    headers_timeout_s: float = setting(10.0, group="connections", flag="--headers-timeout",
+                                       metavar="SECONDS")
+    """Longest a client may take to send a request's headers, from opening the connection
+    or from its previous answer (the connection is closed beyond)."""
+    body_timeout_s: float = setting(30.0, group="connections", flag="--body-timeout",
+                                    metavar="SECONDS")
+    """Longest a client may take to send a request's body once its headers are in (HTTP
+    408 and the connection closed beyond)."""
+    keep_alive_s: float = setting(5.0, group="connections", flag="--keep-alive",
+                                  metavar="SECONDS")
+    """Longest a connection is kept open, idle, for a next request after an answer."""
     api_key: str | None = setting(None, group="access", metavar="KEY")
     """The key every translation endpoint then requires, in an X-API-Key header or
     LibreTranslate's api_key (401 without, 403 wrong; None: no key); best given as
@@ -65,12 +78,13 @@ class ServeSettings:
                 raise UserError(f"{name} must be a whole number of at least 1, not {value!r}")
         if self.port > 65535:
             raise UserError(f"port must be at most 65535, not {self.port}")
-        for name in ("max_wait_ms", "timeout_s"):
+        for name in ("max_wait_ms", "timeout_s", *DEADLINES):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise UserError(f"{name} must be a finite number >= 0, not {value!r}")
-        if self.timeout_s == 0:
-            raise UserError("timeout_s must be more than 0")
+        for name in ("timeout_s", *DEADLINES):
+            if getattr(self, name) == 0:
+                raise UserError(f"{name} must be more than 0")
         if self.api_key is not None and not self.api_key.strip():
             raise UserError("the API key is empty; give a non-empty key or none at all")
 
