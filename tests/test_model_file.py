@@ -44,7 +44,7 @@ def test_a_written_model_loads_back_identical(tiny_model_file):
 def test_missing_fields_are_a_damaged_file_not_a_key_error(tmp_path):
     torch.save({"format": "transformer-nmt", "version": 1, "model": {}}, tmp_path / "forged.pt")
     with pytest.raises(UserError, match=r"forged.pt: damaged model file \(no model_config, "
-                                        r"vocab_size, vocab\)"):
+                                        r"vocab_size, pad_id, vocab\)"):
         read_model_file(tmp_path / "forged.pt")
 
 
