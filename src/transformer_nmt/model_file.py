@@ -9,11 +9,12 @@ checkpoint):
   vocab (the sentencepiece model proto as bytes, so that a model file is self-contained),
   checksum (SHA-256 of the weights, see transformer_nmt.checksum; added by
   save_model_file, so that every writer stores one).
-Every reader goes through read_model_file, whose `check_model_fields` is the one
-validation of these fields: a file (or safetensors directory) that fails it is refused in
-one line before anything else reads it. Training checkpoints add the optimizer, scheduler, sampler and RNG states
-(see training/checkpoint.py). Translation, evaluation and training all read models here,
-so that translating needs nothing of the trainer.
+Training checkpoints add the optimizer, scheduler, sampler and RNG states (see
+training/checkpoint.py). Translation, evaluation, export and training all read models
+here, so that translating needs nothing of the trainer, and every reader goes through
+read_model_file, whose `check_model_fields` is the one validation of these fields: a file
+(or safetensors directory) that fails it is refused in one line before anything else
+reads it.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ A run directory keeps numbered checkpoints `checkpoint_{step}.pt` (the newest
 costs no second copy) and `checkpoint_best.pt` (best by the run's valid_metric). Every file
 appears by an atomic rename, so a crash leaves the previous good file in place.
 
-Resuming reads checkpoint_last.pt, or the newest checkpoint that can be read and whose
-weights match their checksum when it is damaged, checks that it belongs to the run, and restores the optimizer, the batch order,
-the random streams and the run's progress from it, so that a resumed run equals an
-uninterrupted one.
+Resuming reads checkpoint_last.pt, or when it is damaged the newest checkpoint that can
+be read and whose weights match their checksum, checks that it belongs to the run, and
+restores the optimizer, the batch order, the random streams and the run's progress from
+it, so that a resumed run equals an uninterrupted one.
 
 A checkpoint written at a step that was validated carries that validation under
 "validation" ({step, metric, value, nll, bleu, chrf}): `nmt average --best K` ranks
