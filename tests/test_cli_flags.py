@@ -53,6 +53,7 @@ NOT_SETTINGS = {
     "plot": {"run", "--out", "--x"},
     "params": {"--preset", "--vocab-size"},
     "presets": set(),
+    "info": {"model"},
 }
 """Flags that set no field of a settings dataclass."""
 

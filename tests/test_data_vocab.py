@@ -7,6 +7,8 @@ import pytest
 from transformer_nmt.data.vocab import Vocab, train_vocab
 from transformer_nmt.errors import UserError
 
+from integrity_fixtures import cut_after_pieces, proto_fields
+
 WORDS = ("the house is small and the garden is green where children play every day "
          "das Haus ist klein und der Garten ist grün wo Kinder jeden Tag spielen").split()
 
@@ -56,6 +58,25 @@ def test_bytes_round_trip(vocab, tmp_path):
     (tmp_path / "x.model").write_bytes(b"not a model")
     with pytest.raises(UserError, match="not a sentencepiece model"):
         Vocab.load(tmp_path / "x.model")
+
+
+def test_a_vocabulary_cut_short_is_refused_wherever_it_is_read(vocab, tmp_path):
+    complete = vocab.to_bytes()
+    (tmp_path / "cut.model").write_bytes(cut_after_pieces(complete, 50))
+    with pytest.raises(UserError, match=r"cut.model: incomplete sentencepiece model: it ends "
+                                        r"after 50 pieces, without its trainer_spec and "
+                                        r"normalizer_spec \(the file was cut short\)"):
+        Vocab.load(tmp_path / "cut.model")
+    with pytest.raises(UserError, match="embedded vocabulary: incomplete sentencepiece model"):
+        Vocab.from_bytes(cut_after_pieces(complete, 50))
+    fields = proto_fields(complete)
+    without_normalizer = b"".join(field for number, field in fields if number != 3)
+    with pytest.raises(UserError, match="ends after 120 pieces, without its normalizer_spec"):
+        Vocab.from_bytes(without_normalizer)
+    # Pieces removed from the middle of a complete model: fewer than it was trained for.
+    thinned = b"".join(field for _, field in fields[:100] + fields[120:])
+    with pytest.raises(UserError, match="it holds 100 pieces but was trained for 120"):
+        Vocab.from_bytes(thinned)
 
 
 def test_vocabulary_too_large_suggests_a_size(tmp_path):

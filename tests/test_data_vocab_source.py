@@ -2,6 +2,8 @@
 --vocab FROM` with a model file, a data directory or a sentencepiece model, what the
 manifest records, and the one-line errors for anything else."""
 
+import shutil
+
 import pytest
 
 from transformer_nmt.cli import main
@@ -11,6 +13,8 @@ from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.data.vocab_source import vocab_digest
 from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import vocab_source
+
+from integrity_fixtures import cut_after_pieces
 
 NEW_DOMAIN = ["the red car sees a dog", "a big tree and the old road", "the cat runs",
               "green garden with a blue car", "the child plays near the tree"] * 8
@@ -89,3 +93,25 @@ def test_help_names_the_option(capsys):
         main(["prepare", "--help"])
     text = capsys.readouterr().out
     assert "--vocab FROM" in text and "--init-from" in text
+
+
+def test_a_truncated_vocabulary_is_refused_in_one_line(tiny_data, tmp_path, capsys):
+    # Cut at a field boundary, sentencepiece reads it as a 30-piece vocabulary.
+    cut = tmp_path / "cut.model"
+    cut.write_bytes(cut_after_pieces((tiny_data / SPM_MODEL).read_bytes(), 30))
+    out = tmp_path / "new-data"
+    assert main([str(a) for a in prepare_args(tmp_path, out, "--vocab", cut)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"nmt prepare: error: {cut}: incomplete sentencepiece model: it ends after "
+                   "30 pieces, without its trainer_spec and normalizer_spec (the file was cut "
+                   "short); copy the file again, or make the vocabulary with `nmt prepare`")
+    assert not out.exists()
+
+
+def test_a_data_directory_whose_vocabulary_was_replaced_is_refused(tiny_data, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(tiny_data, copy)
+    (copy / SPM_MODEL).write_bytes(cut_after_pieces((tiny_data / SPM_MODEL).read_bytes(), 30))
+    with pytest.raises(UserError, match=f"{copy / SPM_MODEL} is not the vocabulary the data "
+                                        "directory was prepared with"):
+        vocab_source(copy)

@@ -49,6 +49,8 @@ def test_it_records_the_source_and_stores_tied_embeddings_once(trained_model_fil
     payload = read_model_file(out)
     original = read_model_file(trained_model_file)
     assert payload["vocab"] == original["vocab"]
+    # The checksum of the weights, tied names included, is the model file's.
+    assert config["checksum"] == config["source_checksum"] == original["checksum"]
     assert all(payload["model"][name].equal(tensor) for name, tensor in original["model"].items())
     # An export of the export keeps the record.
     again = export_safetensors(out, tmp_path / "again")

@@ -14,6 +14,8 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.model_dir import EXPORT_FORMAT_VERSION, EXPORT_VERSION_KEY, split_tied
 from transformer_nmt.model_file import read_model_file
 
+from integrity_fixtures import cut_after_pieces, flip_bytes_in_safetensors
+
 pytest.importorskip("safetensors", reason="the safetensors extra is not installed")
 
 from transformer_nmt.export.safetensors import export_safetensors  # noqa: E402
@@ -32,6 +34,13 @@ def test_names_sharing_a_tensor_are_stored_once():
     (lambda out: (out / "config.json").write_text("{"), "not valid JSON"),
     (lambda out: (out / "config.json").write_text('{"format": "other"}'),
      "not a transformer-nmt-safetensors file"),
+    (lambda out: flip_bytes_in_safetensors(out / "model.safetensors"),
+     "exported: damaged model file: its weights do not match the checksum"),
+    (lambda out: rewrite_config(out, lambda config: config.pop("pad_id")),
+     "exported: damaged model file \\(no pad_id\\)"),
+    (lambda out: (out / "spm.model").write_bytes(
+        cut_after_pieces((out / "spm.model").read_bytes(), 20)),
+     "exported: its vocabulary: incomplete sentencepiece model"),
 ])
 def test_a_damaged_directory_is_refused_in_one_line(trained_model_file, tmp_path, damage,
                                                     message):

@@ -1,11 +1,15 @@
 """The model file: written atomically, read as data only, refused in one line when foreign,
 damaged or malicious, through every command that loads one."""
 
+import importlib.util
 import os
+import re
+import shutil
 
 import pytest
 import torch
 
+from transformer_nmt.checksum import CHECKSUM_KEY, payload_checksum
 from transformer_nmt.cli import main
 from transformer_nmt.errors import UserError
 from transformer_nmt import model_file as model_file_module
@@ -13,6 +17,7 @@ from transformer_nmt.model_file import (load_for_inference, read_model_file,
                                         save_model_file)
 from transformer_nmt.training.checkpoint import LAST
 
+from integrity_fixtures import cut_after_pieces, flip_bytes_in_a_weight
 from train_fixtures import TINY
 
 
@@ -44,7 +49,7 @@ def test_a_written_model_loads_back_identical(tiny_model_file):
 def test_missing_fields_are_a_damaged_file_not_a_key_error(tmp_path):
     torch.save({"format": "transformer-nmt", "version": 1, "model": {}}, tmp_path / "forged.pt")
     with pytest.raises(UserError, match=r"forged.pt: damaged model file \(no model_config, "
-                                        r"vocab_size, vocab\)"):
+                                        r"vocab_size, pad_id, vocab\)"):
         read_model_file(tmp_path / "forged.pt")
 
 
@@ -128,3 +133,87 @@ def test_weights_that_do_not_fit_the_architecture_are_a_damaged_file(tmp_path, t
     with pytest.raises(UserError, match="mismatched.pt: damaged model file: its weights do not "
                                         "fit its architecture"):
         load_for_inference(tmp_path / "mismatched.pt")
+
+
+def test_every_saved_model_carries_a_checksum_of_its_weights(tiny_model_file):
+    payload = read_model_file(tiny_model_file)
+    assert payload[CHECKSUM_KEY] == payload_checksum(payload)
+
+
+def _without(key):
+    def damage(path):
+        payload = torch.load(path, weights_only=True)
+        del payload[key]
+        torch.save(payload, path)
+    return damage
+
+
+def _truncated_vocabulary(path):
+    payload = torch.load(path, weights_only=True)
+    payload["vocab"] = cut_after_pieces(payload["vocab"], 30)
+    torch.save(payload, path)
+
+
+def _vocab_size(size):
+    def damage(path):
+        payload = torch.load(path, weights_only=True)
+        payload["vocab_size"] = size
+        torch.save(payload, path)
+    return damage
+
+
+def reading_commands(model, tmp_path):
+    """Every command line that reads a model file, reading `model`."""
+    text = tmp_path / "in.txt"
+    text.write_text("a house\n", encoding="utf-8")
+    commands = [["translate", "--model", str(model), "--input", str(text)],
+                ["info", str(model)],
+                ["average", str(model), "--out", str(tmp_path / "avg.pt")]]
+    if importlib.util.find_spec("safetensors"):
+        commands.append(["export", "--model", str(model), "--to", "safetensors",
+                         str(tmp_path / "st")])
+    if importlib.util.find_spec("ctranslate2"):
+        commands.append(["export", "--model", str(model), "--to", "ctranslate2",
+                         str(tmp_path / "ct2")])
+    return commands
+
+
+@pytest.mark.parametrize("damage, message", [
+    (flip_bytes_in_a_weight, "damaged model file: its weights do not match the checksum"),
+    (_without("pad_id"), r"damaged model file \(no pad_id\)"),
+    (_without("vocab_size"), r"damaged model file \(no vocab_size\)"),
+    (_vocab_size(65), "vocab_size 65 and pad_id 0, but its vocabulary has 64 pieces"),
+    (_truncated_vocabulary, "its vocabulary: incomplete sentencepiece model: it ends after "
+                            "30 pieces"),
+], ids=["flipped-weight", "no-pad-id", "no-vocab-size", "wrong-vocab-size",
+        "truncated-vocabulary"])
+def test_every_command_refuses_a_damaged_model_in_one_line(tiny_model_file, tmp_path, capsys,
+                                                           damage, message):
+    damaged = tmp_path / "damaged.pt"
+    shutil.copy(tiny_model_file, damaged)
+    damage(damaged)
+    for command in reading_commands(damaged, tmp_path):
+        assert main(command) == 2, command
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, (command, err)
+        assert f"{damaged}: " in err and re.search(message, err), (command, err)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["damaged.pt", "in.txt"]
+
+
+def test_a_file_from_before_checksums_loads_and_gets_one_when_saved_again(tiny_model_file,
+                                                                         tmp_path, capsys):
+    payload = read_model_file(tiny_model_file)
+    del payload[CHECKSUM_KEY]
+    torch.save(payload, tmp_path / "old.pt")
+    assert CHECKSUM_KEY not in load_for_inference(tmp_path / "old.pt").payload_meta
+    assert main(["info", str(tmp_path / "old.pt")]) == 0
+    assert "checksum        none (written before" in capsys.readouterr().out
+    # Any writer re-saving a model, whatever it added (a calibration), gets a fresh one.
+    payload["calibration"] = {"temperature": 1.25}
+    save_model_file(payload, tmp_path / "calibrated.pt")
+    assert read_model_file(tmp_path / "calibrated.pt")[CHECKSUM_KEY] == payload_checksum(payload)
+    payload["calibration"] = {"temperature": 1.5}
+    payload[CHECKSUM_KEY] = read_model_file(tmp_path / "calibrated.pt")[CHECKSUM_KEY]
+    torch.save(payload, tmp_path / "recalibrated.pt")
+    with pytest.raises(UserError, match="do not match the checksum"):
+        read_model_file(tmp_path / "recalibrated.pt")

@@ -15,7 +15,10 @@ from transformer_nmt.cli import main
 from transformer_nmt.model_file import load_for_inference, model_payload, save_model_file
 from transformer_nmt.training.checkpoint import (LAST, average_checkpoints, check_average_output,
                                               checkpoints_to_average, numbered_checkpoints,
-                                              rng_states, save_numbered, set_rng_states)
+                                              read_newest_checkpoint, rng_states, save_numbered,
+                                              set_rng_states)
+
+from integrity_fixtures import flip_bytes_in_a_weight
 
 
 TINY = PRESETS["tiny"].model
@@ -37,6 +40,24 @@ def test_save_numbered_links_last_and_keeps_the_newest(tmp_path):
     assert torch.load(tmp_path / LAST, weights_only=True) == {"step": 40}
     assert os.path.samefile(tmp_path / LAST, tmp_path / "checkpoint_40.pt")
     assert sorted(os.listdir(tmp_path)) == ["checkpoint_30.pt", "checkpoint_40.pt", LAST]
+
+
+def test_resume_falls_back_to_the_newest_checkpoint_that_verifies(tmp_path, tiny_data, capsys):
+    for step in (1, 2, 3):
+        payload = model_payload(tiny_model(step), vocab_bytes(tiny_data)) | {"step": step}
+        save_numbered(tmp_path, payload, step, keep_last=0)
+    # checkpoint_last.pt is a hard link to checkpoint_3.pt: both have the flipped bytes.
+    flip_bytes_in_a_weight(tmp_path / "checkpoint_3.pt")
+    assert read_newest_checkpoint(tmp_path)["step"] == 2
+    err = capsys.readouterr().err
+    assert f"skipping {tmp_path / LAST}: {tmp_path / LAST}: damaged model file: its weights " \
+           "do not match the checksum" in err
+    assert f"resuming from {tmp_path / 'checkpoint_2.pt'}, the newest checkpoint that " \
+           "reads and verifies" in err
+    for step in (1, 2):
+        flip_bytes_in_a_weight(tmp_path / f"checkpoint_{step}.pt")
+    with pytest.raises(UserError, match=f"{LAST}: damaged model file"):
+        read_newest_checkpoint(tmp_path)
 
 
 def test_rng_states_round_trip():

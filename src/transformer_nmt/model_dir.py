@@ -5,7 +5,10 @@ reads (model_file.read_model_file hands a directory here):
   model.safetensors  the state dict; a tensor that several names share (tied embeddings)
                      is stored once, under its first name
   config.json        format, version, model_config, vocab_size, pad_id, the names that
-                     share a stored tensor ("tied": {name: stored name}), and the source
+                     share a stored tensor ("tied": {name: stored name}), the checksum
+                     of the weights as model files have it (transformer_nmt.checksum;
+                     tied names included, so that it equals the source model's), the
+                     calibration when the model has one, and the source
                      model's record (preset, training steps, languages), which every
                      export writes and which carries its own version (EXPORT_FORMAT_VERSION)
   spm.model          the sentencepiece vocabulary
@@ -21,6 +24,7 @@ from typing import Any
 
 from torch import Tensor
 
+from transformer_nmt.checksum import CHECKSUM_KEY, payload_checksum
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import check_format
 
@@ -70,6 +74,10 @@ def write_model_dir(payload: dict[str, Any], directory: Path, record: dict[str, 
     config = {"format": DIR_FORMAT, "version": DIR_VERSION,
               "model_config": payload["model_config"], "vocab_size": payload["vocab_size"],
               "pad_id": payload["pad_id"], "tied": tied, **record}
+    if payload.get("calibration") is not None:
+        config["calibration"] = payload["calibration"]
+    # What the directory holds, read back, is checksummed: the weights and calibration.
+    config[CHECKSUM_KEY] = payload_checksum(payload)
     (directory / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (directory / VOCAB).write_bytes(payload["vocab"])
 
@@ -92,7 +100,9 @@ def check_export_version(record: dict[str, Any], path: Path) -> None:
 
 def read_model_dir(directory: Path) -> dict[str, Any]:
     """A safetensors model directory as a model-file payload (the keys of
-    model_file.model_payload, plus the record's); UserError for a damaged one."""
+    model_file.model_payload, plus the record's and the checksum); UserError for a
+    damaged one. Its fields and checksum are checked by model_file.read_model_file, the
+    one reader that calls this, as a model file's are."""
     _require_safetensors()
     from safetensors import SafetensorError
     from safetensors.torch import load_file

@@ -6,10 +6,15 @@ and never code. Every file carries FORMAT and VERSION, so that a foreign or outd
 is refused with a clear error. Keys of a model file (an averaged model or any training
 checkpoint):
   format, version, model (state dict), model_config (dict), vocab_size, pad_id,
-  vocab (the sentencepiece model proto as bytes, so that a model file is self-contained).
-Training checkpoints add the optimizer, scheduler, sampler and RNG states
-(see training/checkpoint.py). Translation, evaluation and training all read models here,
-so that translating needs nothing of the trainer.
+  vocab (the sentencepiece model proto as bytes, so that a model file is self-contained),
+  checksum (SHA-256 of the weights, see transformer_nmt.checksum; added by
+  save_model_file, so that every writer stores one).
+Training checkpoints add the optimizer, scheduler, sampler and RNG states (see
+training/checkpoint.py). Translation, evaluation, export and training all read models
+here, so that translating needs nothing of the trainer, and every reader goes through
+read_model_file, whose `check_model_fields` is the one validation of these fields: a file
+(or safetensors directory) that fails it is refused in one line before anything else
+reads it.
 """
 
 from __future__ import annotations
@@ -22,25 +27,32 @@ from typing import Any
 
 import torch
 
+from transformer_nmt.checksum import CHECKSUM_KEY, payload_checksum, verify_checksum
 from transformer_nmt.config import ModelConfig, config_from_dict, preset_of_architecture
-from transformer_nmt.data.vocab import Vocab
-from transformer_nmt.data.vocab_source import VocabSource, read_vocab_file_or_dir
+from transformer_nmt.data.vocab import PAD_ID, Vocab
+from transformer_nmt.data.vocab_source import VocabSource, read_vocab_file_or_dir, vocab_digest
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import atomic_write, check_format
-from transformer_nmt.model_dir import is_model_dir, read_model_dir
-from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.model_dir import DIR_FORMAT, DIR_VERSION, is_model_dir, read_model_dir
+from transformer_nmt.model.transformer import Transformer, count_parameters
 
 FORMAT = "transformer-nmt"
 VERSION = 1
 _ZIP_MAGIC = b"PK\x03\x04"
 """How a file written by torch.save begins (a zip archive); a sentencepiece model never does."""
-REQUIRED_KEYS = ("model", "model_config", "vocab_size", "vocab")
-"""Keys without which a file cannot be a model, whatever its format tag says."""
+FIELD_TYPES = {"model": dict, "model_config": dict, "vocab_size": int, "pad_id": int,
+               "vocab": bytes}
+"""The keys without which a file cannot be a model, whatever its format tag says, and
+the type of each."""
+_DAMAGED_REMEDY = "use another checkpoint of the run, or copy the file again"
 
 
 def save_model_file(payload: dict[str, Any], path: str | Path) -> None:
     """torch.save `payload` to `path` atomically: a crash at any moment leaves either the
-    old file or the new one, never a torn file."""
+    old file or the new one, never a torn file. A payload with weights gets a fresh
+    checksum of them (and of its calibration), whoever wrote it and whatever it held."""
+    if "model" in payload:
+        payload = {**payload, CHECKSUM_KEY: payload_checksum(payload)}
     atomic_write(path, lambda handle: torch.save(payload, handle))
 
 
@@ -95,11 +107,23 @@ def model_preset(payload: dict[str, Any]) -> tuple[str | None, str]:
 
 def read_model_file(path: str | Path) -> dict[str, Any]:
     """Load a model file or checkpoint dict on the CPU, refusing missing, foreign,
-    damaged or code-carrying files with a one-line UserError. A safetensors model
-    directory (`nmt export --to safetensors`) is read as the same payload."""
+    damaged or code-carrying files, and files whose weights do not match their checksum,
+    with a one-line UserError. A safetensors model directory (`nmt export --to
+    safetensors`) is read as the same payload."""
     path = Path(path)
     if is_model_dir(path):
-        return read_model_dir(path)
+        payload = read_model_dir(path)
+    else:
+        payload = _load_torch_file(path)
+        check_format(payload, path, FORMAT, VERSION,
+                     remedy="train one with `nmt train` or average with `nmt average`")
+    check_model_fields(payload, path)
+    return payload
+
+
+def _load_torch_file(path: Path) -> Any:
+    """What torch.load reads from `path`, as data only; UserError for a missing, damaged
+    or code-carrying file."""
     if not path.is_file():
         raise UserError(f"{path}: no such model file; give a checkpoint_*.pt of a run "
                         "directory, a model written by `nmt average`, or a directory "
@@ -107,7 +131,7 @@ def read_model_file(path: str | Path) -> dict[str, Any]:
     try:
         # weights_only: unpickling may only rebuild tensors and plain containers, so a
         # file whose pickle would run code is refused before anything runs.
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
         # torch's own message would advise loading the file unrestricted, i.e. running
         # whatever its pickle holds: say what happened instead.
@@ -118,20 +142,46 @@ def read_model_file(path: str | Path) -> dict[str, Any]:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else "unreadable"
         raise UserError(f"{path}: not a readable transformer-nmt model file "
                         f"({error.__class__.__name__}: {first_line[:200]})") from None
-    check_format(payload, path, FORMAT, VERSION,
-                 remedy="train one with `nmt train` or average with `nmt average`")
-    missing = [key for key in REQUIRED_KEYS if key not in payload]
+
+
+def check_model_fields(payload: dict[str, Any], source: str | Path) -> None:
+    """The one validation of a model file's fields, whichever file or directory they were
+    read from (`source`): every required key present and of its type, weights that are
+    named tensors, an architecture this release builds, a complete vocabulary of the
+    size and padding id the model states, and weights that match their checksum.
+    A one-line UserError naming `source` for the first that fails."""
+    missing = [key for key in FIELD_TYPES if key not in payload]
     if missing:
-        raise UserError(f"{path}: damaged model file (no {', '.join(missing)}); use another "
-                        "checkpoint of the run")
-    return payload
+        raise UserError(f"{source}: damaged model file (no {', '.join(missing)}); "
+                        f"{_DAMAGED_REMEDY}")
+    for key, kind in FIELD_TYPES.items():
+        value = payload[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise UserError(f"{source}: damaged model file ({key} is {type(value).__name__}, "
+                            f"not {kind.__name__}); {_DAMAGED_REMEDY}")
+    if not all(isinstance(name, str) and isinstance(tensor, torch.Tensor)
+               for name, tensor in payload["model"].items()):
+        raise UserError(f"{source}: damaged model file (its weights are not all named "
+                        f"tensors); {_DAMAGED_REMEDY}")
+    try:
+        config_from_dict(ModelConfig, payload["model_config"])
+    except (UserError, TypeError, ValueError) as error:
+        raise UserError(f"{source}: damaged model file (model_config: {error})") from None
+    vocab = Vocab.from_bytes(payload["vocab"], f"{source}: its vocabulary")
+    if len(vocab) != payload["vocab_size"] or payload["pad_id"] != PAD_ID:
+        raise UserError(f"{source}: damaged model file (vocab_size {payload['vocab_size']} "
+                        f"and pad_id {payload['pad_id']}, but its vocabulary has "
+                        f"{len(vocab)} pieces and pads with {PAD_ID}); {_DAMAGED_REMEDY}")
+    # Files written before checksums were recorded have none and load unverified; they
+    # are verified from the time they are saved again (save_model_file adds one).
+    verify_checksum(payload, source)
 
 
 def build_model(payload: dict[str, Any], source: str | Path = "model file") -> Transformer:
     """The Transformer a model-file payload describes, with its weights loaded; a
     UserError naming `source` if the weights do not fit the architecture it states."""
     cfg = config_from_dict(ModelConfig, payload["model_config"])
-    model = Transformer(cfg, payload["vocab_size"], payload.get("pad_id", 0))
+    model = Transformer(cfg, payload["vocab_size"], payload["pad_id"])
     try:
         model.load_state_dict(payload["model"])
     except (RuntimeError, TypeError, AttributeError) as error:
@@ -175,3 +225,47 @@ def vocab_source(path: str | Path) -> VocabSource:
             source.vocab()
             return source
     return read_vocab_file_or_dir(path)
+
+
+def _architecture_line(payload: dict[str, Any]) -> str:
+    cfg = config_from_dict(ModelConfig, payload["model_config"])
+    preset, preset_from = model_preset(payload)
+    layers = (str(cfg.encoder_layers) if cfg.encoder_layers == cfg.decoder_layers
+              else f"{cfg.encoder_layers}+{cfg.decoder_layers}")
+    return (f"{preset or 'no preset'} ({preset_from}): N={layers} d_model={cfg.d_model} "
+            f"d_ff={cfg.d_ff} h={cfg.heads} d_k={cfg.d_k} d_v={cfg.d_v}, {cfg.positional} "
+            f"positions up to {cfg.max_positions}, {'pre' if cfg.pre_norm else 'post'}-norm, "
+            f"tied embeddings: {cfg.tie_embeddings}")
+
+
+def describe_model(path: str | Path) -> list[tuple[str, str]]:
+    """What `nmt info` shows of a model file, checkpoint or safetensors directory, as
+    (label, value) rows. The file is read as every command reads it, so a damaged one is
+    refused and the checksum shown is one that was verified."""
+    path = Path(path)
+    payload = read_model_file(path)
+    if is_model_dir(path):
+        kind = f"safetensors model directory ({DIR_FORMAT} version {DIR_VERSION})"
+    else:
+        what = "training checkpoint" if "trainer" in payload else "model file"
+        if payload.get("averaged_from"):
+            what += f", the average of {len(payload['averaged_from'])} checkpoints"
+        kind = f"{what} ({FORMAT} version {VERSION})"
+    languages = model_languages(payload)
+    steps = model_training_steps(payload)
+    parameters = count_parameters(config_from_dict(ModelConfig, payload["model_config"]),
+                                  payload["vocab_size"])
+    checksum = payload.get(CHECKSUM_KEY)
+    return [
+        ("file", str(path)),
+        ("format", kind),
+        ("architecture", _architecture_line(payload)),
+        ("vocabulary", f"{payload['vocab_size']} pieces, shared by both languages "
+                       f"(sentencepiece, sha256 {vocab_digest(payload['vocab'])[:16]})"),
+        ("languages", " -> ".join(languages) if languages else "not recorded"),
+        ("training steps", str(steps) if steps is not None else "not recorded"),
+        ("parameters", f"{parameters:,} ({parameters / 1e6:.1f}M)"),
+        ("checksum", f"{checksum} (verified)" if checksum else
+                     "none (written before model files recorded one; not verified until "
+                     "saved again)"),
+    ]

@@ -19,7 +19,7 @@ from transformer_nmt.version import __version__
 from transformer_nmt.cli.decode import (add_attention_parser, add_evaluate_parser,
                                         add_translate_parser)
 from transformer_nmt.cli.export import add_export_parser
-from transformer_nmt.cli.info import add_params_parser, add_presets_parser
+from transformer_nmt.cli.info import add_info_parser, add_params_parser, add_presets_parser
 from transformer_nmt.cli.prepare import add_prepare_parser
 from transformer_nmt.cli.quickstart import add_quickstart_parser
 from transformer_nmt.cli.score import add_score_parser
@@ -32,6 +32,7 @@ PARSERS = [
     add_quickstart_parser,
     add_presets_parser,
     add_params_parser,
+    add_info_parser,
     add_prepare_parser,
     add_train_parser,
     add_average_parser,

@@ -1,4 +1,5 @@
-"""`nmt presets` and `nmt params`: what the named architectures are and how big."""
+"""`nmt presets`, `nmt params` and `nmt info`: what the named architectures are and how
+big, and what a model file holds."""
 
 from __future__ import annotations
 
@@ -44,3 +45,29 @@ def run_params(args: argparse.Namespace) -> None:
     count = count_parameters(preset.model, args.vocab_size)
     print(f"preset {preset.name}: {count / 1e6:.1f}M parameters at vocabulary {args.vocab_size}")
     print(count)
+
+
+def add_info_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "info",
+        help="show what a model file holds and verify its checksum",
+        description="Read a model file (a checkpoint of `nmt train`, the output of `nmt "
+        "average`, or a directory of `nmt export --to safetensors`) as every command reads "
+        "it, and print its format and version, architecture, vocabulary size, languages, "
+        "training steps, parameters and the SHA-256 checksum of its weights, which is "
+        "verified: a damaged file is refused in one line, as translate and export refuse "
+        "it. Files written before model files recorded a checksum say that they have none.",
+        epilog="example: nmt info run/model.pt",
+    )
+    parser.add_argument("model", metavar="MODEL", help="the model file or safetensors "
+                        "directory to describe")
+    parser.set_defaults(func=run_info)
+
+
+def run_info(args: argparse.Namespace) -> None:
+    from transformer_nmt.model_file import describe_model
+
+    rows = describe_model(args.model)
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        print(f"{label.ljust(width)}  {value}")

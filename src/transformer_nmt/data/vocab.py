@@ -14,6 +14,7 @@ from typing import Iterable, Sequence
 import sentencepiece as spm
 
 from transformer_nmt.data.prepare_options import DEFAULT_SAMPLE_SENTENCES
+from transformer_nmt.data.vocab_proto import read_declaration
 from transformer_nmt.errors import UserError
 
 PAD_ID = 0
@@ -38,15 +39,12 @@ def default_character_coverage(vocab_size: int) -> float:
 
 
 class Vocab:
-    """A sentencepiece model with the fixed special ids; encodes text to ids and back."""
+    """A sentencepiece model with the fixed special ids; encodes text to ids and back.
 
-    def __init__(self, processor: spm.SentencePieceProcessor, source: str = "vocabulary") -> None:
-        specials = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
-        if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise UserError(
-                f"{source}: pad/unk/bos/eos ids are {specials}, transformer-nmt needs "
-                f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; make the vocabulary with `nmt prepare`"
-            )
+    Every vocabulary is read through `from_bytes` (or `load`, which calls it), which
+    refuses one that is not complete: see `check_vocabulary`."""
+
+    def __init__(self, processor: spm.SentencePieceProcessor) -> None:
         self.processor = processor
         self.threads = available_cores()
 
@@ -56,22 +54,19 @@ class Vocab:
         path = Path(path)
         if not path.is_file():
             raise UserError(f"{path}: no such vocabulary file")
-        processor = spm.SentencePieceProcessor()
-        try:
-            processor.Load(str(path))
-        except (OSError, RuntimeError) as error:
-            raise UserError(f"{path}: not a sentencepiece model: {error}") from None
-        return cls(processor, str(path))
+        return cls.from_bytes(path.read_bytes(), str(path))
 
     @classmethod
-    def from_bytes(cls, model: bytes) -> "Vocab":
-        """Load a serialized model proto, as `to_bytes` returns and checkpoints embed."""
+    def from_bytes(cls, model: bytes, source: str = "embedded vocabulary") -> "Vocab":
+        """Load a serialized model proto, as `to_bytes` returns and checkpoints embed;
+        a one-line UserError naming `source` unless it is a complete vocabulary."""
         processor = spm.SentencePieceProcessor()
         try:
             processor.LoadFromSerializedProto(model)
         except (RuntimeError, TypeError) as error:
-            raise UserError(f"embedded vocabulary is not a sentencepiece model: {error}") from None
-        return cls(processor, "embedded vocabulary")
+            raise UserError(f"{source}: not a sentencepiece model: {error}") from None
+        check_vocabulary(model, processor, source)
+        return cls(processor)
 
     def to_bytes(self) -> bytes:
         """The serialized model proto: everything needed to rebuild this vocabulary."""
@@ -116,6 +111,35 @@ class Vocab:
     def piece(self, token_id: int) -> str:
         """The subword piece of one id (▁ marks a word start)."""
         return self.processor.id_to_piece(int(token_id))
+
+
+def check_vocabulary(model: bytes, processor: spm.SentencePieceProcessor, source: str) -> None:
+    """UserError naming `source` unless the sentencepiece model `model` (loaded into
+    `processor`) is one transformer-nmt can use: complete (its trainer and normalizer
+    specifications present, as many pieces as it was trained for, which a file cut short
+    after some of its pieces is not) and with its special pieces at the fixed ids."""
+    remedy = "copy the file again, or make the vocabulary with `nmt prepare`"
+    try:
+        declared = read_declaration(model)
+    except ValueError as error:
+        raise UserError(f"{source}: damaged sentencepiece model ({error}); {remedy}") from None
+    missing = [name for name, present in (("trainer_spec", declared.has_trainer_spec),
+                                          ("normalizer_spec", declared.has_normalizer_spec))
+               if not present]
+    if missing:
+        raise UserError(f"{source}: incomplete sentencepiece model: it ends after "
+                        f"{declared.pieces} pieces, without its {' and '.join(missing)} (the "
+                        f"file was cut short); {remedy}")
+    short = declared.pieces < declared.vocab_size and declared.hard_vocab_limit
+    if short or declared.pieces > declared.vocab_size:
+        raise UserError(f"{source}: damaged sentencepiece model: it holds {declared.pieces} "
+                        f"pieces but was trained for {declared.vocab_size}; {remedy}")
+    specials = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+    if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+        raise UserError(
+            f"{source}: pad/unk/bos/eos ids are {specials}, transformer-nmt needs "
+            f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; make the vocabulary with `nmt prepare`"
+        )
 
 
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")

@@ -41,11 +41,9 @@ class VocabSource:
         return vocab_digest(self.model)
 
     def vocab(self) -> Vocab:
-        """The vocabulary itself (UserError if the bytes are not a usable one)."""
-        try:
-            return Vocab.from_bytes(self.model)
-        except UserError as error:
-            raise UserError(f"{self.path}: {error}") from None
+        """The vocabulary itself (UserError naming the path if the bytes are not a usable,
+        complete one)."""
+        return Vocab.from_bytes(self.model, self.path)
 
     def record(self) -> dict[str, Any]:
         """What a manifest keeps of it: kind, path and checksum."""
@@ -61,9 +59,13 @@ def read_vocab_file_or_dir(path: str | Path) -> VocabSource:
             raise UserError(f"{path} is a directory but not a prepared data directory (no "
                             f"{MANIFEST}); give a data directory, a model file or a "
                             "sentencepiece .model file as the vocabulary")
-        read_manifest(path)
+        recorded = read_manifest(path).get("vocab")
         source = VocabSource((path / SPM_MODEL).read_bytes(), "data directory",
                              str(path.resolve()))
+        if isinstance(recorded, dict) and recorded.get("sha256") not in (None, source.sha256):
+            raise UserError(f"{path / SPM_MODEL} is not the vocabulary the data directory was "
+                            f"prepared with ({MANIFEST} records another checksum); prepare "
+                            "the data again")
     elif path.is_file():
         source = VocabSource(path.read_bytes(), "sentencepiece model", str(path.resolve()))
     else:

@@ -1,4 +1,5 @@
-"""What every export records about the model it came from: preset, steps, languages.
+"""What every export records about the model it came from: preset, steps, languages, and
+the checksum of its weights (None for a file written before model files recorded one).
 
 The record goes into every export (CTranslate2's transformer_nmt.json, an Argos package's
 metadata.json, a safetensors directory's config.json) with the version of its format,
@@ -10,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from transformer_nmt.checksum import CHECKSUM_KEY
 from transformer_nmt.model_dir import EXPORT_FORMAT_VERSION, EXPORT_VERSION_KEY
 from transformer_nmt.model_file import model_languages, model_preset, model_training_steps
 from transformer_nmt.version import __version__
@@ -24,6 +26,7 @@ def provenance(meta: dict[str, Any], source: Path) -> dict[str, Any]:
         EXPORT_VERSION_KEY: EXPORT_FORMAT_VERSION,
         "exported_by": f"transformer-nmt {__version__}",
         "source_model": source.name,
+        "source_checksum": meta.get(CHECKSUM_KEY),
         "preset": preset,
         "preset_from": preset_from,
         "training_steps": model_training_steps(meta),

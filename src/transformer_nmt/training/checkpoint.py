@@ -9,10 +9,10 @@ A run directory keeps numbered checkpoints `checkpoint_{step}.pt` (the newest
 costs no second copy) and `checkpoint_best.pt` (best by the run's valid_metric). Every file
 appears by an atomic rename, so a crash leaves the previous good file in place.
 
-Resuming reads checkpoint_last.pt, or the newest checkpoint that can be read when it is
-damaged, checks that it belongs to the run, and restores the optimizer, the batch order,
-the random streams and the run's progress from it, so that a resumed run equals an
-uninterrupted one.
+Resuming reads checkpoint_last.pt, or when it is damaged the newest checkpoint that can
+be read and whose weights match their checksum, checks that it belongs to the run, and
+restores the optimizer, the batch order, the random streams and the run's progress from
+it, so that a resumed run equals an uninterrupted one.
 
 A checkpoint written at a step that was validated carries that validation under
 "validation" ({step, metric, value, nll, bleu, chrf}): `nmt average --best K` ranks
@@ -125,8 +125,9 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
 
 
 def read_newest_checkpoint(run_dir: Path) -> dict[str, Any]:
-    """The newest checkpoint of the run that can be read, saying which damaged ones were
-    skipped and why; the error of the newest if none can be read."""
+    """The newest checkpoint of the run that can be read and verifies (read_model_file
+    checks its fields and its checksum), saying which damaged ones were skipped and why;
+    the error of the newest if none can be read."""
     candidates = resume_candidates(run_dir)
     first_error = None
     for path in candidates:
@@ -137,7 +138,7 @@ def read_newest_checkpoint(run_dir: Path) -> dict[str, Any]:
             tqdm.write(f"skipping {path}: {error}", file=sys.stderr)
             continue
         if path != candidates[0]:
-            tqdm.write(f"resuming from {path}, the newest checkpoint that could be read",
+            tqdm.write(f"resuming from {path}, the newest checkpoint that reads and verifies",
                        file=sys.stderr)
         return checkpoint
     raise first_error
