@@ -1,5 +1,5 @@
 """What a serialized sentencepiece model declares about itself (data/vocab_proto.py), read
-from the wire format without the protobuf package."""
+with sentencepiece's protobuf classes."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_a_model_cut_after_its_pieces_declares_no_size(tiny_data):
 def test_bytes_cut_inside_a_field_are_not_a_message(tiny_data):
     model = (tiny_data / SPM_MODEL).read_bytes()
     inside_a_piece = len(proto_fields(model)[0][1]) + 3
-    with pytest.raises(ValueError, match="cut short"):
+    with pytest.raises(ValueError, match="not a protobuf message"):
         read_declaration(model[:inside_a_piece])
-    with pytest.raises(ValueError, match="wire type"):
+    with pytest.raises(ValueError, match="not a protobuf message"):
         read_declaration(b"\x0b")
