@@ -262,7 +262,8 @@ def write_json_atomic(path: str | Path, value: Any) -> None:
 def atomic_link(source: Path, target: Path) -> None:
     """Make `target` the same file as `source` (a hard link, or a copy where links are not
     supported), replacing any old `target` atomically."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.link")
+    remove_leftover_temporaries(target.parent, target.name)
+    tmp = target.with_name(f"{_temporary_prefix(target)}link.tmp")
     tmp.unlink(missing_ok=True)
     try:
         os.link(source, tmp)
