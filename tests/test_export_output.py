@@ -1,6 +1,10 @@
-"""Where an export goes (export/output.py): built aside, in place only when complete."""
+"""Where an export goes (export/output.py): built aside, in place only when complete, with
+the user's usual permissions."""
 
 from __future__ import annotations
+
+import os
+import stat
 
 import pytest
 
@@ -49,3 +53,13 @@ def test_an_empty_directory_is_filled(tmp_path):
     with export_directory(out) as building:
         (building / "model.bin").write_text("new")
     assert (out / "model.bin").read_text() == "new"
+
+
+def test_what_a_library_wrote_private_gets_the_usual_permissions(tmp_path):
+    umask = os.umask(0o022)
+    os.umask(umask)
+    out = tmp_path / "out"
+    with export_directory(out) as building:
+        (building / "model.safetensors").touch(mode=0o600)
+    assert stat.S_IMODE((out / "model.safetensors").stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask

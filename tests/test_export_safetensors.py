@@ -4,6 +4,8 @@ exactly as the model file it came from, through the same commands."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 
@@ -62,3 +64,16 @@ def test_quantization_is_refused_for_safetensors(trained_model_file, tmp_path, c
                  str(tmp_path / "out"), "--quantization", "int8"]) == 2
     assert "--quantization is for --to ctranslate2" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_every_file_gets_the_users_usual_permissions(model_file, tmp_path, umask):
+    # safetensors writes model.safetensors private (0600), whatever the umask.
+    previous = os.umask(umask)
+    try:
+        out = export_safetensors(model_file, tmp_path / "model-st")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in out.iterdir()} == {
+        name: 0o666 & ~umask for name in ("model.safetensors", "config.json", "spm.model")}

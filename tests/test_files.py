@@ -1,8 +1,14 @@
 """File plumbing: atomic writes that leave the old file on any failure and make their
-renames durable, and format tags."""
+renames durable, temporaries a killed writer leaves that the next one removes, the user's
+usual permissions, and format tags."""
 
 import errno
 import json
+import os
+import signal
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -120,3 +126,76 @@ def test_the_temporaries_a_killed_writer_left_are_removed_and_nothing_else(tmp_p
     (tmp_path / ".hidden").write_text("")
     files.remove_leftover_temporaries(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "kept.json"]
+
+
+KILLED_MID_WRITE = """
+import sys, time
+from pathlib import Path
+from transformer_nmt.files import AtomicFile, temporary_directory
+
+directory = Path(sys.argv[1])
+writer = AtomicFile(directory / "model.pt")
+writer.handle.write(b"half a model")
+writer.handle.flush()
+with temporary_directory(directory / "export") as building:
+    (building / "weights.bin").write_bytes(b"half the weights")
+    print("writing", flush=True)
+    time.sleep(120)
+"""
+
+
+def temporaries(directory: Path) -> list[str]:
+    return sorted(p.name.split(".")[1] for p in directory.iterdir()
+                  if files.TEMPORARY.fullmatch(p.name))
+
+
+def test_a_killed_writers_temporaries_are_removed_by_the_next_writer_of_the_same_target(
+        tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", KILLED_MID_WRITE, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "writing"
+        # While it runs, its temporaries are locked: no one else's clean-up takes them.
+        files.remove_leftover_temporaries(tmp_path)
+        AtomicFile(tmp_path / "model.pt").abort()
+        assert temporaries(tmp_path) == ["export", "model"]
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    with AtomicFile(tmp_path / "model.pt") as writer:  # removes model.pt's only
+        writer.handle.write(b"a whole model")
+    assert temporaries(tmp_path) == ["export"]
+    with files.temporary_directory(tmp_path / "export") as building:
+        assert temporaries(tmp_path) == ["export"] and building.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_what_is_built_aside_gets_the_users_usual_permissions(tmp_path, umask):
+    previous = os.umask(umask)
+    try:
+        with files.temporary_directory(tmp_path / "out") as building:
+            assert stat.S_IMODE(building.stat().st_mode) == 0o777 & ~umask
+            # As safetensors writes its files: private, whatever the umask.
+            private = building / "model.safetensors"
+            private.touch(mode=0o600)
+            os.chmod(private, 0o600)
+            files.give_usual_permissions(building)
+            assert stat.S_IMODE(private.stat().st_mode) == 0o666 & ~umask
+    finally:
+        os.umask(previous)
+
+
+def test_what_is_set_aside_comes_back_if_its_replacement_fails(tmp_path):
+    out = tmp_path / "model-ct2"
+    out.mkdir()
+    (out / "model.bin").write_text("old")
+    with pytest.raises(OSError):
+        with files.set_aside(out) as aside:
+            assert files.TEMPORARY.fullmatch(aside.name) and not out.exists()
+            raise OSError("the new one could not be renamed")
+    assert [p.name for p in tmp_path.iterdir()] == ["model-ct2"]
+    with files.set_aside(out):
+        out.mkdir()
+    assert [p.name for p in tmp_path.iterdir()] == ["model-ct2"]
+    assert list(out.iterdir()) == []

@@ -3,6 +3,9 @@ manifest, resumability and the one-line errors."""
 
 import json
 import random
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -78,7 +81,7 @@ def test_prepare_files(corpus, tmp_path, capsys):
     assert 0.5 < manifest["padding_efficiency"]["train"] <= 1
     assert manifest["command"].startswith("nmt prepare --corpus files --src en --tgt de")
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["manifest.json", "spm.model", "spm.vocab"] + [f"{split}.{lang}{ext}"
+        [".lock", "manifest.json", "spm.model", "spm.vocab"] + [f"{split}.{lang}{ext}"
          for split in ("train", "valid", "test") for lang in ("en", "de")
          for ext in ("", ".bin", ".idx")])
 
@@ -102,10 +105,11 @@ def test_prepare_files(corpus, tmp_path, capsys):
 def test_running_twice_does_nothing(corpus, tmp_path, capsys):
     out = tmp_path / "data"
     assert run(files_args(corpus, out), capsys)[0] == 0
-    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    # The lock file (.lock) takes each run's PID; the data stays as it was.
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != ".lock"}
     code, stdout, stderr = run(files_args(corpus, out), capsys)
     assert code == 0 and "already prepared" in stderr and "nothing to do" in stderr
-    assert stamps == {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    assert stamps == {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != ".lock"}
 
 
 def test_other_settings_are_refused(corpus, tmp_path, capsys):
@@ -134,6 +138,44 @@ def test_an_interrupted_run_is_redone(corpus, tmp_path, capsys, monkeypatch):
     assert not (out / ".in-progress").exists() and not (out / ".work").exists()
 
 
+HOLD_IN_VOCAB = """
+import sys, time
+from transformer_nmt.cli import main
+from transformer_nmt.data import prepare
+
+def hold(*args, **kwargs):
+    print("learning", flush=True)
+    time.sleep(120)
+
+prepare.train_vocab = hold
+main(sys.argv[1:])
+"""
+
+
+def test_a_second_preparation_into_one_directory_is_refused_naming_the_first(
+        corpus, tmp_path, capsys):
+    out = tmp_path / "data"
+    first = subprocess.Popen([sys.executable, "-c", HOLD_IN_VOCAB, *files_args(corpus, out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert first.stdout.readline().strip() == "learning"
+        working = sorted(p.name for p in (out / ".work").iterdir())
+        code, _, stderr = run(files_args(corpus, out), capsys)
+        assert code == 2 and stderr.count("\n") == 1
+        assert stderr == (f"nmt prepare: error: {out} is being prepared by another process "
+                          f"(PID {first.pid}); wait for it to finish or stop it, or prepare "
+                          "into another directory\n")
+        # The first one's work is untouched.
+        assert (out / ".in-progress").exists()
+        assert sorted(p.name for p in (out / ".work").iterdir()) == working
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    code, _, stderr = run(files_args(corpus, out), capsys)
+    assert code == 0 and "unfinished preparation" in stderr
+    assert len(load_split(out, "train")) == 301
+
+
 def test_a_directory_of_something_else_is_refused(corpus, tmp_path, capsys):
     out = tmp_path / "data"
     out.mkdir()
@@ -141,6 +183,7 @@ def test_a_directory_of_something_else_is_refused(corpus, tmp_path, capsys):
     code, _, stderr = run(files_args(corpus, out), capsys)
     assert code == 2 and "is not empty and holds no prepared data" in stderr
     assert (out / "thesis.tex").read_text() == "precious"
+    assert [p.name for p in out.iterdir()] == ["thesis.tex"]  # not even a lock file
 
 
 def one_line_error(args, capsys, *expected):

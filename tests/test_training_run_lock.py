@@ -35,3 +35,13 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
         holder.wait()
     with RunLock(tmp_path):
         pass
+
+
+def test_the_holder_removes_what_a_killed_training_left_half_written(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "checkpoint_7.pt").write_bytes(b"whole")
+    # An AtomicFile's temporary whose process died: its name, and no lock on it.
+    (run_dir / ".checkpoint_9.pt.12345.abc_9xyz.tmp").write_bytes(b"half")
+    with RunLock(run_dir):
+        assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "checkpoint_7.pt"]

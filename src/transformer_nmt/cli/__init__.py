@@ -26,6 +26,7 @@ from transformer_nmt.cli.score import add_score_parser
 from transformer_nmt.cli.serve import add_serve_parser
 from transformer_nmt.cli.train import add_average_parser, add_plot_parser, add_train_parser
 from transformer_nmt.errors import UserError, describe_os_error
+from transformer_nmt.interrupts import Terminated
 
 # New subcommands register here, in the order `nmt --help` lists them.
 PARSERS = [
@@ -62,8 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `nmt` console script; returns the process exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        # Slow enough (every setting's help is read from its source) to meet a Ctrl-C.
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("nmt: interrupted", file=sys.stderr)
+        return 130
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
@@ -84,4 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"nmt {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"nmt {args.command}: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     return int(result or 0)

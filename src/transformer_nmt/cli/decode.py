@@ -11,6 +11,7 @@ from transformer_nmt.cli.common import add_errors_argument
 from transformer_nmt.cli.flags import add_fields, field_values
 from transformer_nmt.config import DECODE_PRECISIONS, DecodeConfig
 from transformer_nmt.errors import UserError
+from transformer_nmt.interrupts import sigterm_unwinds, stop_signals_held
 
 if TYPE_CHECKING:
     from transformer_nmt.decode.translator import TranslatorOptions
@@ -132,16 +133,21 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_translate)
 
 
+# SIGTERM, as Ctrl-C, removes the --output file being written. Neither cuts the import of
+# torch and the loading of the model short: raised inside their C++ code, the exception
+# could abort the process ("terminate called ...") rather than end it with one line.
+@sigterm_unwinds()
 def run_translate(args: argparse.Namespace) -> None:
-    from transformer_nmt.data.text import count_lines, iter_lines, read_lines
-    from transformer_nmt.decode.stream import requests, translate_file, translate_stream
-    from transformer_nmt.decode.translator import Translator
-
     if args.interactive and args.input is not None:
         raise UserError("--interactive reads standard input; leave out --input")
-    translator = Translator.from_files(args.model, _translator_options(
-        args, alignments=args.alignments, buffer_size=1 if args.interactive else 1024,
-        token_scores=args.token_scores or args.format == "json"))
+    with stop_signals_held():
+        from transformer_nmt.data.text import count_lines, iter_lines, read_lines
+        from transformer_nmt.decode.stream import requests, translate_file, translate_stream
+        from transformer_nmt.decode.translator import Translator
+
+        translator = Translator.from_files(args.model, _translator_options(
+            args, alignments=args.alignments, buffer_size=1 if args.interactive else 1024,
+            token_scores=args.token_scores or args.format == "json"))
     lines = (read_lines(args.input, args.errors) if args.input is not None
              else iter_lines(sys.stdin.buffer, "<stdin>", args.errors))
     if args.prefix is not None or args.constraints is not None:

@@ -7,6 +7,7 @@ from typing import get_args
 
 from transformer_nmt.config import Quantization
 from transformer_nmt.errors import UserError
+from transformer_nmt.interrupts import sigterm_unwinds, stop_signals_held
 
 FORMATS = ("ctranslate2", "argos", "safetensors")
 QUANTIZATIONS = get_args(Quantization)
@@ -59,6 +60,9 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_export)
 
 
+# SIGTERM, as Ctrl-C, removes the export being built (see export/output.py); neither
+# cuts the import of torch and the runtime short (interrupts.stop_signals_held).
+@sigterm_unwinds()
 def run_export(args: argparse.Namespace) -> None:
     if args.to != "argos" and (args.from_code or args.to_code):
         raise UserError("--from-code and --to-code are for --to argos")
@@ -66,13 +70,15 @@ def run_export(args: argparse.Namespace) -> None:
         raise UserError("--quantization is for --to ctranslate2 and --to argos; "
                         "safetensors exports keep the model's weights as they are")
     if args.to == "ctranslate2":
-        from transformer_nmt.export.ctranslate2 import export_ctranslate2
+        with stop_signals_held():
+            from transformer_nmt.export.ctranslate2 import export_ctranslate2
 
         out = export_ctranslate2(args.model, args.out, args.quantization, args.force)
         print(f"wrote the CTranslate2 model {out} ({args.quantization} weights); load it "
               f"with ctranslate2.Translator({str(out)!r})")
     elif args.to == "argos":
-        from transformer_nmt.export.argos import export_argos
+        with stop_signals_held():
+            from transformer_nmt.export.argos import export_argos
 
         out = export_argos(args.model, args.out, args.quantization, args.force,
                            from_code=args.from_code, to_code=args.to_code,
@@ -80,7 +86,8 @@ def run_export(args: argparse.Namespace) -> None:
         print(f"wrote the Argos Translate package {out}; install it with "
               f"argostranslate.package.install_from_path or `argospm install`")
     else:
-        from transformer_nmt.export.safetensors import export_safetensors
+        with stop_signals_held():
+            from transformer_nmt.export.safetensors import export_safetensors
 
         out = export_safetensors(args.model, args.out, args.force)
         print(f"wrote {out}; translate with it: nmt translate --model {out}")

@@ -9,6 +9,7 @@ from transformer_nmt.cli.common import rerunnable_command
 from transformer_nmt.cli.flags import add_fields, field_values
 from transformer_nmt.config import TrainConfig
 from transformer_nmt.errors import UserError
+from transformer_nmt.interrupts import sigterm_unwinds, stop_signals_held
 
 
 def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -121,10 +122,14 @@ def add_average_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_average)
 
 
+# SIGTERM, as Ctrl-C, removes the model file being written (files.AtomicFile); neither
+# cuts the import of torch short (interrupts.stop_signals_held).
+@sigterm_unwinds()
 def run_average(args: argparse.Namespace) -> None:
-    from transformer_nmt.model_file import save_model_file
-    from transformer_nmt.training.checkpoint import (average_checkpoints, check_average_output,
-                                                  checkpoints_to_average)
+    with stop_signals_held():
+        from transformer_nmt.model_file import save_model_file
+        from transformer_nmt.training.checkpoint import (
+            average_checkpoints, check_average_output, checkpoints_to_average)
 
     for name in ("last", "best"):
         value = getattr(args, name)

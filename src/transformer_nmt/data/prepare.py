@@ -5,8 +5,10 @@ the shared BPE on train (both sides) -> encode every split, filtering train -> m
 files into place -> write manifest.json last, atomically. All work happens in
 DATA_DIR/.work, and DATA_DIR/.in-progress marks a preparation that has not finished: a
 directory with a manifest is finished, one with the marker is an interrupted run that
-the next run redoes, anything else is refused rather than overwritten. Memory holds one
-chunk of lines at a time, whatever the corpus size.
+the next run redoes, anything else is refused rather than overwritten. One process
+prepares a directory at a time (an OS lock, DATA_DIR/.lock): a second one is refused,
+rather than taking the first's marker for an interrupted run's. Memory holds one chunk
+of lines at a time, whatever the corpus size.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -40,6 +42,7 @@ from transformer_nmt.data.vocab import (BOS_ID, EOS_ID, PAD_ID, UNK_ID,
 from transformer_nmt.data.vocab_source import VocabSource, vocab_digest
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import fsync_dir, remove_leftover_temporaries, write_json_atomic
+from transformer_nmt.locks import LOCK_FILE, DirectoryLock
 
 IN_PROGRESS = ".in-progress"
 WORK = ".work"
@@ -125,12 +128,22 @@ def _check_out(out: Path, recipe: dict, log: Callable[[str], None]) -> dict | No
         return None
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} is a file; out must be a directory, new or empty")
-    if out.exists() and any(p.name != DOWNLOADS for p in out.iterdir()):
+    if out.exists() and any(p.name not in (DOWNLOADS, LOCK_FILE) for p in out.iterdir()):
         raise UserError(
             f"{out} exists, is not empty and holds no prepared data (no {MANIFEST}); "
             "choose an empty or new out directory"
         )
     return None
+
+
+def _may_hold_data(out: Path) -> bool:
+    """Whether `out` is a place `prepare` may lock: missing, or a directory holding a
+    preparation (finished or not) or nothing but downloads. Anything else is refused by
+    `_check_out` and must not even get a lock file."""
+    if not out.exists():
+        return True
+    return out.is_dir() and ((out / MANIFEST).exists() or (out / IN_PROGRESS).exists() or all(
+        path.name in (DOWNLOADS, LOCK_FILE) for path in out.iterdir()))
 
 
 def _read_corpus(corpus: Corpus, work: Path, src: str, tgt: str, progress: bool) -> dict[str, int]:
@@ -247,35 +260,44 @@ def prepare(options: PrepareOptions, *, command: str | None = None, progress: bo
         mirror=options.mirror, cache_dir=out / DOWNLOADS, errors=options.errors,
         seed=options.seed, files=dict(options.files), valid_size=options.valid_size))
     recipe = _recipe(options, corpus)
-    finished = _check_out(out, recipe, log)
-    if finished is not None:
-        log(f"{out} is already prepared with these settings; nothing to do")
-        return PrepareResult(finished, already_prepared=True)
+    lock = (DirectoryLock(out, "prepared", "prepare into another directory")
+            if _may_hold_data(out) else nullcontext())
+    with lock:
+        finished = _check_out(out, recipe, log)
+        if finished is not None:
+            log(f"{out} is already prepared with these settings; nothing to do")
+            return PrepareResult(finished, already_prepared=True)
+        manifest = _prepare_into(out, options, corpus, recipe, filters, progress, log,
+                                 command=command, started=started)
+    for note in corpus.notes:
+        log(note)
+    return PrepareResult(manifest, already_prepared=False)
 
+
+def _prepare_into(out: Path, options: PrepareOptions, corpus: Corpus, recipe: dict,
+                  filters: CleaningFilters, progress: bool, log: Callable[[str], None], *,
+                  command: str | None, started: float) -> dict:
+    """The work of `prepare` in the locked `out`, from the marker to the manifest (which
+    records `command` and the seconds since `started`), which it returns. A mistake in
+    the input leaves nothing behind but the downloads."""
     work = out / WORK
-    created = not out.exists()
     work.mkdir(parents=True)
     write_json_atomic(out / IN_PROGRESS, {"recipe": recipe})
     try:
         manifest = _make(options, corpus, recipe, filters, work, progress, log)
     except UserError:
-        # A mistake in the input: leave nothing behind but the downloads.
         _remove_partial(out)
-        if created and not any(out.iterdir()):
-            out.rmdir()
         raise
     manifest["command"] = command
     manifest["seconds"] = round(time.time() - started, 1)
-    for name in _outputs(src, tgt):
+    for name in _outputs(options.src, options.tgt):
         if (work / name).exists():
             (work / name).replace(out / name)
     fsync_dir(out)
     write_json_atomic(out / MANIFEST, manifest)
     (out / IN_PROGRESS).unlink()
     shutil.rmtree(work)
-    for note in corpus.notes:
-        log(note)
-    return PrepareResult(manifest, already_prepared=False)
+    return manifest
 
 
 def _make(options: PrepareOptions, corpus: Corpus, recipe: dict, filters: CleaningFilters,

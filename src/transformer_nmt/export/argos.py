@@ -11,7 +11,6 @@ decodes the result.
 from __future__ import annotations
 
 import json
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from transformer_nmt.export.ctranslate2 import (require_ctranslate2, unsupported
                                                 write_ctranslate2)
 from transformer_nmt.export.output import check_destination, replace_path
 from transformer_nmt.export.provenance import provenance
+from transformer_nmt.files import temporary_directory
 from transformer_nmt.model_file import load_for_inference, model_languages
 
 SUFFIX = ".argosmodel"
@@ -73,10 +73,10 @@ def export_argos(model_path: str | Path, out: str | Path, quantization: str = "f
     to_code = _language_code(to_code or languages[1], "target", "--to-code")
     record = provenance(model.payload_meta, Path(model_path))
     record["quantization"] = quantization
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as work:
+    # Built aside, as every export is (see export/output.py): only the archive moves out.
+    with temporary_directory(out) as work:
         # The archive's one top-level directory, as argospm's packages have.
-        root = Path(work) / out.stem
+        root = work / out.stem
         root.mkdir()
         write_ctranslate2(model, root / "model", quantization)
         (root / "sentencepiece.model").write_bytes(model.vocab.to_bytes())
@@ -87,7 +87,7 @@ def export_argos(model_path: str | Path, out: str | Path, quantization: str = "f
             f"# {metadata['name']}\n\nExported by {record['exported_by']} from "
             f"{record['source_model']} (preset {record['preset']}, "
             f"{record['training_steps']} training steps).\n", encoding="utf-8")
-        archive = Path(work) / "package.zip"
+        archive = work / "package.zip"
         with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as package:
             for path in sorted(root.rglob("*")):
                 package.write(path, path.relative_to(work).as_posix())

@@ -1,20 +1,23 @@
 """Where an export goes: built aside, then renamed into place, never over a user's files.
 
 A half-written export directory would look like a model to the runtime that later loads
-it, so every export is built in a temporary sibling of its destination and appears by one
-rename once complete. An existing destination is replaced only when asked to (`force`).
+it, so every export is built in a temporary sibling of its destination
+(files.temporary_directory, locked and recognisably named) and appears by one rename once
+complete. An existing destination is replaced only when asked to (`force`). An export
+stopped by SIGINT or SIGTERM removes what it built; the leftovers of a killed one are
+removed by the next export to the same destination, before it starts.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from transformer_nmt.errors import UserError
-from transformer_nmt.files import fsync_dir
+from transformer_nmt.files import (fsync_dir, give_usual_permissions, set_aside,
+                                   temporary_directory)
 
 
 def check_destination(out: Path, force: bool) -> None:
@@ -33,29 +36,18 @@ def export_directory(out: str | Path, force: bool = False) -> Iterator[Path]:
     to `out` (an old `out` is removed only then), on failure deleted, `out` left as it was."""
     out = Path(out)
     check_destination(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # Made by mkdir, not mkdtemp, so that the export gets the user's usual permissions.
-    building = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    shutil.rmtree(building, ignore_errors=True)  # a crashed export's leftovers
-    building.mkdir()
-    try:
+    with temporary_directory(out) as building:
         yield building
         replace_path(building, out)
-    except BaseException:
-        shutil.rmtree(building, ignore_errors=True)
-        raise
 
 
 def replace_path(new: Path, out: Path) -> None:
-    """Put the complete `new` (file or directory) at `out`, removing what was there."""
+    """Put the complete `new` (file or directory) at `out`, removing what was there. What
+    other libraries wrote into `new` gets the permissions of the user's own files first."""
+    give_usual_permissions(new)
     if out.exists() or out.is_symlink():
-        old = out.with_name(f".{out.name}.{os.getpid()}.old")
-        os.replace(out, old)
-        os.replace(new, out)
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old)
-        else:
-            old.unlink()
+        with set_aside(out):
+            os.replace(new, out)
     else:
         os.replace(new, out)
     fsync_dir(out.parent)

@@ -38,7 +38,7 @@ from tqdm import tqdm
 from transformer_nmt.config import differences
 from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.errors import UserError
-from transformer_nmt.files import atomic_link
+from transformer_nmt.files import atomic_link, remove_leftover_temporaries
 from transformer_nmt.model_file import (build_model, model_languages, model_payload,
                                         read_model_file, save_model_file)
 from transformer_nmt.training.distributed import Distributed
@@ -264,7 +264,8 @@ def checkpoints_to_average(inputs: list[str | Path], last: int | None,
 def check_average_output(out: str | Path, inputs: list[Path]) -> None:
     """UserError if writing the average to `out` would replace one of its inputs or a
     checkpoint of a run directory (resume would then find a model without training
-    state where its checkpoint was)."""
+    state where its checkpoint was). Otherwise the leftovers of an average into `out`
+    that was killed are removed, before this one takes memory and time."""
     out = Path(out)
     for path in inputs:
         if out.exists() and path.exists() and out.resolve() == path.resolve():
@@ -273,6 +274,8 @@ def check_average_output(out: str | Path, inputs: list[Path]) -> None:
     if _NUMBERED.fullmatch(out.name) or out.name in (LAST, BEST):
         raise UserError(f"the output {out} has a checkpoint's name, which `nmt train` owns; "
                         "write the average under another name (e.g. average.pt)")
+    if out.parent.is_dir():
+        remove_leftover_temporaries(out.parent, out.name)
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, Any]:

@@ -1,57 +1,25 @@
-"""One training process per run directory, held by an OS file lock.
+"""One training process per run directory, held by an OS file lock (transformer_nmt.locks).
 
 Two trainings writing into one run directory would interleave their checkpoints and
-metrics without a word. The lock is `fcntl.flock` on RUN_DIR/.lock: the kernel releases
-it when its process ends in any way, `kill -9` included, so a crash never leaves a stale
-lock behind. The file holds the holder's PID, so that a refused second process can say
-who holds the directory.
+metrics without a word; the second is refused, naming the first's PID. The holder removes
+the temporaries a killed training left (a checkpoint half written: files.AtomicFile),
+which no later checkpoint of another step name would.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 from pathlib import Path
 
-from transformer_nmt.errors import UserError
+from transformer_nmt.files import remove_leftover_temporaries
+from transformer_nmt.locks import LOCK_FILE, DirectoryLock
 
-LOCK_FILE = ".lock"
+__all__ = ["LOCK_FILE", "RunLock"]
 
 
-class RunLock:
+class RunLock(DirectoryLock):
     """The exclusive right to write into a run directory, for the life of the object
     (or of the `with` block); `release` gives it up early."""
 
     def __init__(self, run_dir: str | Path) -> None:
-        self.path = Path(run_dir) / LOCK_FILE
-        self._made_dir = not self.path.parent.exists()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self._fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            os.close(self._fd)
-            raise UserError(f"{self.path.parent} is being trained by another process (PID "
-                            f"{holder}); wait for it to finish or stop it, or train into "
-                            "another run directory") from None
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()}\n".encode("ascii"), 0)
-
-    def release(self) -> None:
-        """Give the directory up (closing the descriptor drops the lock). A directory the
-        lock itself created and nothing else was written into goes again, so that a
-        refused run leaves nothing behind."""
-        if self._fd < 0:
-            return
-        if self._made_dir and [p.name for p in self.path.parent.iterdir()] == [LOCK_FILE]:
-            self.path.unlink()
-            self.path.parent.rmdir()
-        os.close(self._fd)
-        self._fd = -1
-
-    def __enter__(self) -> "RunLock":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+        super().__init__(run_dir, "trained", "train into another run directory")
+        remove_leftover_temporaries(run_dir)

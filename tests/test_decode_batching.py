@@ -1,0 +1,38 @@
+"""The streaming driver's workers (decode/batching.py): an interrupt in the calling thread
+ends `run_in_order` only once every worker has finished its batch, so that no thread is
+still inside torch when the interpreter exits (a C++ abort: "terminate called ...")."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+
+from transformer_nmt.decode.batching import run_in_order
+
+
+def test_an_interrupt_waits_for_the_running_batches_and_cancels_the_others():
+    started, finished = [], []
+    running = threading.Barrier(3)
+
+    def work(batch: list[int]) -> list[int]:
+        started.append(batch[0])
+        if len(started) <= 2:
+            running.wait()
+        time.sleep(0.3)
+        finished.append(batch[0])
+        return batch
+
+    def ctrl_c_once_both_run() -> None:
+        running.wait()
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # Ctrl-C
+
+    threads_before = threading.active_count()
+    threading.Thread(target=ctrl_c_once_both_run).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_in_order([[i] for i in range(8)], work, [None] * 8, workers=2)
+    assert sorted(finished) == sorted(started) and len(started) < 8
+    time.sleep(0.05)  # the signalling thread returns
+    assert threading.active_count() == threads_before
