@@ -203,7 +203,8 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> None:
-    from transformer_nmt.evaluate import evaluate_files, evaluate_model, format_table
+    from transformer_nmt.evaluate import (evaluate_files, evaluate_model, format_confidence,
+                                          format_table)
 
     if args.hyp or args.ref:
         if not (args.hyp and args.ref) or args.model or args.data:
@@ -222,6 +223,8 @@ def run_evaluate(args: argparse.Namespace) -> None:
         print(f"{result['sentences']} sentences of {args.data} {args.split}, "
               f"{result['src_lang']}-{result['tgt_lang']}; translations in {result['hyp']}")
     print(format_table(result))
+    if result.get("confidence"):
+        print(format_confidence(result["confidence"]))
     if result.get("json"):
         print(f"scores written to {result['json']}")
 
