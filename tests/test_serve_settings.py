@@ -19,6 +19,8 @@ def test_defaults_bind_to_loopback_without_key_or_cors():
     ("max_batch_tokens", 0, "max_batch_tokens"), ("max_queue", 1.5, "max_queue"),
     ("max_wait_ms", -1, "max_wait_ms"), ("timeout_s", 0, "timeout_s"),
     ("timeout_s", float("inf"), "timeout_s"), ("api_key", "  ", "API key is empty"),
+    ("min_confidence", 1.5, "min_confidence must be between 0 and 1"),
+    ("min_confidence", -0.1, "min_confidence"),
 ])
 def test_bad_settings_are_user_errors_naming_the_setting(field, value, message):
     with pytest.raises(UserError, match=message):
