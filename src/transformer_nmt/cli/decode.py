@@ -173,7 +173,9 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
         "German with compounds split at hyphens (Arbeits ##AT##-##AT## Platz), then "
         "case-sensitive, unsmoothed BLEU on the tokens, as tensor2tensor's get_ende_bleu "
         "computed the paper's numbers. Tokenized BLEU is not comparable across tokenizations; quote "
-        "sacreBLEU.",
+        "sacreBLEU. A model calibrated by `nmt calibrate` also gets how well its confidence "
+        "ranks the split's sentences: its correlation with sentence chrF2, and the BLEU of "
+        "the 50, 80 and 90% most confident sentences against all.",
         epilog="examples: nmt evaluate --model run/average.pt --data data/wmt14 --split test; "
         "nmt evaluate --hyp out.de --ref newstest2014.de --tgt-lang de",
     )

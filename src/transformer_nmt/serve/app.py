@@ -25,7 +25,8 @@ from transformer_nmt.serve.libretranslate import libretranslate_routes
 from transformer_nmt.serve.middleware import BodyLimit, RequestMetrics, route_paths
 from transformer_nmt.serve.metrics import ServerMetrics
 from transformer_nmt.serve.requests import TranslateRequest
-from transformer_nmt.serve.service import BadOption, Search, TooLarge, TranslationService
+from transformer_nmt.serve.service import (CONFIDENCE_MEANING, BadOption, Search, TooLarge,
+                                           TranslationService)
 from transformer_nmt.serve.settings import ServeSettings
 
 UNION_MEMBERS = {"str", "int", "float", "bool", "list[str]"}
@@ -166,7 +167,7 @@ def add_routes(app: FastAPI, service: TranslationService, card: dict[str, Any],
                 "api_key_required": settings.api_key is not None}
 
     @app.post("/v1/translate", summary="translate one text or a list",
-              dependencies=[Depends(key_required)])
+              description=CONFIDENCE_MEANING, dependencies=[Depends(key_required)])
     async def translate(body: TranslateRequest) -> dict[str, Any]:
         started = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else body.text

@@ -21,6 +21,14 @@ from transformer_nmt.serve.words import with_words
 
 MAX_GLOSSARY = 100
 """Most glossary entries a request may give: each matching one widens the search."""
+CONFIDENCE_MEANING = (
+    "Each sentence of the answer has a `confidence`: the estimated probability that a "
+    "bilingual reader would accept it, measured by a proxy computed without people (that "
+    "its sentence chrF2 against a reference reaches the threshold `nmt calibrate` fitted on "
+    "validation data, by default the model's median there); null for a model without "
+    "calibration; `confidence_reasons` say why when it is low; below the server's "
+    "min_confidence a sentence comes back empty with `withheld: true` and a `reason`.")
+"""What the confidence of an answer means, for the API's documentation."""
 ATTENTION_DECIMALS = 3
 """Attention weights are sent rounded: enough for a heatmap, a fifth of the bytes."""
 
