@@ -105,7 +105,9 @@ class Calibration:
     """How well it fits the split: log_loss, base_log_loss (always predicting
     `accepted`), auc (probability that an acceptable translation ranks above another)."""
     features: tuple[str, ...] = FEATURES
+    """The features it weighs, in the order of `coefficients`."""
     version: int = CALIBRATION_VERSION
+    """CALIBRATION_VERSION of the code that fitted it."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain numbers, strings and lists, for the model file."""
