@@ -87,6 +87,12 @@ def test_a_low_confidence_names_the_features_that_lower_it_most():
                   log_length_ratio_squared=2.25)
     assert fitted.reasons([values[name] for name in FEATURES]) == [
         "much longer than the source"]
+    # A fit that weighs attention against its name (attending to everything lowering the
+    # confidence) never says "leaves source words unattended" of a fully attended output.
+    contrary = calibration([2.0 if name == "unattended_source" else 0.0 for name in FEATURES],
+                           means=[0.5 if name == "unattended_source" else 0.0
+                                  for name in FEATURES])
+    assert contrary.reasons([0.0] * len(FEATURES)) == [BASE_RATE_REASON]
     # Nothing lowers it, but the model is seldom right: its base rate is the reason.
     assert calibration(intercept=-2.0).reasons([0.0] * len(FEATURES)) == [BASE_RATE_REASON]
     assert calibration(intercept=2.0).reasons([0.0] * len(FEATURES)) == []

@@ -67,13 +67,16 @@ _GROUPS = {
 }
 """Features that one reason names together: the length's two terms make one curve."""
 _REASONS = {
-    "mean_log_prob": "the model finds its words unlikely",
-    "min_log_prob": "has a word the model finds unlikely",
-    "mean_entropy": "the model hesitates between words",
-    "unattended_source": "leaves source words unattended",
-    "repeated_bigrams": "repeats a word",
-    "copied_tokens": "copies source words untranslated",
+    "mean_log_prob": ("the model finds its words unlikely", -1),
+    "min_log_prob": ("has a word the model finds unlikely", -1),
+    "mean_entropy": ("the model hesitates between words", 1),
+    "unattended_source": ("leaves source words unattended", 1),
+    "repeated_bigrams": ("repeats a word", 1),
+    "copied_tokens": ("copies source words untranslated", 1),
 }
+"""Each feature's reason, and on which side of its mean (1: above, -1: below) the value must
+lie for the reason to be true: a fit may weigh a feature against its name (attending to
+every source token lowering the confidence), and then that feature names no reason."""
 BASE_RATE_REASON = "this model's translations are seldom acceptable"
 """The reason of a low confidence that no feature explains: the model's own base rate."""
 
@@ -152,15 +155,19 @@ class Calibration:
         lowering = sorted((sum(by_name[name] for name in names), group)
                           for group, names in _GROUPS.items())
         found = [self._reason(group, values) for share, group in lowering
-                 if share < -REASON_MARGIN][:MOST_REASONS]
-        return found or [BASE_RATE_REASON]
+                 if share < -REASON_MARGIN]
+        return [reason for reason in found if reason][:MOST_REASONS] or [BASE_RATE_REASON]
 
-    def _reason(self, group: str, values: Sequence[float]) -> str:
-        if group != "length":
-            return _REASONS[group]
-        ratio = FEATURES.index("log_length_ratio")
-        longer = values[ratio] > self.means[ratio]
-        return f"much {'longer' if longer else 'shorter'} than the source"
+    def _reason(self, group: str, values: Sequence[float]) -> str | None:
+        """The words for feature group `group` lowering the confidence, or None when its
+        value lies on the side of its mean where the words would be false."""
+        if group == "length":
+            ratio = FEATURES.index("log_length_ratio")
+            longer = values[ratio] > self.means[ratio]
+            return f"much {'longer' if longer else 'shorter'} than the source"
+        text, side = _REASONS[group]
+        index = FEATURES.index(group)
+        return text if side * (values[index] - self.means[index]) > 0 else None
 
 
 @dataclass
