@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from transformer_nmt.data.manifest import text_path
 from transformer_nmt.data.text import read_lines
@@ -122,7 +123,8 @@ def calibrate(model_path: str | Path, data_dir: str | Path, split: str = "valid"
             raise UserError(f"{path}: no such file; is {split!r} a split of {data_dir}?")
     lines, references = list(read_lines(src_path)), read_text(ref_path)
     log(f"translating {len(lines)} sentences of {data_dir} {split}")
-    best = [found[0] for found in translator.translate_nbest(lines)]
+    best = [found[0] for found in tqdm(translator.translate_nbest(lines), total=len(lines),
+                                       unit=" lines", desc="translating")]
     kept = [i for i, line in enumerate(lines) if line.strip()]
     sources = translator.source_ids([lines[i] for i in kept])
     features = translation_features(translator, sources, [best[i].tokens for i in kept])
