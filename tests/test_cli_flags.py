@@ -28,6 +28,7 @@ SETTINGS = {
     "translate": DECODING, "evaluate": DECODING, "serve": (ServeSettings, *DECODING),
     "attention": (DecodeConfig,), "score": DECODING, "train": (TrainConfig,),
     "prepare": (PrepareOptions,), "quickstart": (QuickstartOptions,),
+    "calibrate": (TranslatorOptions,),
 }
 """The dataclasses whose fields each subcommand's flags set."""
 NOT_SETTINGS = {
@@ -36,6 +37,7 @@ NOT_SETTINGS = {
     "evaluate": {"--model", "--data", "--split", "--output", "--hyp", "--ref", "--src-lang",
                  "--tgt-lang", "--json", "--errors"},
     "serve": {"--model"},
+    "calibrate": {"--model", "--data", "--split", "--out", "--threshold"},
     "attention": {"--model", "--src", "--tgt", "--out", "--layer"},
     # score batches sentence pairs, not searches: its own default batch size.
     "score": {"--model", "--src", "--tgt", "--output", "--per-token", "--raw", "--format",

@@ -60,9 +60,20 @@ def test_json_output_has_pieces_token_scores_and_alignment():
     [line] = format_translations(3, translations, nbest=False, vocab=PieceVocab())
     assert json.loads(line) == {"text": "ein Haus", "tokens": ["p5", "p6"],
                                 "token_scores": [-0.25, -0.5, -0.125], "score": -0.5123,
-                                "alignment": [[0, 0], [1, 1]]}
+                                "confidence": None, "alignment": [[0, 0], [1, 1]]}
     [line] = format_translations(3, translations, nbest=True, vocab=PieceVocab())
     assert [hyp["text"] for hyp in json.loads(line)["nbest"]] == ["ein Haus", "Haus"]
+
+
+def test_json_output_has_the_confidence_and_its_reasons_when_low():
+    sure = Translation("ein Haus", -0.5, [5, 6], confidence=0.9)
+    unsure = Translation("Haus Haus Haus", -2.0, [6, 6, 6], confidence=0.1,
+                         confidence_reasons=["repeats a word"])
+    [line] = format_translations(0, [sure], nbest=False, vocab=PieceVocab())
+    assert json.loads(line)["confidence"] == 0.9 and "confidence_reasons" not in json.loads(line)
+    [line] = format_translations(0, [unsure], nbest=False, vocab=PieceVocab())
+    assert json.loads(line)["confidence"] == 0.1
+    assert json.loads(line)["confidence_reasons"] == ["repeats a word"]
 
 
 def test_a_stream_gets_one_line_per_input_line_and_flushes_on_request(translator):

@@ -12,11 +12,12 @@ import pytest
 import torch
 from sacrebleu.metrics import BLEU
 
-from decode_fixtures import make_model_file, sentences
+from decode_fixtures import FEATURES_BY_HAND, make_model_file, sentences, with_calibration
 from train_fixtures import TINY
 from transformer_nmt.cli import main
 from transformer_nmt.model_file import model_languages, read_model_file
-from transformer_nmt.evaluate import evaluate_files, score, split_compounds, tokenize_for_bleu
+from transformer_nmt.evaluate import (confidence_report, evaluate_files, score,
+                                      sentence_chrf, split_compounds, tokenize_for_bleu)
 
 REFERENCES = [
     "Der Arbeits-Platz ist in Gutach.",
@@ -108,14 +109,20 @@ def test_evaluate_files_from_the_command_line(files, tmp_path, capsys):
     assert json.loads(json_path.read_text())["tgt_lang"] == "de"
 
 
-def test_evaluate_a_model_on_a_data_directory(tmp_path, capsys):
-    model = make_model_file(tmp_path)
-    data = tmp_path / "data"
+def small_data(directory: Path, count: int = 4) -> Path:
+    """A data directory holding only an en-de test split of `count` random sentences."""
+    data = directory / "data"
     data.mkdir()
     (data / "manifest.json").write_text(json.dumps(
         {"format_version": 1, "src_lang": "en", "tgt_lang": "de"}), encoding="utf-8")
-    (data / "test.en").write_text("\n".join(sentences(4, seed=8)) + "\n", encoding="utf-8")
-    (data / "test.de").write_text("\n".join(sentences(4, seed=9)) + "\n", encoding="utf-8")
+    (data / "test.en").write_text("\n".join(sentences(count, seed=8)) + "\n", encoding="utf-8")
+    (data / "test.de").write_text("\n".join(sentences(count, seed=9)) + "\n", encoding="utf-8")
+    return data
+
+
+def test_evaluate_a_model_on_a_data_directory(tmp_path, capsys):
+    model = make_model_file(tmp_path)
+    data = small_data(tmp_path)
     threads = torch.get_num_threads()
     assert main(["evaluate", "--model", str(model), "--data", str(data), "--beam", "2",
                  "--max-len-b", "5"]) == 0
@@ -129,6 +136,37 @@ def test_evaluate_a_model_on_a_data_directory(tmp_path, capsys):
     assert result["split"] == "test" and result["decode"]["beam"] == 2
     assert "speed" not in result  # the file holds the scores, which a rerun reproduces
     assert len((tmp_path / "model.test.hyp").read_text(encoding="utf-8").split("\n")) == 5
+    assert result["confidence"] is None and "confidence" not in captured.out  # uncalibrated
+
+
+def test_the_confidence_report_ranks_sentences_by_confidence():
+    references = ["the house is small .", "a dog runs in the garden .", "the cat sleeps .",
+                  "children play near old trees ."]
+    hypotheses = ["the house is small .", "a dog runs in a park .", "the cat .", "green ."]
+    chrf = sentence_chrf(hypotheses, references)
+    assert chrf[0] == 100 and chrf == sorted(chrf, reverse=True)
+    report = confidence_report([0.9, 0.7, 0.4, 0.1], hypotheses, references, threshold=50)
+    assert report["pearson_chrf"] > 0.8 and report["spearman_chrf"] == 1
+    assert [entry["sentences"] for entry in report["top"].values()] == [2, 4, 4, 4]
+    assert list(report["top"]) == ["50%", "80%", "90%", "100%"]
+    assert report["top"]["50%"]["bleu"] > report["top"]["100%"]["bleu"]
+    assert report["mean_confidence"] == 0.525
+    assert report["reaching_threshold"] == sum(value >= 50 for value in chrf) / 4
+    reversed_report = confidence_report([0.1, 0.4, 0.7, 0.9], hypotheses, references, 50)
+    assert reversed_report["spearman_chrf"] == -1
+
+
+def test_evaluate_reports_how_well_a_calibrated_models_confidence_ranks(tmp_path, capsys):
+    model = with_calibration(make_model_file(tmp_path), tmp_path / "calibrated.pt", 0.0,
+                             FEATURES_BY_HAND)
+    data = small_data(tmp_path, count=10)
+    assert main(["evaluate", "--model", str(model), "--data", str(data), "--beam", "2",
+                 "--max-len-b", "5"]) == 0
+    printed = capsys.readouterr().out
+    assert "confidence on 10 sentences: correlation with sentence chrF2" in printed
+    assert "the 80% most confident (8 sentences)" in printed
+    report = json.loads((tmp_path / "calibrated.eval-test.json").read_text())["confidence"]
+    assert report["sentences"] == 10 and set(report["top"]) == {"50%", "80%", "90%", "100%"}
 
 
 def test_empty_hypotheses_and_references_are_an_error_not_a_traceback(tmp_path, capsys):

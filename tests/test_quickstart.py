@@ -14,6 +14,7 @@ import torch
 from transformer_nmt import quickstart as quickstart_module
 from transformer_nmt.cli import main
 from transformer_nmt.config import get_preset
+from transformer_nmt.decode.translator import Translation
 from transformer_nmt.quickstart import QuickstartOptions, _shorter_warmup, quickstart
 from transformer_nmt.training.schedule import InverseSqrtSchedule
 
@@ -117,13 +118,17 @@ def test_the_device_given_reaches_evaluation_and_translation(tmp_path, monkeypat
             devices["translation"] = torch.device(options.device)
             return cls()
 
-        def translate(self, lines, **settings):
-            return [line.upper() for line in lines]
+        def translate_nbest(self, lines, **settings):
+            return [[Translation(line.upper(), 0.0, [])] for line in lines]
+
+    def calibrate(model_path, data_dir, split, options, log):
+        devices["calibration"] = torch.device(options.device)
 
     monkeypatch.setattr(quickstart_module, "prepare", lambda *args, **kwargs: None)
     monkeypatch.setattr(quickstart_module, "_train", lambda *args: (None, tmp_path / "c.png"))
     monkeypatch.setattr(quickstart_module, "_average", lambda *args: [tmp_path / "a.pt"])
     monkeypatch.setattr(quickstart_module, "evaluate_model", evaluate_model)
+    monkeypatch.setattr(quickstart_module, "calibrate", calibrate)
     monkeypatch.setattr(quickstart_module, "format_table", lambda scores: "")
     monkeypatch.setattr(quickstart_module, "Translator", Translator)
     monkeypatch.setattr(quickstart_module, "compute_attention", lambda *args: None)
@@ -131,5 +136,5 @@ def test_the_device_given_reaches_evaluation_and_translation(tmp_path, monkeypat
                         lambda maps, out: [out / "overview.png"])
     result = quickstart(QuickstartOptions(out=tmp_path, device="cuda"), log=lambda text: None)
     assert {stage: device.type for stage, device in devices.items()} == {
-        "evaluation": "cuda", "translation": "cuda"}
+        "calibration": "cuda", "evaluation": "cuda", "translation": "cuda"}
     assert result["translations"][0][1] == result["translations"][0][0].upper()

@@ -13,8 +13,9 @@ import pytest
 from transformer_nmt.config import ALPHA_RANGE
 from fastapi.testclient import TestClient
 
-from decode_fixtures import sentences
+from decode_fixtures import sentences, with_calibration
 from serve_fixtures import make_app, with_languages
+from transformer_nmt.errors import UserError
 from transformer_nmt.serve.batcher import Batcher
 
 KEY = "s3cret-key"
@@ -333,3 +334,49 @@ def test_an_error_the_app_did_not_expect_is_logged_and_answered_as_a_json_500(
                                  "log says why"}
         assert 'route="/v1/translate",status="500"' in client.get("/metrics").text
     assert "internal detail /secret/path" in caplog.text and "Traceback" in caplog.text
+
+
+@pytest.fixture(scope="module")
+def calibrated_model(served_model, tmp_path_factory):
+    """The served model with a calibration that gives every translation confidence 0.5."""
+    return with_calibration(served_model, tmp_path_factory.mktemp("calibrated") / "model.pt")
+
+
+def test_each_sentence_has_its_confidence_in_our_api_and_libretranslates(calibrated_model,
+                                                                        client):
+    plain = translate(client, text="a dog runs. the cat sleeps.").json()["translations"][0]
+    assert [sentence["confidence"] for sentence in plain["sentences"]] == [None, None]
+    assert client.get("/v1/model").json()["confidence"] is None
+    with TestClient(make_app(calibrated_model)) as calibrated:
+        answer = translate(calibrated, text="a dog runs. the cat sleeps.", nbest=2).json()
+        for sentence in answer["translations"][0]["sentences"]:
+            assert sentence["confidence"] == 0.5 and sentence["confidence_reasons"] == []
+            assert "withheld" not in sentence
+            assert [hyp["confidence"] for hyp in sentence["nbest"]] == [0.5, 0.5]
+        libre = calibrated.post("/translate", json={"q": ["a dog runs", ""], "source": "en",
+                                                    "target": "de"}).json()
+        assert libre["confidence"] == [0.5, None] and "withheld" not in libre
+        card = calibrated.get("/v1/model").json()["confidence"]
+        assert card["target"] == "made by hand" and card["sentences"] == 10
+
+
+def test_below_the_minimum_confidence_a_sentence_comes_back_empty_saying_why(
+        calibrated_model, served_model):
+    with TestClient(make_app(calibrated_model, min_confidence=0.6)) as strict:
+        answer = translate(strict, text="a dog runs. the cat sleeps.").json()
+        [result] = answer["translations"]
+        assert result["text"].strip() == ""
+        for sentence in result["sentences"]:
+            assert sentence["withheld"] is True and sentence["text"] == ""
+            assert sentence["nbest"] == []
+            assert sentence["reason"].startswith("confidence 0.50 is below this server's "
+                                                 "minimum 0.6")
+        libre = strict.post("/translate", json={"q": "a dog runs", "source": "en",
+                                                "target": "de"}).json()
+        assert libre == {"translatedText": "", "confidence": 0.5, "withheld": True}
+    with TestClient(make_app(calibrated_model, min_confidence=0.4)) as lenient:
+        [result] = translate(lenient, text="a dog runs.").json()["translations"]
+        assert "withheld" not in result["sentences"][0]
+        assert result["sentences"][0]["text"] == result["text"]
+    with pytest.raises(UserError, match="nmt calibrate"):
+        make_app(served_model, min_confidence=0.5)

@@ -22,6 +22,8 @@ def test_defaults_bind_to_loopback_without_key_or_cors():
     ("headers_timeout_s", 0, "headers_timeout_s must be more than 0"),
     ("body_timeout_s", -1, "body_timeout_s must be a finite number"),
     ("keep_alive_s", float("nan"), "keep_alive_s must be a finite number"),
+    ("min_confidence", 1.5, "min_confidence must be between 0 and 1"),
+    ("min_confidence", -0.1, "min_confidence"),
 ])
 def test_bad_settings_are_user_errors_naming_the_setting(field, value, message):
     with pytest.raises(UserError, match=message):

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from decode_fixtures import make_model_file, record_search_threads, sentences
+from decode_fixtures import (FEATURES_BY_HAND, make_model_file, record_search_threads,
+                             sentences, with_calibration)
 from transformer_nmt.cli import main
 
 FAST = ["--beam", "2", "--max-len-b", "5"]
@@ -173,7 +174,17 @@ def test_json_output_one_object_per_line_with_token_scores(model_file, tmp_path)
     for obj in objects[0], objects[2]:
         assert len(obj["token_scores"]) == len(obj["tokens"]) + 1
         assert sum(obj["token_scores"]) <= obj["score"] <= 0
-        assert set(obj) == {"text", "tokens", "token_scores", "score", "alignment"}
+        assert set(obj) == {"text", "tokens", "token_scores", "score", "confidence",
+                            "alignment"}
+        assert obj["confidence"] is None  # the model has no calibration
+    calibrated = with_calibration(model_file, tmp_path / "calibrated.pt", -3.0,
+                                  FEATURES_BY_HAND)
+    assert main(["translate", "--model", str(calibrated), "--input", str(source),
+                 "--output", str(output), "--format", "json", *FAST]) == 0
+    objects = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert objects[1]["confidence"] is None  # an empty line is not translated
+    for obj in objects[0], objects[2]:
+        assert 0 <= obj["confidence"] < 0.5 and obj["confidence_reasons"]
     plain = tmp_path / "plain.txt"
     assert main(["translate", "--model", str(model_file), "--input", str(source),
                  "--output", str(plain), "--token-scores", *FAST]) == 0

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict
 from pathlib import Path
@@ -25,7 +26,7 @@ from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from transformer_nmt.data.manifest import read_manifest, text_path
 from transformer_nmt.data.text import count_lines, read_lines
 from transformer_nmt.decode.stream import translate_file
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.translator import Translation, Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import write_json_atomic
 
@@ -101,6 +102,76 @@ def score(hypotheses: list[str], references: list[str], tgt_lang: str | None = N
     return result
 
 
+def sentence_chrf(hypotheses: list[str], references: list[str]) -> list[float]:
+    """chrF2 of each hypothesis against its reference, as sacrebleu scores one sentence."""
+    chrf = CHRF()
+    return [chrf.sentence_score(hypothesis, [reference]).score
+            for hypothesis, reference in zip(hypotheses, references)]
+
+
+TOP_SHARES = (0.5, 0.8, 0.9)
+"""The shares of most confident sentences whose BLEU the confidence report gives."""
+
+
+def _pearson(xs: list[float], ys: list[float]) -> float | None:
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    covariance = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys))
+    spread = math.sqrt(sum((x - mean_x) ** 2 for x in xs) * sum((y - mean_y) ** 2 for y in ys))
+    return covariance / spread if spread else None
+
+
+def _ranks(values: list[float]) -> list[float]:
+    """Each value's rank from 1, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for position in range(start, end + 1):
+            ranks[order[position]] = (start + end) / 2 + 1
+        start = end + 1
+    return ranks
+
+
+def confidence_report(confidences: list[float], hypotheses: list[str],
+                      references: list[str], threshold: float) -> dict[str, Any]:
+    """How well the confidences rank the translations: their Pearson and Spearman
+    correlation with sentence chrF2, the BLEU (and chrF2) of the TOP_SHARES most
+    confident sentences against all, and the mean confidence beside the share of
+    sentences that reach the calibration's chrF2 `threshold` (what it estimates)."""
+    chrf = sentence_chrf(hypotheses, references)
+    order = sorted(range(len(confidences)), key=lambda i: -confidences[i])
+    top = {}
+    for share in (*TOP_SHARES, 1.0):
+        chosen = order[: max(math.ceil(share * len(order)), 1)]
+        picked = [hypotheses[i] for i in chosen], [[references[i] for i in chosen]]
+        top[f"{share:.0%}"] = {"sentences": len(chosen),
+                              "bleu": round(BLEU().corpus_score(*picked).score, 2),
+                              "chrf": round(CHRF().corpus_score(*picked).score, 2)}
+    pearson, spearman = _pearson(confidences, chrf), _pearson(_ranks(confidences), _ranks(chrf))
+    return {"sentences": len(confidences),
+            "pearson_chrf": None if pearson is None else round(pearson, 4),
+            "spearman_chrf": None if spearman is None else round(spearman, 4),
+            "top": top, "mean_confidence": round(sum(confidences) / len(confidences), 4),
+            "reaching_threshold": round(sum(value >= threshold for value in chrf) / len(chrf), 4),
+            "threshold": threshold}
+
+
+def format_confidence(report: dict[str, Any]) -> str:
+    """The confidence report as a few lines for people."""
+    lines = [f"confidence on {report['sentences']} sentences: correlation with sentence chrF2 "
+             f"{report['pearson_chrf']} (Pearson), {report['spearman_chrf']} (Spearman); mean "
+             f"{report['mean_confidence']:.2f}, {report['reaching_threshold']:.0%} reach its "
+             f"target (chrF2 >= {report['threshold']:g})"]
+    for share, scores in report["top"].items():
+        label = "all" if share == "100%" else f"the {share} most confident"
+        lines.append(f"  BLEU {scores['bleu']:6.2f}  chrF2 {scores['chrf']:6.2f}  "
+                     f"{label} ({scores['sentences']} sentences)")
+    return "\n".join(lines)
+
+
 def format_table(result: dict[str, Any]) -> str:
     """A small plain-text table of the scores in `result` (as `score` returns)."""
     rows = [("metric", "score", "details"),
@@ -145,7 +216,9 @@ def evaluate_model(model_path: str | Path | Sequence[str | Path], data_dir: str 
     The hypotheses go to `hyp_path` (default MODEL.{split}.hyp, MODEL being the model
     path without its suffix) and the scores, with the decode settings, to `json_path`
     (default MODEL.eval-{split}.json). Returns the scores, with 'json' (where they were
-    written) and 'speed' (a line saying how fast the split was translated) added.
+    written) and 'speed' (a line saying how fast the split was translated) added. A
+    calibrated model's result has 'confidence' too, how well its confidence ranks the
+    sentences (`confidence_report`); None otherwise.
     """
     src_lang, tgt_lang = split_languages(data_dir, src_lang, tgt_lang)
     src_path, ref_path = text_path(data_dir, split, src_lang), text_path(data_dir, split, tgt_lang)
@@ -163,9 +236,21 @@ def evaluate_model(model_path: str | Path | Sequence[str | Path], data_dir: str 
         raise UserError(f"{model_path} translates {'-'.join(translator.languages)}, but "
                         f"{data_dir} {split} is {src_lang}-{tgt_lang}; evaluate the model on "
                         "data of its own direction")
+    confidences: list[float | None] = []
+
+    def note_confidence(found: list[Translation]) -> None:
+        confidences.append(found[0].confidence)
+
     speed = translate_file(translator, read_lines(src_path), hyp_path,
-                           total=count_lines(src_path))
-    result = score(read_text(hyp_path), read_text(ref_path), tgt_lang)
+                           total=count_lines(src_path),
+                           observe=None if translator.confidence is None else note_confidence)
+    hypotheses, references = read_text(hyp_path), read_text(ref_path)
+    result = score(hypotheses, references, tgt_lang)
+    rated = [i for i, value in enumerate(confidences) if value is not None]
+    result["confidence"] = confidence_report(
+        [confidences[i] for i in rated], [hypotheses[i] for i in rated],
+        [references[i] for i in rated], translator.confidence.calibration.threshold
+    ) if rated else None
     result.update(model=str(model_path), data=str(data_dir), split=split, src_lang=src_lang,
                   tgt_lang=tgt_lang, hyp=str(hyp_path), ref=str(ref_path),
                   decode=asdict(options.decode), precision=options.precision)

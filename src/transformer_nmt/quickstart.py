@@ -1,7 +1,8 @@
 """`nmt quickstart`: the whole system on the default corpus, in one command.
 
 prepare → train the small preset for a bounded time → average the last checkpoints →
-evaluate on the test split → translate example sentences → draw attention pictures →
+calibrate the confidence of its translations on the validation split → evaluate on the
+test split → translate example sentences → draw attention pictures →
 print where everything is and what to run next. Every stage finds and reuses what an
 earlier run of the command already made, so re-running it continues rather than restarts.
 """
@@ -17,10 +18,12 @@ from pathlib import Path
 from typing import Callable
 
 from transformer_nmt.attention_plot import compute_attention, write_attention_pictures
+from transformer_nmt.calibrate import calibrate
 from transformer_nmt.config import get_preset
 from transformer_nmt.data.prepare import PrepareOptions, prepare
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
-from transformer_nmt.evaluate import evaluate_model, format_table
+from transformer_nmt.decode.translator import Translation, Translator, TranslatorOptions
+from transformer_nmt.errors import UserError
+from transformer_nmt.evaluate import evaluate_model, format_confidence, format_table
 from transformer_nmt.model_file import save_model_file
 from transformer_nmt.training.checkpoint import (average_checkpoints, checkpoints_to_average,
                                               numbered_checkpoints)
@@ -138,11 +141,32 @@ def _average(options: QuickstartOptions, run_dir: Path, model_path: Path,
              log: Callable[[str], None]) -> list[Path]:
     """Stage 3: average the run's last checkpoints into `model_path`; the files averaged."""
     count = min(options.average_last, len(numbered_checkpoints(run_dir)))
-    _stage(log, 3, f"averaging the last {count} checkpoint{'' if count == 1 else 's'}")
+    _stage(log, 3, f"averaging the last {count} checkpoint{'' if count == 1 else 's'}, "
+           "and calibrating the confidence of its translations")
     paths = checkpoints_to_average([run_dir], count)
     save_model_file(average_checkpoints(paths), model_path)
     log(f"averaged {', '.join(p.name for p in paths)} into {model_path}")
     return paths
+
+
+def _calibrate(options: QuickstartOptions, data_dir: Path, model_path: Path,
+               log: Callable[[str], None]) -> None:
+    """Also stage 3: fit the model's confidence on the validation split, so that its
+    translations say how far to trust them; a model whose validation translations are
+    too alike to learn from goes on without one."""
+    try:
+        calibrate(model_path, data_dir, "valid", options=TranslatorOptions(device=options.device),
+                  log=log)
+    except UserError as error:
+        log(f"no confidence for this model's translations: {error}")
+
+
+def _describe(translation: Translation) -> str:
+    """A translation as the quickstart shows it: the text, and its confidence if any."""
+    if translation.confidence is None:
+        return translation.text
+    why = f": {', '.join(translation.confidence_reasons)}" if translation.confidence_reasons else ""
+    return f"{translation.text}   (confidence {translation.confidence:.2f}{why})"
 
 
 def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -> dict:
@@ -163,19 +187,23 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     _stage(log, 2, f"training the {options.preset} preset for up to {options.minutes:g} minutes")
     summary, curves = _train(options, data_dir, run_dir, log)
     paths = _average(options, run_dir, model_path, log)
+    _calibrate(options, data_dir, model_path, log)
 
     _stage(log, 4, "evaluating on the test split (beam 4, length penalty 0.6)")
     decoding = TranslatorOptions(device=options.device).resolved()
     scores = evaluate_model(model_path, data_dir, "test", decoding)
     log(scores["speed"])
     log(format_table(scores))
+    if scores.get("confidence"):
+        log(format_confidence(scores["confidence"]))
 
     _stage(log, 5, "translating example sentences")
     translator = Translator.from_file(model_path, TranslatorOptions(device=options.device))
     examples = _example_sentences(data_dir, options.corpus, options.src)
-    translations = list(translator.translate(examples))
-    for source, target in zip(examples, translations):
-        log(f"  {source}\n  → {target}")
+    found = [best[0] for best in translator.translate_nbest(examples)]
+    translations = [translation.text for translation in found]
+    for source, translation in zip(examples, found):
+        log(f"  {source}\n  → {_describe(translation)}")
 
     _stage(log, 6, "drawing attention pictures of the first example")
     maps = compute_attention(translator.model, translator.vocab, examples[0], translations[0])
@@ -198,7 +226,8 @@ def _log_where_and_what_next(log: Callable[[str], None], data_dir: Path, run_dir
     q = shlex.quote
     log(f"  data:      {data_dir}/ (manifest.json, spm.model, token ids)")
     log(f"  run:       {run_dir}/ (checkpoints, metrics.jsonl, config.json, curves.png)")
-    log(f"  model:     {model_path} (average of the last {averaged} checkpoints)")
+    log(f"  model:     {model_path} (average of the last {averaged} checkpoints, with its "
+        "confidence calibration when one could be fitted)")
     log(f"  scores:    {scores}")
     log(f"  pictures:  {pictures}/")
     log("next:")

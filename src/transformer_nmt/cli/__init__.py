@@ -2,8 +2,8 @@
 
 Each subcommand has an `add_<name>_parser(subparsers)` function that defines its
 arguments and sets `func` to a small `run_<name>(args)` that calls the library; they live
-in one module per group of subcommands (info, prepare, train, decode, serve, export,
-quickstart), and this module puts them together and turns errors into exit statuses. The `run_*`
+in one module per group of subcommands (info, prepare, train, decode, calibrate,
+serve, export, quickstart), and this module puts them together and turns errors into exit statuses. The `run_*`
 functions import the library inside themselves, so that `nmt --help` starts without
 importing torch.
 """
@@ -16,6 +16,7 @@ import signal
 import sys
 
 from transformer_nmt.version import __version__
+from transformer_nmt.cli.calibrate import add_calibrate_parser
 from transformer_nmt.cli.decode import (add_attention_parser, add_evaluate_parser,
                                         add_translate_parser)
 from transformer_nmt.cli.export import add_export_parser
@@ -39,6 +40,7 @@ PARSERS = [
     add_average_parser,
     add_translate_parser,
     add_evaluate_parser,
+    add_calibrate_parser,
     add_score_parser,
     add_serve_parser,
     add_export_parser,

@@ -179,7 +179,9 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
         "German with compounds split at hyphens (Arbeits ##AT##-##AT## Platz), then "
         "case-sensitive, unsmoothed BLEU on the tokens, as tensor2tensor's get_ende_bleu "
         "computed the paper's numbers. Tokenized BLEU is not comparable across tokenizations; quote "
-        "sacreBLEU.",
+        "sacreBLEU. A model calibrated by `nmt calibrate` also gets how well its confidence "
+        "ranks the split's sentences: its correlation with sentence chrF2, and the BLEU of "
+        "the 50, 80 and 90% most confident sentences against all.",
         epilog="examples: nmt evaluate --model run/average.pt --data data/wmt14 --split test; "
         "nmt evaluate --hyp out.de --ref newstest2014.de --tgt-lang de",
     )
@@ -209,7 +211,8 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> None:
-    from transformer_nmt.evaluate import evaluate_files, evaluate_model, format_table
+    from transformer_nmt.evaluate import (evaluate_files, evaluate_model, format_confidence,
+                                          format_table)
 
     if args.hyp or args.ref:
         if not (args.hyp and args.ref) or args.model or args.data:
@@ -228,6 +231,8 @@ def run_evaluate(args: argparse.Namespace) -> None:
         print(f"{result['sentences']} sentences of {args.data} {args.split}, "
               f"{result['src_lang']}-{result['tgt_lang']}; translations in {result['hyp']}")
     print(format_table(result))
+    if result.get("confidence"):
+        print(format_confidence(result["confidence"]))
     if result.get("json"):
         print(f"scores written to {result['json']}")
 

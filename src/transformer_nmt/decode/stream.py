@@ -11,7 +11,7 @@ import json
 import time
 from pathlib import Path
 from itertools import zip_longest
-from typing import Any, Iterable, Iterator, TextIO
+from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -58,8 +58,9 @@ def format_translations(index: int, translations: list[Translation], nbest: bool
     log-probability of each token, end of sentence last, after them.
 
     With `vocab`, JSON instead: one object per input line, {"text", "tokens" (the
-    subword pieces), "token_scores", "score", "alignment" (when there are alignments)},
-    or with nbest {"nbest": [such objects, best first]}.
+    subword pieces), "token_scores", "score", "confidence" (None for a model without
+    calibration), "confidence_reasons" (when it is low), "alignment" (when there are
+    alignments)}, or with nbest {"nbest": [such objects, best first]}.
     """
     if vocab is not None:
         objects = [_json_object(translation, vocab) for translation in translations]
@@ -82,7 +83,9 @@ def _json_object(translation: Translation, vocab: Vocab) -> dict[str, Any]:
     result: dict[str, Any] = {
         "text": translation.text, "tokens": translation.pieces(vocab),
         "token_scores": None if scores is None else [round(score, 4) for score in scores],
-        "score": round(translation.score, 4)}
+        "score": round(translation.score, 4), "confidence": translation.confidence}
+    if translation.confidence_reasons:
+        result["confidence_reasons"] = translation.confidence_reasons
     if translation.alignment is not None:
         result["alignment"] = [list(pair) for pair in translation.alignment]
     return result
@@ -114,13 +117,16 @@ def translate_stream(translator: Translator, lines: Iterable[str | TranslationRe
 def translate_file(translator: Translator, lines: Iterable[str | TranslationRequest],
                    output_path: str | Path, *,
                    nbest: bool = False, total: int | None = None,
-                   as_json: bool = False) -> "SpeedReport":
+                   as_json: bool = False,
+                   observe: Callable[[list[Translation]], None] | None = None
+                   ) -> "SpeedReport":
     """Translate `lines` into the file at `output_path`, as `translate_stream` does, with
     a progress bar on stderr (out of `total` lines, when known); returns what was
     translated and how fast.
 
     The file is written under a temporary name and renamed when complete, so that it
-    appears whole or not at all; missing parent directories are created.
+    appears whole or not at all; missing parent directories are created. `observe` is
+    given each input line's translations as they are written.
     """
     speed = SpeedReport()
     vocab = translator.vocab if as_json else None
@@ -129,6 +135,8 @@ def translate_file(translator: Translator, lines: Iterable[str | TranslationRequ
     with LineWriter(output_path) as writer, logging_redirect_tqdm():
         for index, result in enumerate(tqdm(translations, total=total, unit=" lines",
                                             desc="translating")):
+            if observe is not None:
+                observe(result)
             for line in format_translations(index, result, nbest, vocab):
                 writer.write(line)
     return speed

@@ -23,6 +23,7 @@ from transformer_nmt.data.text import normalize
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.alignment import word_alignment
 from transformer_nmt.decode.batching import buffers, length_batches, run_in_order
+from transformer_nmt.decode.confidence import ConfidenceEstimator
 from transformer_nmt.decode.constrained import constrained_beam_search
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.precision import prepare_model
@@ -72,6 +73,12 @@ class Translation:
     """log P of each token given the source and the tokens before it, the end of sentence
     last (len(tokens) + 1 values, summing to log P(Y | X); none for an empty input line,
     which is not translated); when asked for."""
+    confidence: float | None = None
+    """The probability that a bilingual reader would accept this translation, as the
+    model's calibration estimates it (transformer_nmt.decode.confidence); None when the
+    model has no calibration (`nmt calibrate`) or the line is empty."""
+    confidence_reasons: list[str] = field(default_factory=list)
+    """Why the confidence is low ("repeats a word", ...); empty when it is not."""
 
     def pieces(self, vocab: Vocab) -> list[str]:
         """The subword pieces of `tokens` in `vocab` (▁ marks a word start)."""
@@ -201,6 +208,8 @@ class Translator:
         self.word_pieces = word_piece_mask(self.vocab, self.special).to(options.device)
         """(vocab,) True for pieces that continue a word: constraints end at word ends."""
         self._warned_long = False
+        self.confidence = ConfidenceEstimator.of(inference_model, self.model, self.special)
+        """Estimates each translation's confidence; None without a calibration."""
 
     @classmethod
     def from_file(cls, path: str | Path,
@@ -326,8 +335,12 @@ class Translator:
                                  [prefixes[i] for i in batch] if prefixes else None,
                                  [numbers[i] for i in batch],
                                  [constraints[i] for i in batch] if constraints else None)
-            return [[self._translation(ids[i], hyp) for hyp in hyps]
-                    for i, hyps in zip(batch, found)]
+            translations = [[self._translation(ids[i], hyp) for hyp in hyps]
+                            for i, hyps in zip(batch, found)]
+            if self.confidence is not None:  # one more decoder pass, calibrated models only
+                self.confidence.attach([ids[i] for i in batch], translations,
+                                       self.source_tensor)
+            return translations
 
         if side_by_side is None:
             side_by_side = min(workers, len(batches))

@@ -26,7 +26,8 @@ from transformer_nmt.serve.middleware import (BodyDeadline, BodyLimit, RequestMe
                                                UnexpectedErrors, route_paths)
 from transformer_nmt.serve.metrics import ServerMetrics
 from transformer_nmt.serve.requests import CheckedJSONRoute, TranslateRequest
-from transformer_nmt.serve.service import BadOption, Search, TooLarge, TranslationService
+from transformer_nmt.serve.service import (CONFIDENCE_MEANING, BadOption, Search, TooLarge,
+                                           TranslationService)
 from transformer_nmt.serve.settings import ServeSettings
 
 UNION_MEMBERS = {"str", "int", "float", "bool", "list[str]"}
@@ -168,7 +169,7 @@ def add_routes(app: FastAPI, service: TranslationService, card: dict[str, Any],
                 "api_key_required": settings.api_key is not None}
 
     @app.post("/v1/translate", summary="translate one text or a list",
-              dependencies=[Depends(key_required)])
+              description=CONFIDENCE_MEANING, dependencies=[Depends(key_required)])
     async def translate(body: TranslateRequest) -> dict[str, Any]:
         started = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else body.text

@@ -2,7 +2,10 @@
 extensions, CAT-tool plugins) work unchanged against a model trained here.
 
 POST /translate takes `q` (a text or a list), `source`, `target`, `format` (text or html),
-`api_key` and `alternatives`, as JSON or as a form, and answers {"translatedText": ...};
+`api_key` and `alternatives`, as JSON or as a form, and answers {"translatedText": ...},
+with extra fields its clients ignore: for a calibrated model "confidence", the lowest
+confidence of a text's sentences (null for an empty text), and on a server with a min_confidence
+"withheld", true where a sentence was left out for being below it;
 GET /languages lists the pair the model serves. Refusals have LibreTranslate's shape,
 {"error": "..."}.
 """
@@ -101,6 +104,13 @@ def libretranslate_routes(translate: Translate, settings: ServeSettings,
         translated = [result["text"] for result in results]
         answer: dict[str, Any] = {"translatedText": translated[0] if isinstance(q, str)
                                   else translated}
+        confidences = [_text_confidence(result) for result in results]
+        if any(value is not None for value in confidences):  # the model is calibrated
+            answer["confidence"] = confidences[0] if isinstance(q, str) else confidences
+        if settings.min_confidence is not None:
+            withheld = [any(sentence.get("withheld") for sentence in result["sentences"])
+                        for result in results]
+            answer["withheld"] = withheld[0] if isinstance(q, str) else withheld
         if alternatives:
             others = [_alternative_texts(result, alternatives) for result in results]
             answer["alternatives"] = others[0] if isinstance(q, str) else others
@@ -134,6 +144,15 @@ def _alternatives(value: Any, settings: ServeSettings) -> int:
         raise HTTPException(400, f"Invalid request: alternatives must be between 0 and "
                             f"{settings.max_nbest - 1}")
     return count
+
+
+def _text_confidence(result: dict[str, Any]) -> float | None:
+    """A text's confidence: its least confident sentence's (None without sentences or
+    without confidences)."""
+    found = [sentence["confidence"] for sentence in result["sentences"]]
+    if not found or any(value is None for value in found):
+        return None
+    return min(found)
 
 
 def _alternative_texts(result: dict[str, Any], alternatives: int) -> list[str]:

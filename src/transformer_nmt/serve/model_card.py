@@ -1,5 +1,6 @@
 """What `GET /v1/model` says about the served model: languages, architecture, size,
-vocabulary, training steps and the BLEU recorded for it, all read from the model file and
+vocabulary, training steps, the BLEU recorded for it and what its confidence was
+calibrated on, all read from the model file and
 the evaluation that `nmt evaluate` wrote beside it."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from transformer_nmt.calibrate import calibration_summary
 from transformer_nmt.config import ModelConfig, config_from_dict
 from transformer_nmt.model.transformer import count_parameters
 from transformer_nmt.model_file import (InferenceModel, model_languages, model_preset,
@@ -52,5 +54,6 @@ def model_card(inference_model: InferenceModel, precision: str) -> dict[str, Any
         "bleu": evaluation["bleu"] if evaluation else None,
         "evaluation": evaluation,
         "precision": precision,
+        "confidence": calibration_summary(meta),
         "architecture": dataclasses.asdict(architecture),
     }

@@ -21,6 +21,14 @@ from transformer_nmt.serve.words import with_words
 
 MAX_GLOSSARY = 100
 """Most glossary entries a request may give: each matching one widens the search."""
+CONFIDENCE_MEANING = (
+    "Each sentence of the answer has a `confidence`: the estimated probability that a "
+    "bilingual reader would accept it, measured by a proxy computed without people (that "
+    "its sentence chrF2 against a reference reaches the threshold `nmt calibrate` fitted on "
+    "validation data, by default the model's median there); null for a model without "
+    "calibration; `confidence_reasons` say why when it is low; below the server's "
+    "min_confidence a sentence comes back empty with `withheld: true` and a `reason`.")
+"""What the confidence of an answer means, for the API's documentation."""
 ATTENTION_DECIMALS = 3
 """Attention weights are sent rounded: enough for a heatmap, a fifth of the bytes."""
 
@@ -62,6 +70,10 @@ class TranslationService:
         # The segmenter knows sentence ends per language; an unknown one falls back to
         # English rules.
         self.segmenter_language = source_language or "en"
+        if settings.min_confidence is not None and translator.confidence is None:
+            raise UserError("min_confidence needs a model whose translations have a "
+                            "confidence; calibrate it first with `nmt calibrate --model "
+                            "MODEL.pt --data DATA_DIR`")
 
     def search_key(self, search: Search) -> SearchKey:
         """The batch settings for `search`; BadOption for a value out of range."""
@@ -121,12 +133,25 @@ class TranslationService:
             for document in text_documents:
                 count = len(document.sentences)
                 mine = range(offset, offset + count)
-                joined.append(document.join([found[i][0].text for i in mine]))
-                described += [_describe(sentences[i], found[i], attention[i]) for i in mine]
+                withheld = [self.withheld(found[i][0]) for i in mine]
+                joined.append(document.join(["" if hidden else found[i][0].text
+                                             for i, hidden in zip(mine, withheld)]))
+                described += [_describe(sentences[i], found[i], attention[i], hidden)
+                              for i, hidden in zip(mine, withheld)]
                 offset += count
             text = markup.join(joined) if markup else joined[0]
             results.append({"text": text, "sentences": described})
         return results
+
+    def withheld(self, translation: Translation) -> str | None:
+        """Why `translation` is not given back (its confidence is below the server's
+        min_confidence), or None when it is."""
+        minimum, confidence = self.settings.min_confidence, translation.confidence
+        if minimum is None or confidence is None or confidence >= minimum:
+            return None
+        reasons = "; ".join(translation.confidence_reasons)
+        return (f"confidence {confidence:.2f} is below this server's minimum {minimum:g}"
+                + (f" ({reasons})" if reasons else ""))
 
     def _with_terminology(self, sentences: list[str], glossary: dict[str, str] | None
                           ) -> list[str | TranslationRequest]:
@@ -172,15 +197,23 @@ class TranslationService:
         return maps
 
 
-def _describe(source: str, translations: list[Translation],
-              attention: dict[str, Any] | None) -> dict[str, Any]:
+def _describe(source: str, translations: list[Translation], attention: dict[str, Any] | None,
+              withheld: str | None = None) -> dict[str, Any]:
+    """One sentence of an answer; a withheld one has no text, alternatives or maps, only
+    why."""
     best = translations[0]
     described: dict[str, Any] = {
         "source": source,
         "text": best.text,
         "score": round(best.score, 4),
-        "nbest": [{"text": t.text, "score": round(t.score, 4)} for t in translations],
+        "confidence": best.confidence,
+        "confidence_reasons": best.confidence_reasons,
+        "nbest": [{"text": t.text, "score": round(t.score, 4), "confidence": t.confidence}
+                  for t in translations],
     }
+    if withheld is not None:
+        described.update(text="", nbest=[], withheld=True, reason=withheld)
+        return described
     if best.alignment is not None:
         described["alignment"] = [list(pair) for pair in best.alignment]
     if attention is not None:

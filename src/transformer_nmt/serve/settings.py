@@ -58,6 +58,10 @@ class ServeSettings:
     keep_alive_s: float = setting(5.0, group="connections", flag="--keep-alive",
                                   metavar="SECONDS")
     """Longest a connection is kept open, idle, for a next request after an answer."""
+    min_confidence: float | None = setting(None, group="limits", metavar="X")
+    """Sentences whose confidence (0-1, the estimated probability that a reader would
+    accept them; needs a model calibrated by `nmt calibrate`) is below X come back empty,
+    marked "withheld" with the reason (None: every sentence comes back)."""
     api_key: str | None = setting(None, group="access", metavar="KEY")
     """The key every translation endpoint then requires, in an X-API-Key header or
     LibreTranslate's api_key (401 without, 403 wrong; None: no key); best given as
@@ -82,6 +86,9 @@ class ServeSettings:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise UserError(f"{name} must be a finite number >= 0, not {value!r}")
+        if self.min_confidence is not None and not 0 <= self.min_confidence <= 1:
+            raise UserError(f"min_confidence must be between 0 and 1, not "
+                            f"{self.min_confidence!r}")
         for name in ("timeout_s", *DEADLINES):
             if getattr(self, name) == 0:
                 raise UserError(f"{name} must be more than 0")

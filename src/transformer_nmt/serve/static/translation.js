@@ -3,7 +3,7 @@
 // heatmaps. Every word is a span that knows its sentence and index, for highlighting.
 
 import { el, els } from "./dom.js";
-import { formatScore } from "./format.js";
+import { confidenceBand, confidenceTitle, formatScore } from "./format.js";
 import { prepareSentence, renderAttentionControls } from "./attention.js";
 import { heatmapSection } from "./heatmap.js";
 import { state } from "./state.js";
@@ -42,6 +42,11 @@ function renderDocument(container, text, sentences, side) {
     const spans = locateWords(words, own);
     let inner = 0;
     const node = el("span", { class: "sentence-text" });
+    const band = side === "tw" && confidenceBand(sentence.data.confidence);
+    if (band === "low") {
+      node.classList.add("low-confidence");
+      node.title = confidenceTitle(sentence.data);
+    }
     spans.forEach((span, i) => {
       if (!span) return;
       node.append(own.slice(inner, span[0]), wordSpan(side, sentence, i, own.slice(span[0], span[1])));
@@ -53,6 +58,24 @@ function renderDocument(container, text, sentences, side) {
   }
   parts.push(text.slice(cursor));
   container.replaceChildren(...parts);
+}
+
+/** A sentence's confidence as a small coloured gauge, or nothing without one. */
+function confidenceGauge(data) {
+  const band = confidenceBand(data.confidence);
+  if (!band) return "";
+  const percent = Math.round(data.confidence * 100);
+  return el("span", { class: `confidence ${band}`, title: confidenceTitle(data),
+    role: "meter", "aria-valuemin": "0", "aria-valuemax": "100", "aria-valuenow": String(percent),
+    "aria-label": "confidence" },
+  el("span", { class: "gauge", style: `--level: ${percent}%` }), `${percent}%`);
+}
+
+/** Why a sentence's confidence is low, or why it was withheld, as a line of its card. */
+function confidenceNote(data) {
+  if (data.withheld) return el("p", { class: "confidence-note withheld", text: `Withheld: ${data.reason}` });
+  const reasons = data.confidence_reasons || [];
+  return reasons.length ? el("p", { class: "confidence-note", text: `Low confidence: ${reasons.join("; ")}` }) : "";
 }
 
 function renderSentences(sentences) {
@@ -76,8 +99,10 @@ function renderSentences(sentences) {
         words("sw", sentence.sourceWords), el("span")),
       el("div", { class: "token-row" }, el("span", { class: "lang-tag", text: targetTag }),
         words("tw", sentence.targetWords),
-        el("span", { class: "score", title: "log-probability / length penalty (higher is better)",
-          text: formatScore(sentence.data.score) })),
+        el("span", { class: "scores" }, confidenceGauge(sentence.data),
+          el("span", { class: "score", title: "log-probability / length penalty (higher is better)",
+            text: formatScore(sentence.data.score) }))),
+      confidenceNote(sentence.data),
     );
     const nbest = sentence.data.nbest || [];
     if (nbest.length > 1) {

@@ -1,0 +1,282 @@
+"""How far to trust a translation: a few numbers that one teacher-forced pass of the model
+gives about it (`sentence_features`), and the calibration that turns them into the
+probability that the sentence is acceptable (`Calibration`, fitted by `nmt calibrate`,
+transformer_nmt.calibrate).
+
+The features of a translation Y of a source X, all from one decoder pass over the chosen
+output, so that the search itself stays as it is:
+
+- mean_log_prob, min_log_prob: the mean and the lowest log P of Y's tokens (EOS included);
+- mean_entropy: the mean entropy of the next-token distributions along Y;
+- log_length_ratio and its square: log(|Y| / |X|), tokens with EOS, so that outputs far
+  longer or shorter than usual can both lower the confidence;
+- unattended_source: the share of source tokens that the cross-attention of the
+  penultimate decoder layer (heads averaged) gives less than ATTENDED in total;
+- repeated_bigrams: the share of Y's token bigrams that already occurred in Y;
+- copied_tokens: the share of Y's tokens that are tokens of X.
+
+The agreement of an n-best list is left out: the default search returns one hypothesis,
+and asking it for more would make every translation slower.
+
+A calibration is plain numbers, stored under the model file's `calibration` key: the
+features' means and standard deviations on the validation split, and a logistic
+regression's coefficients over the standardized features. Applying it is a dot product
+and a sigmoid; the fitting is transformer_nmt.calibrate's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from transformer_nmt.decode.ensemble import Ensemble
+from transformer_nmt.decode.search_base import Seq2Seq, SpecialIds
+from transformer_nmt.errors import UserError
+from transformer_nmt.model_file import InferenceModel
+
+FEATURES = ("mean_log_prob", "min_log_prob", "mean_entropy", "log_length_ratio",
+            "log_length_ratio_squared", "unattended_source", "repeated_bigrams",
+            "copied_tokens")
+"""The features, in the order of a calibration's coefficients."""
+CALIBRATION_VERSION = 1
+"""Bumped when the features or their definitions change: a model calibrated for others
+must be calibrated again."""
+ATTENDED = 0.5
+"""Attention a source token must receive, summed over the output's tokens, to count as
+attended (each output token spreads 1 over the source)."""
+ATTENTION_LAYER = -2
+"""The decoder layer whose cross-attention tells coverage: the penultimate, which aligns
+best (as for word alignments, transformer_nmt.decode.search)."""
+LOW_CONFIDENCE = 0.5
+"""Below this, a translation says why (Translation.confidence_reasons)."""
+REASON_MARGIN = 0.5
+"""How much a feature must lower the log-odds, against a validation-average sentence, to
+be named as a reason."""
+MOST_REASONS = 2
+
+_GROUPS = {
+    "mean_log_prob": ("mean_log_prob",), "min_log_prob": ("min_log_prob",),
+    "mean_entropy": ("mean_entropy",),
+    "length": ("log_length_ratio", "log_length_ratio_squared"),
+    "unattended_source": ("unattended_source",), "repeated_bigrams": ("repeated_bigrams",),
+    "copied_tokens": ("copied_tokens",),
+}
+"""Features that one reason names together: the length's two terms make one curve."""
+_REASONS = {
+    "mean_log_prob": ("the model finds its words unlikely", -1),
+    "min_log_prob": ("has a word the model finds unlikely", -1),
+    "mean_entropy": ("the model hesitates between words", 1),
+    "unattended_source": ("leaves source words unattended", 1),
+    "repeated_bigrams": ("repeats a word", 1),
+    "copied_tokens": ("copies source words untranslated", 1),
+}
+"""Each feature's reason, and on which side of its mean (1: above, -1: below) the value must
+lie for the reason to be true: a fit may weigh a feature against its name (attending to
+every source token lowering the confidence), and then that feature names no reason."""
+BASE_RATE_REASON = "this model's translations are seldom acceptable"
+"""The reason of a low confidence that no feature explains: the model's own base rate."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted logistic regression from FEATURES to the probability that a translation
+    meets `target`, with what it was fitted on."""
+
+    means: tuple[float, ...]
+    """Each feature's mean on the calibration split."""
+    stds: tuple[float, ...]
+    """Each feature's standard deviation there (at least a tiny positive number)."""
+    coefficients: tuple[float, ...]
+    """Log-odds per standard deviation of each feature."""
+    intercept: float
+    """Log-odds of a translation with every feature at its mean."""
+    target: str
+    """What 'acceptable' was measured as, in words."""
+    threshold: float
+    """The sentence chrF2 a translation needed to count as acceptable."""
+    split: str
+    """The split fitted on (validation)."""
+    sentences: int
+    """Translations fitted on."""
+    accepted: float
+    """Share of them that were acceptable."""
+    quality: dict[str, float] = field(default_factory=dict)
+    """How well it fits the split: log_loss, base_log_loss (always predicting
+    `accepted`), auc (probability that an acceptable translation ranks above another)."""
+    features: tuple[str, ...] = FEATURES
+    """The features it weighs, in the order of `coefficients`."""
+    version: int = CALIBRATION_VERSION
+    """CALIBRATION_VERSION of the code that fitted it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain numbers, strings and lists, for the model file."""
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "model file") -> "Calibration":
+        """The calibration a model file stores; UserError naming `source` when it is
+        damaged or was made for other features."""
+        try:
+            calibration = cls(**{key: tuple(value) if isinstance(value, list) else value
+                                 for key, value in data.items()})
+            sizes = {len(calibration.means), len(calibration.stds),
+                     len(calibration.coefficients)}
+            float(calibration.intercept)
+        except (AttributeError, TypeError, ValueError):
+            raise UserError(f"{source}: damaged confidence calibration; run `nmt calibrate` "
+                            "on it again") from None
+        if (calibration.version != CALIBRATION_VERSION or tuple(calibration.features) != FEATURES
+                or sizes != {len(FEATURES)}):
+            raise UserError(f"{source}: its confidence calibration was made by another "
+                            "version of transformer-nmt; run `nmt calibrate` on it again")
+        return calibration
+
+    def contributions(self, values: Sequence[float]) -> list[float]:
+        """Each feature's share of the log-odds: coefficient × standardized value."""
+        return [weight * (value - mean) / std for weight, value, mean, std
+                in zip(self.coefficients, values, self.means, self.stds)]
+
+    def probability(self, values: Sequence[float]) -> float:
+        """The probability that a translation with feature `values` is acceptable."""
+        log_odds = self.intercept + sum(self.contributions(values))
+        return 1 / (1 + math.exp(-max(min(log_odds, 60.0), -60.0)))
+
+    def reasons(self, values: Sequence[float]) -> list[str]:
+        """Why a translation with feature `values` gets a low confidence, most telling
+        first: the features that lower it most; nothing when it is not low."""
+        if self.probability(values) >= LOW_CONFIDENCE:
+            return []
+        by_name = dict(zip(FEATURES, self.contributions(values)))
+        lowering = sorted((sum(by_name[name] for name in names), group)
+                          for group, names in _GROUPS.items())
+        found = [self._reason(group, values) for share, group in lowering
+                 if share < -REASON_MARGIN]
+        return [reason for reason in found if reason][:MOST_REASONS] or [BASE_RATE_REASON]
+
+    def _reason(self, group: str, values: Sequence[float]) -> str | None:
+        """The words for feature group `group` lowering the confidence, or None when its
+        value lies on the side of its mean where the words would be false."""
+        if group == "length":
+            ratio = FEATURES.index("log_length_ratio")
+            longer = values[ratio] > self.means[ratio]
+            return f"much {'longer' if longer else 'shorter'} than the source"
+        text, side = _REASONS[group]
+        index = FEATURES.index(group)
+        return text if side * (values[index] - self.means[index]) > 0 else None
+
+
+@dataclass
+class Assessment:
+    """How far to trust one translation."""
+
+    confidence: float
+    """The probability that a bilingual reader would accept it, as the calibration
+    estimates it."""
+    reasons: list[str]
+    """Why the confidence is low (empty when it is not)."""
+
+
+def _decoder_input(sequences: list[list[int]], special: SpecialIds,
+                   device: torch.device) -> Tensor:
+    """(len(sequences), longest + 1): BOS, the tokens, PAD after them."""
+    tgt = torch.full((len(sequences), max(map(len, sequences)) + 1), special.pad,
+                     dtype=torch.long, device=device)
+    tgt[:, 0] = special.bos
+    for row, tokens in enumerate(sequences):
+        tgt[row, 1: len(tokens) + 1] = torch.tensor(tokens, dtype=torch.long)
+    return tgt
+
+
+@torch.inference_mode()
+def sentence_features(model: Seq2Seq, src: Tensor, sequences: list[list[int]],
+                      special: SpecialIds) -> list[list[float]]:
+    """FEATURES of each output `sequences[i]` (token ids without BOS and EOS) as a
+    translation of source row i of src (len(sequences), src_len: ids, EOS, PAD), from
+    one teacher-forced decoder pass."""
+    tgt = _decoder_input(sequences, special, src.device)  # (rows, longest + 1)
+    out = model.decode(tgt, model.encode(src), need_weights=True)
+    log_probs = torch.log_softmax(out.logits.float(), dim=-1)  # (rows, longest + 1, vocab)
+    log_probs[..., [special.pad, special.bos]] = float("-inf")  # as the searches see them
+    # -inf clamped: a token of probability 0 adds 0 × (finite) = 0 to the entropy.
+    entropy = -(log_probs.exp() * log_probs.clamp(min=-1e4)).sum(-1)  # (rows, longest + 1)
+    following = torch.cat([tgt[:, 1:], torch.full_like(tgt[:, :1], special.pad)], dim=1)
+    for row, tokens in enumerate(sequences):
+        following[row, len(tokens)] = special.eos
+    picked = log_probs.gather(2, following.unsqueeze(2)).squeeze(2)  # (rows, longest + 1)
+    layers = out.cross_attention
+    attention = layers[max(ATTENTION_LAYER, -len(layers))].float().mean(1)  # (rows, tgt, src)
+    src_lengths = src.ne(special.pad).sum(1).tolist()  # source tokens with EOS
+    features = []
+    for row, tokens in enumerate(sequences):
+        steps, source_tokens = len(tokens) + 1, src_lengths[row] - 1
+        received = attention[row, :steps, :source_tokens].sum(0)  # (source tokens,)
+        ratio = math.log(steps / src_lengths[row])
+        features.append([
+            float(picked[row, :steps].mean()), float(picked[row, :steps].min()),
+            float(entropy[row, :steps].mean()), ratio, ratio * ratio,
+            float(received.lt(ATTENDED).float().mean()) if source_tokens else 0.0,
+            repeated_bigrams(tokens),
+            copied_tokens(tokens, src[row, :source_tokens].tolist())])
+    return features
+
+
+def repeated_bigrams(tokens: Sequence[int]) -> float:
+    """The share of the bigrams of `tokens` that already occurred earlier in them."""
+    bigrams = list(zip(tokens, tokens[1:]))
+    seen: set[tuple[int, int]] = set()
+    repeated = 0
+    for bigram in bigrams:
+        repeated += bigram in seen
+        seen.add(bigram)
+    return repeated / len(bigrams) if bigrams else 0.0
+
+
+def copied_tokens(tokens: Sequence[int], source: Sequence[int]) -> float:
+    """The share of `tokens` that are also tokens of `source`."""
+    own = set(source)
+    return sum(token in own for token in tokens) / len(tokens) if tokens else 0.0
+
+
+class ConfidenceEstimator:
+    """A calibrated model's confidence in the translations it makes."""
+
+    def __init__(self, model: Seq2Seq, calibration: Calibration, special: SpecialIds) -> None:
+        self.model, self.calibration, self.special = model, calibration, special
+
+    @classmethod
+    def of(cls, loaded: InferenceModel, model: Seq2Seq, special: SpecialIds
+           ) -> "ConfidenceEstimator | None":
+        """The estimator of a loaded model's calibration, decoding with `model` (the
+        loaded network as a Translator prepared it); None when the file has none, and for
+        an ensemble, whose outputs are not those any one calibration describes."""
+        stored = loaded.payload_meta.get("calibration")
+        if stored is None or isinstance(loaded.model, Ensemble):
+            return None
+        return cls(model, Calibration.from_dict(stored, str(loaded.path)), special)
+
+    def assess(self, src: Tensor, sequences: list[list[int]]) -> list[Assessment]:
+        """The confidence, and its reasons when low, of each output `sequences[i]` as a
+        translation of source row i of src (len(sequences), src_len)."""
+        found = []
+        for values in sentence_features(self.model, src, sequences, self.special):
+            found.append(Assessment(round(self.calibration.probability(values), 4),
+                                    self.calibration.reasons(values)))
+        return found
+
+    def attach(self, sources: list[list[int]], translations: list[list[Any]],
+               source_tensor: Callable[[list[list[int]]], Tensor]) -> None:
+        """Set the `confidence` and `confidence_reasons` of every Translation in
+        translations[i], the translations of source ids sources[i]; source_tensor makes
+        the padded source batch (Translator.source_tensor)."""
+        pairs = [(source, translation) for source, found in zip(sources, translations)
+                 for translation in found]
+        assessed = self.assess(source_tensor([source for source, _ in pairs]),
+                               [translation.tokens for _, translation in pairs])
+        for (_, translation), assessment in zip(pairs, assessed):
+            translation.confidence = assessment.confidence
+            translation.confidence_reasons = assessment.reasons
