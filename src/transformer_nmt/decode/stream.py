@@ -58,8 +58,10 @@ def format_translations(index: int, translations: list[Translation], nbest: bool
     log-probability of each token, end of sentence last, after them.
 
     With `vocab`, JSON instead: one object per input line, {"text", "tokens" (the
-    subword pieces), "token_scores", "score", "alignment" (when there are alignments)},
-    or with nbest {"nbest": [such objects, best first]}.
+    subword pieces), "token_scores", "score", "degenerate" (why the first output was
+    degenerate, null when not checked), "fallback" (whether this is the guard's
+    fallback), "alignment" (when there are alignments)}, or with nbest {"nbest": [such
+    objects, best first]}.
     """
     if vocab is not None:
         objects = [_json_object(translation, vocab) for translation in translations]
@@ -82,7 +84,8 @@ def _json_object(translation: Translation, vocab: Vocab) -> dict[str, Any]:
     result: dict[str, Any] = {
         "text": translation.text, "tokens": translation.pieces(vocab),
         "token_scores": None if scores is None else [round(score, 4) for score in scores],
-        "score": round(translation.score, 4)}
+        "score": round(translation.score, 4),
+        "degenerate": translation.degenerate, "fallback": translation.fallback}
     if translation.alignment is not None:
         result["alignment"] = [list(pair) for pair in translation.alignment]
     return result

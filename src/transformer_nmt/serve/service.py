@@ -179,6 +179,8 @@ def _describe(source: str, translations: list[Translation],
         "source": source,
         "text": best.text,
         "score": round(best.score, 4),
+        "degenerate": best.degenerate,
+        "fallback": best.fallback,
         "nbest": [{"text": t.text, "score": round(t.score, 4)} for t in translations],
     }
     if best.alignment is not None:
