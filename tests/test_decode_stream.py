@@ -60,7 +60,8 @@ def test_json_output_has_pieces_token_scores_and_alignment():
     [line] = format_translations(3, translations, nbest=False, vocab=PieceVocab())
     assert json.loads(line) == {"text": "ein Haus", "tokens": ["p5", "p6"],
                                 "token_scores": [-0.25, -0.5, -0.125], "score": -0.5123,
-                                "confidence": None, "alignment": [[0, 0], [1, 1]]}
+                                "confidence": None, "degenerate": None, "fallback": False,
+                                "alignment": [[0, 0], [1, 1]]}
     [line] = format_translations(3, translations, nbest=True, vocab=PieceVocab())
     assert [hyp["text"] for hyp in json.loads(line)["nbest"]] == ["ein Haus", "Haus"]
 
@@ -74,6 +75,18 @@ def test_json_output_has_the_confidence_and_its_reasons_when_low():
     [line] = format_translations(0, [unsure], nbest=False, vocab=PieceVocab())
     assert json.loads(line)["confidence"] == 0.1
     assert json.loads(line)["confidence_reasons"] == ["repeats a word"]
+
+
+def test_json_output_says_what_the_guard_found_and_whether_it_fell_back():
+    guarded = [Translation("ein Haus", -0.5, [5, 6], degenerate=["repeats", "too_long"],
+                           fallback=True)]
+    [line] = format_translations(0, guarded, nbest=False, vocab=PieceVocab())
+    assert json.loads(line)["degenerate"] == ["repeats", "too_long"]
+    assert json.loads(line)["fallback"] is True
+    sound = [Translation("ein Haus", -0.5, [5, 6], degenerate=[])]
+    [line] = format_translations(0, sound, nbest=True, vocab=PieceVocab())
+    assert json.loads(line)["nbest"][0]["degenerate"] == []
+    assert json.loads(line)["nbest"][0]["fallback"] is False
 
 
 def test_a_stream_gets_one_line_per_input_line_and_flushes_on_request(translator):

@@ -33,7 +33,9 @@ def test_order_kept_and_empty_lines_stay_empty(model_file):
     lines = sentences(9, seed=1)
     lines[2] = lines[6] = ""
     lines[4] = "   \t "
-    translator = translator_for(model_file, batch_size=3, buffer_size=5)
+    # Without the guard: its fallback may turn a random model's loop into an empty output.
+    translator = translator_for(model_file, replace(SHORT, guard=False), batch_size=3,
+                                buffer_size=5)
     batched = list(translator.translate(lines))
     alone = [next(translator.translate([line])) for line in lines]
     assert batched == alone

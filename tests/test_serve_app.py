@@ -75,6 +75,15 @@ def test_nbest_alignments_and_attention_when_asked(client):
         assert sum(row) == pytest.approx(1, abs=0.01)
 
 
+def test_each_sentence_says_what_the_guard_found_and_whether_it_fell_back(client):
+    results = translate(client, text=sentences(4, seed=8)).json()["translations"]
+    found = [sentence for result in results for sentence in result["sentences"]]
+    assert found
+    for sentence in found:
+        assert isinstance(sentence["degenerate"], list)
+        assert isinstance(sentence["fallback"], bool)
+
+
 def test_the_model_is_described(client):
     card = client.get("/v1/model").json()
     assert card["source_language"] == "en" and card["target_language"] == "de"

@@ -175,7 +175,8 @@ def test_json_output_one_object_per_line_with_token_scores(model_file, tmp_path)
         assert len(obj["token_scores"]) == len(obj["tokens"]) + 1
         assert sum(obj["token_scores"]) <= obj["score"] <= 0
         assert set(obj) == {"text", "tokens", "token_scores", "score", "confidence",
-                            "alignment"}
+                            "degenerate", "fallback", "alignment"}
+        assert isinstance(obj["degenerate"], list)
         assert obj["confidence"] is None  # the model has no calibration
     calibrated = with_calibration(model_file, tmp_path / "calibrated.pt", -3.0,
                                   FEATURES_BY_HAND)
@@ -192,6 +193,23 @@ def test_json_output_one_object_per_line_with_token_scores(model_file, tmp_path)
     assert first[0] == objects[0]["text"]
     assert [float(x) for x in first[1].split()] == pytest.approx(objects[0]["token_scores"],
                                                                 abs=1e-4)
+
+
+def test_the_guard_is_on_by_default_and_off_with_no_guard(model_file, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("the house\na dog runs in the green garden\n", encoding="utf-8")
+    found = {}
+    for switch in ([], ["--no-guard"]):
+        output = tmp_path / f"out{len(switch)}.jsonl"
+        assert main(["translate", "--model", str(model_file), "--input", str(source),
+                     "--output", str(output), "--format", "json", *switch, *FAST]) == 0
+        found[bool(switch)] = [json.loads(line) for line in
+                               output.read_text(encoding="utf-8").splitlines()]
+    assert all(isinstance(obj["degenerate"], list) for obj in found[False])
+    assert all(obj["degenerate"] is None and obj["fallback"] is False for obj in found[True])
+    for guarded, plain in zip(found[False], found[True]):
+        if not guarded["fallback"]:
+            assert guarded["text"] == plain["text"]
 
 
 def test_prefix_file_and_sampling_from_the_command_line(model_file, tmp_path, capsys):

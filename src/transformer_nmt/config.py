@@ -256,6 +256,12 @@ class DecodeConfig:
     no_repeat_ngram: int = setting(0, group="search", metavar="N")
     """Never generate an n-gram of N subword tokens twice in one output, as fairseq's and
     CTranslate2's option of that name (0: off)."""
+    guard: bool = setting(True, group="search")
+    """Check each best output for degenerate patterns (repeated words, far too long or
+    short, a copy of the source, symbols only) and decode such sentences again with
+    n-gram blocking, a wider beam and a length cap, keeping the better result; other
+    outputs are unchanged. On for translate, serve and evaluate alike, so that evaluate
+    scores what translate outputs; samples, random by design, are not checked."""
     sampling: bool = setting(False, group="sampling")
     """Draw each output token at random from the model's distribution instead of
     searching (beam is then unused)."""

@@ -59,8 +59,10 @@ def format_translations(index: int, translations: list[Translation], nbest: bool
 
     With `vocab`, JSON instead: one object per input line, {"text", "tokens" (the
     subword pieces), "token_scores", "score", "confidence" (None for a model without
-    calibration), "confidence_reasons" (when it is low), "alignment" (when there are
-    alignments)}, or with nbest {"nbest": [such objects, best first]}.
+    calibration), "confidence_reasons" (when it is low), "degenerate" (why the first output
+    was degenerate, null when not checked), "fallback" (whether this is the guard's
+    fallback), "alignment" (when there are alignments)}, or with nbest {"nbest": [such
+    objects, best first]}.
     """
     if vocab is not None:
         objects = [_json_object(translation, vocab) for translation in translations]
@@ -83,7 +85,8 @@ def _json_object(translation: Translation, vocab: Vocab) -> dict[str, Any]:
     result: dict[str, Any] = {
         "text": translation.text, "tokens": translation.pieces(vocab),
         "token_scores": None if scores is None else [round(score, 4) for score in scores],
-        "score": round(translation.score, 4), "confidence": translation.confidence}
+        "score": round(translation.score, 4), "confidence": translation.confidence,
+        "degenerate": translation.degenerate, "fallback": translation.fallback}
     if translation.confidence_reasons:
         result["confidence_reasons"] = translation.confidence_reasons
     if translation.alignment is not None:

@@ -26,6 +26,7 @@ from transformer_nmt.decode.batching import buffers, length_batches, run_in_orde
 from transformer_nmt.decode.confidence import ConfidenceEstimator
 from transformer_nmt.decode.constrained import constrained_beam_search
 from transformer_nmt.decode.ensemble import Ensemble
+from transformer_nmt.decode.guard import Guarded, checks, fallback_config, guard
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, attach_details, search
 from transformer_nmt.decode.threads import decoding_threads, default_workers, torch_threads
@@ -79,6 +80,14 @@ class Translation:
     model has no calibration (`nmt calibrate`) or the line is empty."""
     confidence_reasons: list[str] = field(default_factory=list)
     """Why the confidence is low ("repeats a word", ...); empty when it is not."""
+    degenerate: list[str] | None = None
+    """Why the search's first best output for this line was degenerate
+    (transformer_nmt.decode.degenerate REASONS; empty: it was sound), whichever of the
+    n-best this is; None when not checked (DecodeConfig.guard off, sampling, an empty
+    line)."""
+    fallback: bool = False
+    """True when this translation is the guard's fallback's, which replaced a degenerate
+    first output (transformer_nmt.decode.guard)."""
 
     def pieces(self, vocab: Vocab) -> list[str]:
         """The subword pieces of `tokens` in `vocab` (▁ marks a word start)."""
@@ -331,12 +340,12 @@ class Translator:
 
         def translate_one(batch: list[int]) -> list[list[Translation]]:
             # Samples are seeded by line number, so they do not depend on the batching.
-            found = self._search(call, [ids[i] for i in batch],
-                                 [prefixes[i] for i in batch] if prefixes else None,
-                                 [numbers[i] for i in batch],
-                                 [constraints[i] for i in batch] if constraints else None)
-            translations = [[self._translation(ids[i], hyp) for hyp in hyps]
-                            for i, hyps in zip(batch, found)]
+            found = self._guarded_search(
+                call, [ids[i] for i in batch], [prefixes[i] for i in batch] if prefixes else None,
+                [numbers[i] for i in batch],
+                [constraints[i] for i in batch] if constraints else None)
+            translations = [[self._translation(ids[i], hyp, guarded) for hyp in guarded.hypotheses]
+                            for i, guarded in zip(batch, found)]
             if self.confidence is not None:  # one more decoder pass, calibrated models only
                 self.confidence.attach([ids[i] for i in batch], translations,
                                        self.source_tensor)
@@ -391,6 +400,24 @@ class Translator:
             src[row, len(sentence)] = self.special.eos
         return src.to(self.options.device)
 
+    def _guarded_search(self, call: _Call, batch: list[list[int]],
+                        prefixes: list[list[int]] | None, seeds: list[int],
+                        constraints: list[list[list[int]]] | None) -> list[Guarded]:
+        """Each sentence's hypotheses as `_search` finds them, checked by the guard, which
+        decodes the degenerate ones again when the call's settings ask for it."""
+        found = self._search(call, batch, prefixes, seeds, constraints)
+        if not checks(call.decode):
+            return [Guarded(hyps, None) for hyps in found]
+        fallback = replace(call, decode=fallback_config(call.decode))
+
+        def decode_again(rows: list[int]) -> list[list[Hypothesis]]:
+            def pick(values: list | None) -> list | None:
+                return None if values is None else [values[row] for row in rows]
+            return self._search(fallback, pick(batch), pick(prefixes), pick(seeds),
+                                pick(constraints))
+
+        return guard(batch, found, self.vocab.piece, decode_again)
+
     def _search(self, call: _Call, batch: list[list[int]], prefixes: list[list[int]] | None,
                 seeds: list[int], constraints: list[list[list[int]]] | None
                 ) -> list[list[Hypothesis]]:
@@ -409,12 +436,14 @@ class Translator:
         release_free_memory()
         return found
 
-    def _translation(self, src_ids: list[int], hyp: Hypothesis) -> Translation:
+    def _translation(self, src_ids: list[int], hyp: Hypothesis, guarded: Guarded
+                     ) -> Translation:
         alignment = None
         if hyp.attention is not None:
             to_piece = self.vocab.processor.id_to_piece
             alignment = word_alignment([to_piece(i) for i in src_ids],
                                        [to_piece(i) for i in hyp.tokens], hyp.attention)
+        degenerate = None if guarded.degenerate is None else list(guarded.degenerate)
         return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.tokens, alignment,
-                           hyp.token_scores)
+                           hyp.token_scores, degenerate, guarded.fallback)
 

@@ -208,6 +208,8 @@ def _describe(source: str, translations: list[Translation], attention: dict[str,
         "score": round(best.score, 4),
         "confidence": best.confidence,
         "confidence_reasons": best.confidence_reasons,
+        "degenerate": best.degenerate,
+        "fallback": best.fallback,
         "nbest": [{"text": t.text, "score": round(t.score, 4), "confidence": t.confidence}
                   for t in translations],
     }
