@@ -445,5 +445,5 @@ class Translator:
                                        [to_piece(i) for i in hyp.tokens], hyp.attention)
         degenerate = None if guarded.degenerate is None else list(guarded.degenerate)
         return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.tokens, alignment,
-                           hyp.token_scores, degenerate, guarded.fallback)
+                           hyp.token_scores, degenerate=degenerate, fallback=guarded.fallback)
 
