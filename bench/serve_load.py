@@ -2,9 +2,11 @@
 
 Starts `nmt serve` on loopback with a base-shape model, then sends the first --sentences
 of newstest2014 (English), one sentence per request, from 1, 8, 32 and 128 concurrent
-clients (each level bounded by --max-seconds; the script stops by itself). Prints one
-JSON line per level: sentences/s, target tokens/s, p50/p95/p99 latency, errors, and the
-server's peak RSS; before that, in the same run, the offline throughput of the same
+clients (each level bounded by --max-seconds; the script stops by itself), once per
+--hogs count: with that many busy-loop processes running beside the server (a shared
+machine). Prints one JSON line per level: sentences/s, target tokens/s, p50/p95/p99
+latency, errors, the server's CPU seconds (user + system) per answered sentence, and its
+peak RSS; before that, in the same run, the offline throughput of the same
 sentences through the Translator with the same settings (what `nmt translate` does), and
 each sentence's latency decoded alone (batch of one), for the one-client comparison.
 
@@ -16,13 +18,15 @@ stops. Target tokens are counted by encoding each translation with the model's
 vocabulary, the same way on both sides.
 
     python bench/serve_load.py --vocab-from quickstart/model.pt [--sentences 1000]
-        [--clients 1,8,32,128] [--beam 4] [--max-seconds 120]
+        [--clients 1,8,32,128] [--beam 4] [--max-seconds 120] [--hogs 0,2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import statistics
 import subprocess
 import sys
@@ -94,6 +98,26 @@ def server_rss_mb(pid: int) -> dict:
     return {"rss_mb": fields.get("VmRSS"), "peak_rss_mb": fields.get("VmHWM")}
 
 
+def server_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process `pid` has used so far."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def busy_loop() -> None:
+    while True:
+        pass
+
+
+def start_hogs(count: int) -> list[multiprocessing.Process]:
+    """`count` processes that only burn CPU, as a neighbour on a shared machine would."""
+    hogs = [multiprocessing.Process(target=busy_loop, daemon=True) for _ in range(count)]
+    for hog in hogs:
+        hog.start()
+    return hogs
+
+
 def load_level(url: str, lines: list[str], clients: int, max_seconds: float,
                count_tokens) -> dict:
     """Send every line as its own request from `clients` threads; stop at max_seconds."""
@@ -137,6 +161,22 @@ def load_level(url: str, lines: list[str], clients: int, max_seconds: float,
             "seconds": round(seconds, 1)}
 
 
+def serve_level(url: str, lines: list[str], clients: int, args: argparse.Namespace,
+                count_tokens, alone: list[float], speed: dict, pid: int, hogs: int) -> None:
+    """One load level against the running server, printed as one JSON line."""
+    cpu_before = server_cpu_seconds(pid)
+    latencies, result = load_level(url, lines, clients, args.max_seconds, count_tokens)
+    cpu = server_cpu_seconds(pid) - cpu_before
+    if clients == 1:
+        # The same sentences' latency through the server and decoded alone.
+        extra = [latencies[i] - alone[i] for i in range(len(alone)) if i in latencies]
+        result["median_extra_ms_vs_alone"] = round(statistics.median(extra), 1)
+    figure(case="serve", beam=args.beam, hogs=hogs, **result,
+           cpu_s_per_sentence=round(cpu / max(result["answered"], 1), 4),
+           vs_offline=round(result["sentences_per_s"] / speed["sentences_per_s"], 3),
+           **server_rss_mb(pid))
+
+
 def wait_ready(url: str, process: subprocess.Popen) -> None:
     for _ in range(600):
         if process.poll() is not None:
@@ -161,6 +201,9 @@ def main() -> None:
     parser.add_argument("--alone", type=int, default=50,
                         help="sentences decoded alone for the one-client comparison")
     parser.add_argument("--port", type=int, default=18187)
+    parser.add_argument("--hogs", default="0",
+                        help="busy-loop processes beside the server, one pass of the levels "
+                        "per count (e.g. 0,2: quiet, then shared)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model or random_base_model(args.vocab_from, Path(scratch) / "base.pt")
@@ -186,16 +229,15 @@ def main() -> None:
         process = subprocess.Popen(command, stderr=subprocess.PIPE)
         try:
             wait_ready(url, process)
-            for clients in (int(c) for c in args.clients.split(",")):
-                latencies, result = load_level(url, lines, clients, args.max_seconds,
-                                               count_tokens)
-                if clients == 1:
-                    # The same sentences' latency through the server and decoded alone.
-                    extra = [latencies[i] - alone[i] for i in range(len(alone)) if i in latencies]
-                    result["median_extra_ms_vs_alone"] = round(statistics.median(extra), 1)
-                figure(case="serve", beam=args.beam, **result,
-                       vs_offline=round(result["sentences_per_s"] / speed["sentences_per_s"], 3),
-                       **server_rss_mb(process.pid))
+            for hog_count in (int(h) for h in args.hogs.split(",")):
+                hogs = start_hogs(hog_count)
+                try:
+                    for clients in (int(c) for c in args.clients.split(",")):
+                        serve_level(url, lines, clients, args, count_tokens, alone, speed,
+                                    process.pid, hog_count)
+                finally:
+                    for hog in hogs:
+                        hog.terminate()
         finally:
             process.terminate()
             figure(case="shutdown", exit_status=process.wait(timeout=700))

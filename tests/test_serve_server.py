@@ -4,6 +4,7 @@ client works unchanged, and SIGTERM loses no accepted request."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -166,3 +167,23 @@ def test_many_stalled_connections_are_all_closed_and_the_server_answers_meanwhil
     finally:
         for sock in sockets:
             sock.close()
+
+
+@pytest.mark.parametrize("given, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_the_server_s_openmp_threads_sleep_when_idle_unless_the_user_says(
+        monkeypatch, served_model, given, expected):
+    """OMP_WAIT_POLICY is set before torch loads OpenMP: spinning threads cost a shared
+    machine several times the CPU (bench/RESULTS.md); a user's own setting is kept."""
+    import transformer_nmt.serve.server as server
+    from transformer_nmt.cli import build_parser
+    from transformer_nmt.cli.serve import run_serve
+
+    if given is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", given)
+    seen = []
+    monkeypatch.setattr(server, "serve", lambda *args, **kwargs: seen.append(
+        os.environ["OMP_WAIT_POLICY"]))
+    run_serve(build_parser().parse_args(["serve", "--model", str(served_model)]))
+    assert seen == [expected]

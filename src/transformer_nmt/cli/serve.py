@@ -51,9 +51,18 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_serve)
 
 
+SERVER_OMP_WAIT_POLICY = "PASSIVE"
+"""OpenMP's wait policy in the server unless the user sets OMP_WAIT_POLICY: idle threads
+sleep instead of spinning. Measured with bench/serve_load.py (bench/RESULTS.md): with two
+busy processes beside it, spinning made one client's sentences cost 3.4x the CPU of a quiet
+machine and 6.7x the time; passive threads cost 1.3x, and the quiet server was no slower."""
+
+
 def run_serve(args: argparse.Namespace) -> None:
     from transformer_nmt.errors import UserError
 
+    # Read by OpenMP when torch loads it, which the import below does first.
+    os.environ.setdefault("OMP_WAIT_POLICY", SERVER_OMP_WAIT_POLICY)
     try:
         from transformer_nmt.serve.server import serve
     except ImportError as error:
