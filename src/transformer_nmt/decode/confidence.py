@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from transformer_nmt.decode.ensemble import Ensemble
+from transformer_nmt.decode.search import teacher_forced_pass
 from transformer_nmt.decode.search_base import Seq2Seq, SpecialIds
 from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import InferenceModel
@@ -181,34 +182,18 @@ class Assessment:
     """Why the confidence is low (empty when it is not)."""
 
 
-def _decoder_input(sequences: list[list[int]], special: SpecialIds,
-                   device: torch.device) -> Tensor:
-    """(len(sequences), longest + 1): BOS, the tokens, PAD after them."""
-    tgt = torch.full((len(sequences), max(map(len, sequences)) + 1), special.pad,
-                     dtype=torch.long, device=device)
-    tgt[:, 0] = special.bos
-    for row, tokens in enumerate(sequences):
-        tgt[row, 1: len(tokens) + 1] = torch.tensor(tokens, dtype=torch.long)
-    return tgt
-
-
 @torch.inference_mode()
 def sentence_features(model: Seq2Seq, src: Tensor, sequences: list[list[int]],
                       special: SpecialIds) -> list[list[float]]:
     """FEATURES of each output `sequences[i]` (token ids without BOS and EOS) as a
     translation of source row i of src (len(sequences), src_len: ids, EOS, PAD), from
     one teacher-forced decoder pass."""
-    tgt = _decoder_input(sequences, special, src.device)  # (rows, longest + 1)
-    out = model.decode(tgt, model.encode(src), need_weights=True)
-    log_probs = torch.log_softmax(out.logits.float(), dim=-1)  # (rows, longest + 1, vocab)
-    log_probs[..., [special.pad, special.bos]] = float("-inf")  # as the searches see them
+    rows = torch.arange(len(sequences), device=src.device)
+    # log_probs (rows, longest + 1, vocab), picked (rows, longest + 1)
+    log_probs, picked, layers = teacher_forced_pass(model, src, rows, sequences, special,
+                                                    need_weights=True)
     # -inf clamped: a token of probability 0 adds 0 × (finite) = 0 to the entropy.
     entropy = -(log_probs.exp() * log_probs.clamp(min=-1e4)).sum(-1)  # (rows, longest + 1)
-    following = torch.cat([tgt[:, 1:], torch.full_like(tgt[:, :1], special.pad)], dim=1)
-    for row, tokens in enumerate(sequences):
-        following[row, len(tokens)] = special.eos
-    picked = log_probs.gather(2, following.unsqueeze(2)).squeeze(2)  # (rows, longest + 1)
-    layers = out.cross_attention
     attention = layers[max(ATTENTION_LAYER, -len(layers))].float().mean(1)  # (rows, tgt, src)
     src_lengths = src.ne(special.pad).sum(1).tolist()  # source tokens with EOS
     features = []

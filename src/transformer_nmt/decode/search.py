@@ -237,6 +237,19 @@ def teacher_forced(model: Seq2Seq, src: Tensor, owners: Tensor, sequences: list[
 
     The log-probabilities are those the searches sum, PAD and BOS excluded.
     """
+    _, picked, cross_attention = teacher_forced_pass(model, src, owners, sequences, special,
+                                                     need_weights)
+    scores = [picked[row, : len(tokens) + 1].tolist() for row, tokens in enumerate(sequences)]
+    return scores, cross_attention
+
+
+def teacher_forced_pass(model: Seq2Seq, src: Tensor, owners: Tensor,
+                        sequences: list[list[int]], special: SpecialIds = SpecialIds(),
+                        need_weights: bool = False) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """The teacher-forced decoder pass of `teacher_forced`, as tensors: every position's
+    log-probabilities (sequences, longest + 1, vocab; PAD and BOS at -inf, as the searches
+    see them), those of each sequence's own next token (sequences, longest + 1; EOS after
+    the last token, padding beyond), and the per-layer cross-attention when need_weights."""
     tgt = _target_batch(sequences, special, src.device)  # (sequences, longest + 1)
     out = model.decode(tgt, model.encode(src).select(owners), need_weights=need_weights)
     log_probs = torch.log_softmax(out.logits.float(), dim=-1)  # (sequences, longest + 1, vocab)
@@ -246,8 +259,7 @@ def teacher_forced(model: Seq2Seq, src: Tensor, owners: Tensor, sequences: list[
     for row, tokens in enumerate(sequences):
         following[row, len(tokens)] = special.eos
     picked = log_probs.gather(2, following.unsqueeze(2)).squeeze(2)  # (sequences, longest + 1)
-    scores = [picked[row, : len(tokens) + 1].tolist() for row, tokens in enumerate(sequences)]
-    return scores, out.cross_attention
+    return log_probs, picked, out.cross_attention
 
 
 def attach_details(model: Seq2Seq, src: Tensor, results: list[list[Hypothesis]],
