@@ -6,8 +6,9 @@ The bounds come from the reference translations of two corpora's training splits
 paired with their sources: the quickstart's Bible (30,401 pairs) and Multi30k (28,997),
 English-German. A reference is what a good translation looks like, so a bound that flags
 references would change good translations; the bounds below flag none of the 59,398
-references, while the outputs they catch are plainly broken. Repetition and length are relative to the source, so that a source that repeats
-itself, or is long, may be translated faithfully.
+references, while the outputs they catch are plainly broken. Repetition and length are
+relative to the source, so that a source that repeats itself, or is long, may be
+translated faithfully.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 degenerate (transformer_nmt.decode.degenerate) are decoded again with fallback settings,
 and the fallback's result replaces the first only when it is not degenerate itself: a
 degenerate fallback is no better a translation (on Multi30k, keeping the higher-scoring of
-two degenerate results cost 0.01 BLEU, bench/RESULTS.md), so the search's own stays. Sentences whose first translation is sound are not decoded
-again, so their outputs are exactly the search's.
+two degenerate results cost 0.01 BLEU, bench/RESULTS.md), so the search's own stays.
+Sentences whose first translation is sound are not decoded again, so their outputs are
+exactly the search's.
 
 The fallback blocks repeated 3-grams (the loops a weak model falls into), doubles the
 beam (at least 4: a wider search finds the likelier end of sentence a narrow one missed)
