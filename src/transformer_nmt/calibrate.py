@@ -26,12 +26,12 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from transformer_nmt.data.manifest import text_path
 from transformer_nmt.data.text import read_lines
+from transformer_nmt.decode.batching import length_batches
 from transformer_nmt.decode.confidence import Calibration, sentence_features
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
-from transformer_nmt.evaluate import read_text, sentence_chrf, split_languages
+from transformer_nmt.evaluate import read_text, sentence_chrf, split_languages, split_paths
 from transformer_nmt.model_dir import is_model_dir
 from transformer_nmt.model_file import load_for_inference, read_model_file, save_model_file
 
@@ -85,11 +85,9 @@ def fit_quality(probabilities: list[float], accepted: list[bool]) -> dict[str, f
 def translation_features(translator: Translator, sources: list[list[int]],
                          outputs: list[list[int]]) -> list[list[float]]:
     """The confidence features of each output token list as a translation of its source
-    ids, FEATURE_BATCH at a time, sorted by length."""
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    ids, FEATURE_BATCH at a time, in batches of similar length."""
     found: list[list[float]] = [[] for _ in sources]
-    for start in range(0, len(order), FEATURE_BATCH):
-        rows = order[start: start + FEATURE_BATCH]
+    for rows in length_batches(sources, range(len(sources)), FEATURE_BATCH, None):
         values = sentence_features(translator.model,
                                    translator.source_tensor([sources[i] for i in rows]),
                                    [outputs[i] for i in rows], translator.special)
@@ -117,10 +115,7 @@ def calibrate(model_path: str | Path, data_dir: str | Path, split: str = "valid"
     if translator.languages is not None and translator.languages != (src_lang, tgt_lang):
         raise UserError(f"{model_path} translates {'-'.join(translator.languages)}, but "
                         f"{data_dir} is {src_lang}-{tgt_lang}; calibrate on its own direction")
-    src_path, ref_path = text_path(data_dir, split, src_lang), text_path(data_dir, split, tgt_lang)
-    for path in (src_path, ref_path):
-        if not path.is_file():
-            raise UserError(f"{path}: no such file; is {split!r} a split of {data_dir}?")
+    src_path, ref_path = split_paths(data_dir, split, src_lang, tgt_lang)
     lines, references = list(read_lines(src_path)), read_text(ref_path)
     log(f"translating {len(lines)} sentences of {data_dir} {split}")
     best = [found[0] for found in tqdm(translator.translate_nbest(lines), total=len(lines),

@@ -204,6 +204,16 @@ def split_languages(data_dir: str | Path, src_lang: str | None,
     return src_lang or manifest["src_lang"], tgt_lang or manifest["tgt_lang"]
 
 
+def split_paths(data_dir: str | Path, split: str, src_lang: str, tgt_lang: str
+                ) -> tuple[Path, Path]:
+    """(source, reference) text files of DATA_DIR's `split`; UserError if one is missing."""
+    paths = text_path(data_dir, split, src_lang), text_path(data_dir, split, tgt_lang)
+    for path in paths:
+        if not path.is_file():
+            raise UserError(f"{path}: no such file; is {split!r} a split of {data_dir}?")
+    return paths
+
+
 def evaluate_model(model_path: str | Path | Sequence[str | Path], data_dir: str | Path,
                    split: str = "test",
                    options: TranslatorOptions = TranslatorOptions(),
@@ -221,10 +231,7 @@ def evaluate_model(model_path: str | Path | Sequence[str | Path], data_dir: str 
     sentences (`confidence_report`); None otherwise.
     """
     src_lang, tgt_lang = split_languages(data_dir, src_lang, tgt_lang)
-    src_path, ref_path = text_path(data_dir, split, src_lang), text_path(data_dir, split, tgt_lang)
-    for path in (src_path, ref_path):
-        if not path.is_file():
-            raise UserError(f"{path}: no such file; is {split!r} a split of {data_dir}?")
+    src_path, ref_path = split_paths(data_dir, split, src_lang, tgt_lang)
     # Several model files: an ensemble (Translator.from_files), named after the first.
     paths = [model_path] if isinstance(model_path, (str, Path)) else list(model_path)
     model_path = paths[0] if len(paths) == 1 else " + ".join(str(path) for path in paths)
