@@ -55,14 +55,14 @@ def record_search_threads(monkeypatch) -> list[int]:
     with the process's core count pretended to be 4."""
     monkeypatch.setattr(threads_module, "_PROCESS_THREADS", 4)
     seen: list[int] = []
-    # The guarded search, once per batch: the guard's fallback searches again in it.
-    search = Translator._guarded_search
+    # What follows each batch's search, once per batch: the guard's fallback searches in it.
+    finish = Translator.finish
 
     def recording(self, *args):
         seen.append(torch.get_num_threads())
-        return search(self, *args)
+        return finish(self, *args)
 
-    monkeypatch.setattr(Translator, "_guarded_search", recording)
+    monkeypatch.setattr(Translator, "finish", recording)
     return seen
 
 

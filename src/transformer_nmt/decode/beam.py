@@ -67,11 +67,12 @@ class TopK:
         """Nothing to keep: the loop holds the prefixes."""
 
 
-def best_possible_scores(open_log_probs: Tensor, length: int, limits: Tensor,
+def best_possible_scores(open_log_probs: Tensor, length: int | Tensor, limits: Tensor,
                          alpha: float) -> Tensor:
     """Upper bound (sentences,) on the score of any future hypothesis of each sentence.
 
-    open_log_probs (sentences, beam) are the open hypotheses' log P after `length` tokens.
+    open_log_probs (sentences, beam) are the open hypotheses' log P after `length` tokens
+    (one count for all, or each sentence's (sentences,)).
     A completion Y' of one of them has log P' <= log P <= 0 and length+1 <= |Y'| <=
     limit+1, so score(Y') = log P' / lp(|Y'|) <= log P / lp(|Y'|) <= log P / max lp,
     where max lp over that range sits at its upper end when alpha >= 0 and at its lower
@@ -79,7 +80,8 @@ def best_possible_scores(open_log_probs: Tensor, length: int, limits: Tensor,
     """
     best = open_log_probs.max(dim=1).values  # (sentences,)
     longest = length_penalty(limits + 1, alpha)
-    shortest = length_penalty(torch.full_like(limits, length + 1), alpha)
+    lengths = length if isinstance(length, Tensor) else torch.full_like(limits, length)
+    shortest = length_penalty(lengths + 1, alpha)
     return best / torch.maximum(longest, shortest)
 
 

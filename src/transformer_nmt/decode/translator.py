@@ -26,7 +26,10 @@ from transformer_nmt.decode.batching import buffers, length_batches, run_in_orde
 from transformer_nmt.decode.confidence import ConfidenceEstimator
 from transformer_nmt.decode.constrained import constrained_beam_search
 from transformer_nmt.decode.ensemble import Ensemble
+from transformer_nmt.decode.engine import Engine, serves
 from transformer_nmt.decode.guard import Guarded, checks, fallback_config, guard
+from transformer_nmt.decode.job import (  # noqa: F401 (Translation is imported from here)
+    CallSettings, Translation, TranslationJob, TranslationRequest, constraint_ids, prefix_ids)
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, attach_details, search
 from transformer_nmt.decode.threads import decoding_threads, default_workers, torch_threads
@@ -55,58 +58,6 @@ def sentences_in_flight(decode: DecodeConfig) -> int:
     """
     rows_per_sentence = decode.nbest if decode.sampling else decode.beam
     return min(max(ROWS_IN_FLIGHT // rows_per_sentence, 32), 96)
-
-
-@dataclass
-class Translation:
-    """One translation of one input line."""
-
-    text: str
-    """The detokenized translation."""
-    score: float
-    """log P(Y | X) / lp(Y), see transformer_nmt.decode.search."""
-    tokens: list[int]
-    """The generated token ids, without BOS and EOS."""
-    alignment: list[tuple[int, int]] | None = None
-    """(source word, target word) pairs, 0-based over whitespace-separated words: each
-    target subword aligned to the source subword it attends to most; when asked for."""
-    token_scores: list[float] | None = None
-    """log P of each token given the source and the tokens before it, the end of sentence
-    last (len(tokens) + 1 values, summing to log P(Y | X); none for an empty input line,
-    which is not translated); when asked for."""
-    confidence: float | None = None
-    """The probability that a bilingual reader would accept this translation, as the
-    model's calibration estimates it (transformer_nmt.decode.confidence); None when the
-    model has no calibration (`nmt calibrate`) or the line is empty."""
-    confidence_reasons: list[str] = field(default_factory=list)
-    """Why the confidence is low ("repeats a word", ...); empty when it is not."""
-    degenerate: list[str] | None = None
-    """Why the search's first best output for this line was degenerate
-    (transformer_nmt.decode.degenerate REASONS; empty: it was sound), whichever of the
-    n-best this is; None when not checked (DecodeConfig.guard off, sampling, an empty
-    line)."""
-    fallback: bool = False
-    """True when this translation is the guard's fallback's, which replaced a degenerate
-    first output (transformer_nmt.decode.guard)."""
-
-    def pieces(self, vocab: Vocab) -> list[str]:
-        """The subword pieces of `tokens` in `vocab` (▁ marks a word start)."""
-        return [vocab.piece(token) for token in self.tokens]
-
-
-@dataclass(frozen=True)
-class TranslationRequest:
-    """One line to translate, with what its output must contain."""
-
-    text: str
-    """The source sentence, raw text."""
-    prefix: str = ""
-    """Raw target text the translation must start with (its subword pieces are forced,
-    then the search goes on freely); whole words, as a piece boundary inside a word
-    may not be one the model would choose."""
-    constraints: tuple[str, ...] = ()
-    """Phrases, raw target text, that the translation must contain (terminology): beam
-    search constrained to their subword pieces (transformer_nmt.decode.constrained)."""
 
 
 def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
@@ -181,15 +132,6 @@ class TranslatorOptions:
         if batch_size is None:
             batch_size = max(sentences_in_flight(self.decode) // workers, 1)
         return replace(self, device=device, workers=workers, batch_size=batch_size)
-
-
-@dataclass(frozen=True)
-class _Call:
-    """The settings of one call: the search, and what each translation carries."""
-
-    decode: DecodeConfig
-    alignments: bool
-    token_scores: bool
 
 
 class Translator:
@@ -292,12 +234,12 @@ class Translator:
                                      1 if alone else self.options.workers)
 
     def _call(self, decode: DecodeConfig | None, alignments: bool | None,
-              token_scores: bool | None) -> _Call:
+              token_scores: bool | None) -> CallSettings:
         """One call's settings, the options' where not given."""
         options = self.options
-        return _Call(options.decode if decode is None else decode,
-                     options.alignments if alignments is None else alignments,
-                     options.token_scores if token_scores is None else token_scores)
+        return CallSettings(options.decode if decode is None else decode,
+                            options.alignments if alignments is None else alignments,
+                            options.token_scores if token_scores is None else token_scores)
 
     def source_ids(self, lines: list[str], decode: DecodeConfig | None = None,
                    numbers: list[int] | None = None) -> list[list[int]]:
@@ -321,74 +263,80 @@ class Translator:
                 del sentence[limit:]
         return ids
 
-    def _translate_items(self, items: list[str | TranslationRequest], call: _Call,
+    def begin(self, items: list[str | TranslationRequest], decode: DecodeConfig | None = None,
+              *, alignments: bool | None = None, token_scores: bool | None = None,
+              numbers: list[int] | None = None) -> TranslationJob:
+        """The work of translating `items` before any search: their token ids, and empty
+        translations for `finish` to fill. Arguments as `translate_batch`'s."""
+        settings = self._call(decode, alignments, token_scores)
+        numbers = list(range(len(items))) if numbers is None else numbers
+        requests = [item if isinstance(item, TranslationRequest) else TranslationRequest(item)
+                    for item in items]
+        ids = self.source_ids([request.text for request in requests], settings.decode, numbers)
+        empty = [] if settings.alignments else None
+        return TranslationJob(
+            settings, ids, prefix_ids(self.vocab, requests, self.max_len_limit),
+            constraint_ids(self.vocab, requests, settings.decode, numbers, self.max_len_limit),
+            numbers, [[Translation("", 0.0, [], empty, [] if settings.token_scores else None)]
+                      for _ in requests])
+
+    def continuous(self, job: TranslationJob) -> bool:
+        """Whether the continuous-batching engine can search `job`'s lines
+        (transformer_nmt.decode.engine; the lockstep searches serve the rest)."""
+        return serves(self.model, job.settings.decode, job.prefixes is not None,
+                      job.constraints is not None)
+
+    def new_engine(self, decode: DecodeConfig) -> Engine:
+        """A continuous-batching engine searching with `decode` on this model."""
+        return Engine(self.model, decode, self.special, self.max_len_limit)
+
+    def finish(self, job: TranslationJob, rows: list[int], found: list[list[Hypothesis]]
+               ) -> None:
+        """Fill job.results[rows] from what a search `found` for those lines: the guard
+        (decoding degenerate ones again), alignments and token scores, the confidence."""
+        settings = job.settings
+        ids, prefixes, numbers, constraints = job.pick(rows)
+        guarded = [Guarded(hyps, None) for hyps in found]
+        if checks(settings.decode):
+            fallback = replace(settings, decode=fallback_config(settings.decode))
+
+            def decode_again(again: list[int]) -> list[list[Hypothesis]]:
+                return self._search(fallback, *job.pick([rows[i] for i in again]))
+
+            guarded = guard(ids, found, self.vocab.piece, decode_again)
+        if settings.alignments or settings.token_scores:
+            attach_details(self.model, self.source_tensor(ids),
+                           [result.hypotheses for result in guarded], self.special,
+                           attention=settings.alignments, token_scores=settings.token_scores)
+        translations = [[self._translation(source, hyp, result) for hyp in result.hypotheses]
+                        for source, result in zip(ids, guarded)]
+        if self.confidence is not None:  # one more decoder pass, calibrated models only
+            self.confidence.attach(ids, translations, self.source_tensor)
+        for row, found_for_row in zip(rows, translations):
+            job.results[row] = found_for_row
+
+    def _translate_items(self, items: list[str | TranslationRequest], call: CallSettings,
                          numbers: list[int], workers: int, side_by_side: int | None = None
                          ) -> list[list[Translation]]:
         """The translations of `items` (line numbers `numbers`), sorted by length into
         batches that `workers` threads translate, each on its share of the cores when
         `side_by_side` batches decode at once (None: as many as this call runs at once)."""
-        requests = [item if isinstance(item, TranslationRequest) else TranslationRequest(item)
-                    for item in items]
-        ids = self.source_ids([request.text for request in requests], call.decode, numbers)
-        prefixes = self._prefix_ids(requests)
-        constraints = self._constraint_ids(requests, call.decode, numbers)
-        empty = [] if call.alignments else None
-        results = [[Translation("", 0.0, [], empty, [] if call.token_scores else None)]
-                   for _ in requests]
-        batches = length_batches(ids, (i for i, sentence in enumerate(ids) if sentence),
-                                 self.options.batch_size, self.options.max_tokens)
+        job = self.begin(items, call.decode, alignments=call.alignments,
+                         token_scores=call.token_scores, numbers=numbers)
+        batches = length_batches(job.ids, job.searched, self.options.batch_size,
+                                 self.options.max_tokens)
 
-        def translate_one(batch: list[int]) -> list[list[Translation]]:
+        def translate_one(batch: list[int]) -> list[None]:
             # Samples are seeded by line number, so they do not depend on the batching.
-            found = self._guarded_search(
-                call, [ids[i] for i in batch], [prefixes[i] for i in batch] if prefixes else None,
-                [numbers[i] for i in batch],
-                [constraints[i] for i in batch] if constraints else None)
-            translations = [[self._translation(ids[i], hyp, guarded) for hyp in guarded.hypotheses]
-                            for i, guarded in zip(batch, found)]
-            if self.confidence is not None:  # one more decoder pass, calibrated models only
-                self.confidence.attach([ids[i] for i in batch], translations,
-                                       self.source_tensor)
-            return translations
+            self.finish(job, batch, self._search(call, *job.pick(batch)))
+            return [None] * len(batch)
 
         if side_by_side is None:
             side_by_side = min(workers, len(batches))
         # Each batch decoding at once gets its share of the cores, for this call only.
         with torch_threads(decoding_threads(max(side_by_side, 1), self.options.device)):
-            run_in_order(batches, translate_one, results, workers)
-        return results
-
-    def _constraint_ids(self, requests: list[TranslationRequest], decode: DecodeConfig,
-                        numbers: list[int]) -> list[list[list[int]]] | None:
-        """Each request's constraint phrases as target token ids; None when no request
-        has any. Warns about a line whose phrases cannot all fit in the longest output
-        the model's positions allow (the search then misses some, rather than hang)."""
-        if not any(request.constraints for request in requests):
-            return None
-        if decode.sampling:
-            raise UserError("constraints need beam search; leave out sampling")
-        found = []
-        for offset, request in enumerate(requests):
-            phrases = [ids for ids in self.vocab.encode_batch(
-                [normalize(phrase) for phrase in request.constraints]) if ids]
-            needed = sum(len(phrase) for phrase in phrases)
-            if needed > self.max_len_limit:
-                logger.warning(
-                    "the constraints of input line %d need %d subword tokens, more than the "
-                    "%d this model's outputs can have; its translation will miss some",
-                    numbers[offset] + 1, needed, self.max_len_limit)
-            found.append(phrases)
-        return found
-
-    def _prefix_ids(self, requests: list[TranslationRequest]) -> list[list[int]] | None:
-        """Each request's prefix as target token ids, cut to the longest output the
-        model's positions allow; None when no request has a prefix."""
-        if not any(request.prefix for request in requests):
-            return None
-        prefixes = self.vocab.encode_batch([normalize(request.prefix) for request in requests])
-        for prefix in prefixes:
-            del prefix[self.max_len_limit:]
-        return prefixes
+            run_in_order(batches, translate_one, [None] * len(items), workers)
+        return job.results
 
     def source_tensor(self, batch: list[list[int]]) -> torch.Tensor:
         """(len(batch), longest + 1) on the translator's device: each sentence's ids, EOS,
@@ -400,38 +348,17 @@ class Translator:
             src[row, len(sentence)] = self.special.eos
         return src.to(self.options.device)
 
-    def _guarded_search(self, call: _Call, batch: list[list[int]],
-                        prefixes: list[list[int]] | None, seeds: list[int],
-                        constraints: list[list[list[int]]] | None) -> list[Guarded]:
-        """Each sentence's hypotheses as `_search` finds them, checked by the guard, which
-        decodes the degenerate ones again when the call's settings ask for it."""
-        found = self._search(call, batch, prefixes, seeds, constraints)
-        if not checks(call.decode):
-            return [Guarded(hyps, None) for hyps in found]
-        fallback = replace(call, decode=fallback_config(call.decode))
-
-        def decode_again(rows: list[int]) -> list[list[Hypothesis]]:
-            def pick(values: list | None) -> list | None:
-                return None if values is None else [values[row] for row in rows]
-            return self._search(fallback, pick(batch), pick(prefixes), pick(seeds),
-                                pick(constraints))
-
-        return guard(batch, found, self.vocab.piece, decode_again)
-
-    def _search(self, call: _Call, batch: list[list[int]], prefixes: list[list[int]] | None,
-                seeds: list[int], constraints: list[list[list[int]]] | None
-                ) -> list[list[Hypothesis]]:
+    def _search(self, call: CallSettings, batch: list[list[int]],
+                prefixes: list[list[int]] | None, seeds: list[int],
+                constraints: list[list[list[int]]] | None) -> list[list[Hypothesis]]:
+        """The lockstep search's hypotheses for the sources `batch`, in one batch."""
         src = self.source_tensor(batch)
         if constraints is not None and any(constraints):
             found = constrained_beam_search(self.model, src, constraints, call.decode,
                                             self.special, self.max_len_limit,
                                             prefixes=prefixes, word_pieces=self.word_pieces)
-            if call.alignments or call.token_scores:
-                attach_details(self.model, src, found, self.special,
-                               attention=call.alignments, token_scores=call.token_scores)
         else:
             found = search(self.model, src, call.decode, self.special, self.max_len_limit,
-                           need_attention=call.alignments, need_token_scores=call.token_scores,
                            prefixes=prefixes, seeds=seeds)
         release_free_memory()
         return found

@@ -111,11 +111,16 @@ class MultiHeadAttention(nn.Module):
         q = self._split_heads(self.q_proj(x), self.d_k)
         if cache is not None and cache.keys is not None:
             return q, cache.keys, cache.values
-        k, v = self.kv_proj(memory).split([self.heads * self.d_k, self.heads * self.d_v], dim=-1)
-        k, v = self._split_heads(k, self.d_k), self._split_heads(v, self.d_v)
+        k, v = self.memory_keys_values(memory)
         if cache is not None:
             cache.append(k, v)
         return q, k, v
+
+    def memory_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder-decoder attention's K and V of memory (batch, src_len, d_model):
+        (batch, heads, src_len, d_k) and (batch, heads, src_len, d_v)."""
+        k, v = self.kv_proj(memory).split([self.heads * self.d_k, self.heads * self.d_v], dim=-1)
+        return self._split_heads(k, self.d_k), self._split_heads(v, self.d_v)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool,
                 need_weights: bool) -> tuple[Tensor, Tensor | None]:

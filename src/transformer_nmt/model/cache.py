@@ -21,8 +21,11 @@ class SparePool:
     every time. Only buffers of the latest shape are kept.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, zeroed: bool = False) -> None:
         self._free: list[Tensor] = []
+        self._zeroed = zeroed
+        """New buffers start as zeros (the row caches of model/rows.py need every entry
+        finite), else uninitialized."""
 
     def take(self, rows: int, like: Tensor) -> Tensor:
         """A buffer (rows, *like.shape[1:]) of like's dtype and device, contents undefined.
@@ -38,6 +41,8 @@ class SparePool:
                 if buffer.size(0) > rows:
                     release_rows(buffer, rows)
                 return buffer[:rows]
+        if self._zeroed:
+            return like.new_zeros(rows, *like.shape[1:])
         return like.new_empty(rows, *like.shape[1:])
 
     def give(self, buffer: Tensor) -> None:

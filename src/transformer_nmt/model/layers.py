@@ -88,19 +88,24 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,
-        memory: Tensor,
+        memory: Tensor | None,
         memory_mask: Tensor | None,
         self_cache: KVCache | None = None,
         cross_cache: KVCache | None = None,
         need_weights: bool = False,
+        self_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """x: (batch, tgt_len, d_model); memory: (batch, src_len, d_model) from the encoder.
+        """x: (batch, tgt_len, d_model); memory: (batch, src_len, d_model) from the encoder
+        (None when cross_cache holds its keys and values).
+
+        self_mask: broadcastable to (batch, heads, tgt_len, past + tgt_len), True where a
+        query may attend besides the causal rule (rows at their own positions, model/rows.py).
 
         Returns the output and, if need_weights, the self- and encoder-decoder attention
         weights, (batch, heads, tgt_len, tgt_len) and (batch, heads, tgt_len, src_len).
         """
         x, self_weights = self.self_attn_block(x, lambda h: self.self_attn(
-            h, causal=True, cache=self_cache, need_weights=need_weights))
+            h, mask=self_mask, causal=True, cache=self_cache, need_weights=need_weights))
         x, cross_weights = self.cross_attn_block(x, lambda h: self.cross_attn(
             h, memory, mask=memory_mask, cache=cross_cache, need_weights=need_weights))
         x, _ = self.ffn_block(x, lambda h: (self.ffn(h), None))

@@ -20,6 +20,7 @@ from transformer_nmt.model.cache import DecoderCache
 from transformer_nmt.model.dropout import bool_mask_dropout
 from transformer_nmt.model.layer_norm import OutputSavingLayerNorm
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer
+from transformer_nmt.model.rows import RowCache
 
 
 def sinusoidal_encodings(length: int, d_model: int) -> Tensor:
@@ -162,6 +163,40 @@ class Transformer(nn.Module):
         states, self_attention, cross_attention = self._decoder_states(tgt, enc, cache,
                                                                        need_weights)
         return DecoderOut(self.project(states), self_attention, cross_attention)
+
+    def new_row_cache(self, group: int) -> RowCache:
+        """An empty cache for `decode_rows`, `group` rows per sentence (the beam)."""
+        return RowCache(len(self.decoder_layers), group, self.cache_dtype)
+
+    def join_rows(self, cache: RowCache, enc: EncoderOut) -> None:
+        """Add enc's sentences to `cache`, cache.group rows each after the present rows:
+        their encoder-decoder keys and values, computed once here."""
+        cache.join([layer.cross_attn.memory_keys_values(enc.states)
+                    for layer in self.decoder_layers], enc.src_mask)
+
+    def decode_rows(self, tokens: Tensor, positions: Tensor, cache: RowCache) -> Tensor:
+        """Next-token logits (rows, vocab) of rows that each sit at their own position:
+        row r feeds tokens[r] at target position positions[r] (both (rows,)), after the
+        positions 0 .. positions[r] - 1 it decoded before into `cache` (model/rows.py).
+
+        Each row's result is the one `decode` with a cache gives it in a batch of its own:
+        the same embedding, the same layers, its keys masked beyond its position.
+        """
+        cache.start_step(positions)
+        x = self.tgt_embed(tokens.unsqueeze(1)) * self.embed_scale  # (rows, 1, d_model)
+        x = x + self._positional_rows(positions).unsqueeze(1)
+        memory_mask = cache.src_mask[:, None, None, :]  # (sentences, 1, 1, src_len)
+        for i, layer in enumerate(self.decoder_layers):
+            x, _, _ = layer(x, None, memory_mask, self_cache=cache.self_attention[i],
+                            cross_cache=cache.cross_attention[i], self_mask=cache.self_mask)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return self.project(x)[:, 0]
+
+    def _positional_rows(self, positions: Tensor) -> Tensor:
+        """Positional encodings (rows, d_model) of positions (rows,), within the table."""
+        table = self.sinusoids if self.positions is None else self.positions.weight
+        return table[positions]
 
     def _decoder_states(self, tgt: Tensor, enc: EncoderOut, cache: DecoderCache | None = None,
                         need_weights: bool = False

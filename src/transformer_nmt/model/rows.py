@@ -1,0 +1,193 @@
+"""The caches of rows that decode at their own positions: continuous batching.
+
+The searches decode a batch in lockstep, every row at the same position, with one
+`KVCache` per layer (model/cache.py). The engine of a busy server
+(transformer_nmt.decode.engine) lets sentences join and leave between two steps instead,
+so that a batch never decodes empty rows while work waits; each row then sits at its own
+position. Read top to bottom: one layer's self-attention cache of such rows, one layer's
+encoder-decoder cache of their sentences, and the cache of a whole decoder.
+
+Every buffer here starts as zeros and is only ever written with keys and values, so
+the positions a row may not see hold finite numbers: the attention masks them, and a
+masked NaN would still poison the softmax.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from transformer_nmt.model.cache import SparePool
+
+
+class RowSelfCache:
+    """One layer's self-attention keys and values of rows at their own positions.
+
+    Row r writes its newest keys/values at `positions[r]` and attends to positions
+    0 .. positions[r] (RowCache.self_mask). The buffers (row capacity, heads, capacity,
+    d) hold the rows present first; joining rows take the spare rows after them, so a
+    join copies nothing until the capacity doubles; positions grow by GROWTH.
+    """
+
+    GROWTH = 16
+
+    def __init__(self, pool: SparePool, dtype: torch.dtype | None) -> None:
+        self._keys: Tensor | None = None  # (row capacity, heads, capacity, d_k)
+        self._values: Tensor | None = None  # (row capacity, heads, capacity, d_v)
+        self._pool, self.dtype = pool, dtype
+        self.rows = 0
+        """Rows present."""
+        self.positions = torch.zeros(0, dtype=torch.long)
+        """(rows,) where each row writes this step (set by RowCache.start_step)."""
+        self.end = 0
+        """1 + the largest position: the positions a step reads."""
+
+    def add_rows(self, count: int) -> None:
+        """Room for `count` more rows, after the present ones. Their spare rows hold old
+        keys and values, finite and masked until the rows write their own."""
+        self.rows += count
+        if self._keys is not None and self.rows > self._keys.size(0):
+            capacity = max(self.rows, 2 * self._keys.size(0))
+            self._keys, self._values = (
+                torch.cat([buffer, buffer.new_zeros(capacity - buffer.size(0), *buffer.shape[1:])])
+                for buffer in (self._keys, self._values))
+
+    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """Write each row's new keys (rows, heads, 1, d_k) and values at its position;
+        return every row's keys and values (rows, heads, end, d) for the attention."""
+        if self.dtype is not None:
+            keys, values = keys.to(self.dtype), values.to(self.dtype)
+        if self._keys is None or self.end > self._keys.size(2):
+            self._grow(keys, values)
+        rows = torch.arange(self.rows, device=keys.device)
+        self._keys[rows, :, self.positions] = keys[:, :, 0]
+        self._values[rows, :, self.positions] = values[:, :, 0]
+        return self._keys[: self.rows, :, : self.end], self._values[: self.rows, :, : self.end]
+
+    def _grow(self, keys: Tensor, values: Tensor) -> None:
+        capacity = -(-self.end // self.GROWTH) * self.GROWTH
+        grown = []
+        for old, new in ((self._keys, keys), (self._values, values)):
+            row_capacity = self.rows if old is None else old.size(0)
+            buffer = new.new_zeros(row_capacity, new.size(1), capacity, new.size(3))
+            if old is not None:
+                buffer[:, :, : old.size(2)] = old
+            grown.append(buffer)
+        self._keys, self._values = grown
+
+    def keep(self, rows: Tensor) -> None:
+        """Go on with rows `rows` (new_rows,) in that order (beams moving, sentences
+        leaving)."""
+        if self._keys is not None and not _is_identity(rows, self.rows):
+            self._keys, self._values = (self._gather(buffer, rows)
+                                        for buffer in (self._keys, self._values))
+        self.rows = rows.numel()
+
+    def _gather(self, buffer: Tensor, rows: Tensor) -> Tensor:
+        gathered = self._pool.take(buffer.size(0), buffer)
+        torch.index_select(buffer[: self.rows, :, : self.end], 0, rows,
+                           out=gathered[: rows.numel(), :, : self.end])
+        self._pool.give(buffer)
+        return gathered
+
+
+class RowCrossCache:
+    """One layer's encoder-decoder keys and values, once per sentence (sentences, heads,
+    src_len, d), every source padded to the longest one present."""
+
+    def __init__(self) -> None:
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+
+    def join(self, keys: Tensor, values: Tensor) -> None:
+        """Add new sentences' keys and values (new, heads, their src_len, d)."""
+        if self.keys is None or self.keys.size(0) == 0:
+            self.keys, self.values = keys, values
+            return
+        self.keys, self.values = (_cat_padded(old, new, dim=2)
+                                  for old, new in ((self.keys, keys), (self.values, values)))
+
+    def keep(self, sentences: Tensor, length: int) -> None:
+        """Go on with sentences `sentences` (new_sentences,), sources cut to `length`."""
+        self.keys = self.keys[:, :, :length].index_select(0, sentences)
+        self.values = self.values[:, :, :length].index_select(0, sentences)
+
+
+class RowCache:
+    """Every decoder layer's caches for rows at their own positions, `group` rows per
+    sentence (the beams of one sentence: rows s * group .. s * group + group - 1).
+
+    A step sets where each row writes (`start_step`); between steps, sentences join
+    (`join`, with their encoder-decoder keys and values) and rows move or leave (`keep`).
+    """
+
+    def __init__(self, layers: int, group: int, dtype: torch.dtype | None = None) -> None:
+        pool = SparePool(zeroed=True)  # one spare serves every layer's reorders
+        self.group = group
+        self.self_attention = [RowSelfCache(pool, dtype) for _ in range(layers)]
+        self.cross_attention = [RowCrossCache() for _ in range(layers)]
+        self.src_mask = torch.zeros(0, 0, dtype=torch.bool)
+        """(sentences, src_len) True at each sentence's real source positions."""
+        self.self_mask = torch.zeros(0, 1, 1, 0, dtype=torch.bool)
+        """(rows, 1, 1, end) True at the positions each row may attend to this step."""
+
+    @property
+    def sentences(self) -> int:
+        """Sentences present."""
+        return self.src_mask.size(0)
+
+    def join(self, keys_values: list[tuple[Tensor, Tensor]], src_mask: Tensor) -> None:
+        """New sentences, `group` rows each after the present rows: each layer's
+        encoder-decoder keys and values (new, heads, src_len, d) of their encoder
+        output, and its source mask (new, src_len)."""
+        for cache, (keys, values) in zip(self.cross_attention, keys_values):
+            cache.join(keys, values)
+        if self.src_mask.numel() == 0:
+            self.src_mask = src_mask
+        else:
+            self.src_mask = _cat_padded(self.src_mask.to(src_mask.device), src_mask, dim=1)
+        for cache in self.self_attention:
+            cache.add_rows(src_mask.size(0) * self.group)
+
+    def start_step(self, positions: Tensor) -> None:
+        """Each row (rows,) writes at its position this step and sees those before."""
+        end = int(positions.max()) + 1
+        for cache in self.self_attention:
+            cache.positions, cache.end = positions, end
+        seen = torch.arange(end, device=positions.device) <= positions.unsqueeze(1)
+        self.self_mask = seen[:, None, None, :]  # (rows, 1, 1, end)
+
+    def keep(self, rows: Tensor, sentences: Tensor | None) -> None:
+        """Go on with rows `rows` (new_rows,); `sentences` (new_sentences,) when
+        sentences leave (None: every one stays)."""
+        for cache in self.self_attention:
+            cache.keep(rows)
+        if sentences is None:
+            return
+        self.src_mask = self.src_mask.index_select(0, sentences)
+        # The longest source left: padding beyond it is no longer read.
+        length = int(self.src_mask.sum(1).max()) if sentences.numel() else 0
+        self.src_mask = self.src_mask[:, :length]
+        for cache in self.cross_attention:
+            cache.keep(sentences, length)
+
+
+def _is_identity(rows: Tensor, present: int) -> bool:
+    """Whether rows (new_rows,) keeps the first new_rows of `present` rows in place
+    (greedy search between two departures): then nothing needs to move."""
+    return bool(torch.equal(rows, torch.arange(rows.numel(), device=rows.device))) \
+        and rows.numel() <= present
+
+
+def _cat_padded(old: Tensor, new: Tensor, dim: int) -> Tensor:
+    """old and new concatenated along dim 0, the shorter one zero-padded along `dim`."""
+    length = max(old.size(dim), new.size(dim))
+    return torch.cat([_pad_to(old, dim, length), _pad_to(new, dim, length)])
+
+
+def _pad_to(tensor: Tensor, dim: int, length: int) -> Tensor:
+    if tensor.size(dim) == length:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = length - tensor.size(dim)
+    return torch.cat([tensor, tensor.new_zeros(shape)], dim=dim)
