@@ -294,8 +294,10 @@ class Translator:
                ) -> None:
         """Fill job.results[rows] from what a search `found` for those lines: the guard
         (decoding degenerate ones again), alignments and token scores, the confidence."""
+        if not rows:
+            return
         settings = job.settings
-        ids, prefixes, numbers, constraints = job.pick(rows)
+        ids = job.pick(rows)[0]
         guarded = [Guarded(hyps, None) for hyps in found]
         if checks(settings.decode):
             fallback = replace(settings, decode=fallback_config(settings.decode))

@@ -1,16 +1,22 @@
 """Batching across requests: every request's sentences wait in one queue, and decoding
-slots translate them in batches that mix requests.
+slots translate them together, sentences of many requests at once.
 
-A batch holds sentences searched with the same settings (beam, alpha, n-best,
-alignments): the oldest waiting one, then those closest to its length (less padding,
-and no short sentence waiting for a long one), up to the Translator's batch size and a
-token budget. There are as many slots as the Translator has workers, each a thread on its
-share of the cores (a lone batch gets them all); a slot takes the next batch as soon as
-its last one is done, so new requests never wait for a whole round of batches. When a
-slot is free and the queue is short, a sentence waits at most `max_wait_s` for company.
-Decoding never runs on the event loop, so the server keeps answering while it decodes.
-The Translator pads each batch, so a sentence's translation does not depend on what else
-was in its batch; a sampled one is seeded by its position in its own request.
+Most searches (beam search and greedy, transformer_nmt.decode.engine's `serves`) are
+batched continuously: a slot's driver (serve/driver.py) keeps its engines full, a
+sentence joins at the next step after it arrives and leaves as soon as it ends, so that
+no row decodes empty while work waits and a short sentence never waits for a long one.
+A second slot's driver starts when the first has no room for what waits.
+
+The other searches (sampling, forced prefixes, terminology constraints, no-repeat
+n-grams) run in batches, as the lockstep searches need: the oldest waiting sentence, then
+those closest to its length, up to the Translator's batch size and a token budget; when
+a slot is free and the queue is short, a sentence waits at most `max_wait_s` for company.
+
+There are as many slots as the Translator has workers, each a thread on its share of
+the cores (a lone one gets them all). Decoding never runs on the event loop, so the
+server keeps answering while it decodes. A sentence's translation does not depend on
+what else was decoded beside it; a sampled one is seeded by its position in its own
+request.
 """
 
 from __future__ import annotations
@@ -19,46 +25,26 @@ import asyncio
 import functools
 import logging
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
-from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.threads import decoding_threads
 from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
+from transformer_nmt.serve.driver import Driver, Piece, Queue, SearchKey
 from transformer_nmt.serve.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+
+__all__ = ["Batcher", "QueueFull", "SearchKey"]
 
 
 class QueueFull(Exception):
     """The queue holds as many sentences as it may; the caller should retry later."""
 
 
-@dataclass(frozen=True)
-class SearchKey:
-    """The settings a batch's sentences share."""
-
-    decode: DecodeConfig
-    alignments: bool
-
-
-@dataclass
-class _Piece:
-    """Consecutive sentences of one request, all within one batch."""
-
-    key: SearchKey
-    lines: list[str | TranslationRequest]
-    first: int
-    """The position of its first line in its request: positions seed the samples."""
-    tokens: int
-    future: asyncio.Future
-    arrived: float
-
-
 class Batcher:
-    """Translates sentences of concurrent requests in shared batches, in one thread."""
+    """Translates sentences of concurrent requests in shared batches, in slot threads."""
 
     def __init__(self, translator: Translator, metrics: ServerMetrics, *,
                  max_batch_tokens: int, max_wait_s: float, max_queue: int) -> None:
@@ -70,16 +56,21 @@ class Batcher:
         self.max_queue = max_queue
         self.slots = translator.options.workers
         self.queued_sentences = 0
-        self._pending: deque[_Piece] = deque()
+        self._queue = Queue()
         self._wakeup = asyncio.Event()
-        # One thread per slot, kept for the server's life. Only the lead slot (0) ever
-        # decodes on more than one thread: OpenMP spins its idle workers only while no
-        # more threads run parallel regions than there are cores.
+        # One thread per slot, kept for the server's life, and one for work beside the
+        # decoding (attention maps).
         self._slot_threads = [ThreadPoolExecutor(1, thread_name_prefix=f"nmt-slot{slot}")
                               for slot in range(self.slots)]
+        self._side_thread = ThreadPoolExecutor(1, thread_name_prefix="nmt-side")
         self._free_slots = list(range(self.slots))
+        self._drivers: dict[int, Driver] = {}
         self._decoding: set[asyncio.Task] = set()
         self._task: asyncio.Task | None = None
+
+    @property
+    def _pending(self):
+        return self._queue.pieces
 
     def start(self) -> None:
         """Start forming and decoding batches on the running event loop."""
@@ -99,8 +90,10 @@ class Batcher:
             return
         logger.error("the batcher's loop failed; no more batches will be decoded",
                      exc_info=error)
-        while self._pending:
-            piece = self._pending.popleft()
+        with self._queue.lock:
+            pieces = list(self._pending)
+            self._pending.clear()
+        for piece in pieces:
             self._dequeued(len(piece.lines))
             if not piece.future.done():
                 piece.future.set_exception(error)
@@ -112,7 +105,7 @@ class Batcher:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        for thread in self._slot_threads:
+        for thread in self._slot_threads + [self._side_thread]:
             thread.shutdown(wait=True)
 
     async def translate(self, lines: list[str | TranslationRequest], tokens: list[int],
@@ -120,7 +113,7 @@ class Batcher:
         """The translations of `lines` (with `tokens` source tokens each; a line may carry
         terminology constraints), in order.
         QueueFull if the queue cannot take them; cancelling the call withdraws those
-        not yet being decoded."""
+        not yet decoded."""
         if not lines:
             return []
         if self.queued_sentences + len(lines) > self.max_queue:
@@ -129,10 +122,15 @@ class Batcher:
         loop = asyncio.get_running_loop()
         pieces = []
         for start, end in _spans(tokens, self.max_batch_tokens, self.max_batch_sentences):
-            piece = _Piece(key, lines[start:end], start, sum(tokens[start:end]),
-                           loop.create_future(), time.monotonic())
+            piece = Piece(key, lines[start:end], start, sum(tokens[start:end]),
+                          loop.create_future(), time.monotonic())
+            job = self.translator.begin(piece.lines, key.decode, alignments=key.alignments,
+                                        numbers=list(range(start, end)))
+            if self.translator.continuous(job):
+                piece.job = job
             pieces.append(piece)
-            self._pending.append(piece)
+        with self._queue.lock:
+            self._pending.extend(pieces)
         self.queued_sentences += len(lines)
         self.metrics.queue.set(self.queued_sentences)
         self._wakeup.set()
@@ -144,38 +142,101 @@ class Batcher:
             raise
         return [translations for result in results for translations in result]
 
-    async def run_in_decoder(self, function: Callable[..., T], *args: Any,
-                             slot: int = 0) -> T:
-        """`function(*args)` in a decoding slot's thread (the lead slot unless told),
-        between its batches: work that uses the model (attention maps) runs off the
-        event loop and never beside that slot's batches."""
-        return await asyncio.get_running_loop().run_in_executor(self._slot_threads[slot],
+    async def run_in_decoder(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` in a thread beside the decoding slots: work that uses the
+        model (attention maps) off the event loop, without waiting for the slots."""
+        return await asyncio.get_running_loop().run_in_executor(self._side_thread,
                                                                 function, *args)
 
     async def _loop(self) -> None:
         while True:
-            if not self._pending or not self._free_slots:
+            self._drop_withdrawn()
+            if self._free_slots and self._driver_wanted():
+                self._start_driver()
+                continue
+            lockstep = self._oldest_lockstep()
+            if not self._free_slots or lockstep is None:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            await self._wait_for_company(self._pending[0])
-            batch = self._take_batch(self._pending[0].key) if self._pending else []
+            await self._wait_for_company(lockstep)
+            batch = self._take_batch(lockstep.key)
             if batch:
                 slot = self._free_slots.pop(0)  # the lead slot whenever it is free
-                task = asyncio.get_running_loop().create_task(self._decode(batch, slot))
-                self._decoding.add(task)
-                task.add_done_callback(lambda task, slot=slot: self._slot_freed(task, slot))
+                self._run_in_slot(slot, self._decode(batch, slot))
+
+    def _driver_wanted(self) -> bool:
+        """Whether a slot should start a driver: engine pieces wait, and no driver runs
+        or every one that runs is full."""
+        if not self._queue.waiting_continuous():
+            return False
+        return all(driver.full for driver in self._drivers.values())
+
+    def _start_driver(self) -> None:
+        slot = self._free_slots.pop(0)
+        driver = Driver(self.translator, self._queue, asyncio.get_running_loop(),
+                        max_sentences=self.max_batch_sentences, threads=self._threads,
+                        delivered=self._delivered, wake=self._wakeup.set,
+                        observe_step=self.metrics.observe_step)
+        self._drivers[slot] = driver
+
+        async def drive() -> None:
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._slot_threads[slot],
+                                                                 driver.run)
+            finally:
+                del self._drivers[slot]
+
+        self._run_in_slot(slot, drive())
+
+    def _threads(self) -> int:
+        """Torch threads for a step or batch: the cores shared by the busy slots."""
+        return decoding_threads(max(self.slots - len(self._free_slots), 1),
+                                self.translator.options.device)
+
+    def _run_in_slot(self, slot: int, work) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._decoding.add(task)
+        task.add_done_callback(lambda task, slot=slot: self._slot_freed(task, slot))
 
     def _slot_freed(self, task: asyncio.Task, slot: int) -> None:
         self._decoding.discard(task)
         self._free_slots = sorted(self._free_slots + [slot])
         self._wakeup.set()
 
-    async def _wait_for_company(self, oldest: _Piece) -> None:
+    def _delivered(self, piece: Piece, result: list | BaseException | None,
+                   seconds: float) -> None:
+        """A driver's piece is done: its request gets the translations or the error."""
+        self._dequeued(len(piece.lines))
+        if result is None or piece.future.done():
+            return
+        if isinstance(result, BaseException):
+            piece.future.set_exception(result)
+            return
+        self.metrics.observe_tokens(piece.tokens, sum(len(found[0].tokens) for found in result),
+                                    seconds)
+        piece.future.set_result(result)
+
+    def _drop_withdrawn(self) -> None:
+        """Pieces whose request went away leave the queue."""
+        with self._queue.lock:
+            gone = [piece for piece in self._pending if piece.future.done()]
+            for piece in gone:
+                self._pending.remove(piece)
+        for piece in gone:
+            self._dequeued(len(piece.lines))
+
+    def _oldest_lockstep(self) -> Piece | None:
+        with self._queue.lock:
+            return next((piece for piece in self._pending if piece.job is None), None)
+
+    async def _wait_for_company(self, oldest: Piece) -> None:
         """Until the oldest sentence's key fills a batch or it has waited max_wait_s."""
         while True:
             left = oldest.arrived + self.max_wait_s - time.monotonic()
-            same = [piece for piece in self._pending if piece.key == oldest.key]
+            with self._queue.lock:
+                same = [piece for piece in self._pending
+                        if piece.key == oldest.key and piece.job is None]
             if left <= 0 or sum(piece.tokens for piece in same) >= self.max_batch_tokens or \
                     sum(len(piece.lines) for piece in same) >= self.max_batch_sentences:
                 return
@@ -185,36 +246,35 @@ class Batcher:
             except asyncio.TimeoutError:  # not the built-in TimeoutError before 3.11
                 return
 
-    def _take_batch(self, key: SearchKey) -> list[_Piece]:
-        """The oldest piece with `key`, then those closest to its length, within the
-        batch size and token budget, out of the queue; pieces whose request went away
-        are dropped."""
-        for piece in [piece for piece in self._pending if piece.future.done()]:
-            self._pending.remove(piece)
-            self._dequeued(len(piece.lines))
-        candidates = [piece for piece in self._pending if piece.key == key]
-        if not candidates:
-            return []
-        oldest = candidates[0]
-        width = oldest.tokens / len(oldest.lines)
-        batch, tokens, sentences = [oldest], oldest.tokens, len(oldest.lines)
-        for piece in sorted(candidates[1:],
-                            key=lambda piece: abs(piece.tokens / len(piece.lines) - width)):
-            if tokens + piece.tokens > self.max_batch_tokens or \
-                    sentences + len(piece.lines) > self.max_batch_sentences:
-                continue
-            batch.append(piece)
-            tokens += piece.tokens
-            sentences += len(piece.lines)
-        for piece in batch:
-            self._pending.remove(piece)
+    def _take_batch(self, key: SearchKey) -> list[Piece]:
+        """The oldest lockstep piece with `key`, then those closest to its length, within
+        the batch size and token budget, out of the queue."""
+        self._drop_withdrawn()
+        with self._queue.lock:
+            candidates = [piece for piece in self._pending
+                          if piece.key == key and piece.job is None]
+            if not candidates:
+                return []
+            oldest = candidates[0]
+            width = oldest.tokens / len(oldest.lines)
+            batch, tokens, sentences = [oldest], oldest.tokens, len(oldest.lines)
+            for piece in sorted(candidates[1:],
+                                key=lambda piece: abs(piece.tokens / len(piece.lines) - width)):
+                if tokens + piece.tokens > self.max_batch_tokens or \
+                        sentences + len(piece.lines) > self.max_batch_sentences:
+                    continue
+                batch.append(piece)
+                tokens += piece.tokens
+                sentences += len(piece.lines)
+            for piece in batch:
+                self._pending.remove(piece)
         return batch
 
     def _dequeued(self, sentences: int) -> None:
         self.queued_sentences -= sentences
         self.metrics.queue.set(self.queued_sentences)
 
-    async def _decode(self, batch: list[_Piece], slot: int) -> None:
+    async def _decode(self, batch: list[Piece], slot: int) -> None:
         lines = [line for piece in batch for line in piece.lines]
         key = batch[0].key
         # A batch decoding alone in the lead slot gets every core; batches side by side
@@ -226,7 +286,8 @@ class Batcher:
             alone=alone)
         started = time.perf_counter()
         try:
-            results = await self.run_in_decoder(translate, slot=slot)
+            results = await asyncio.get_running_loop().run_in_executor(
+                self._slot_threads[slot], translate)
         except Exception as error:  # noqa: BLE001 (each waiting request gets the error)
             logger.exception("decoding a batch of %d sentences failed", len(lines))
             for piece in batch:

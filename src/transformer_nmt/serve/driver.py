@@ -1,0 +1,180 @@
+"""One decoding slot's continuous batching: the loop that keeps its engines full.
+
+A driver runs in a slot's thread while it has work. Between two steps it takes waiting
+pieces (consecutive sentences of one request) from the batcher's queue, as many as its
+engines have room for, encodes them and lets them join (one engine per search settings,
+transformer_nmt.decode.engine); then every engine with rows advances one step, and each
+piece whose last sentence ended is finished (guard, confidence) and handed back to its
+request. A sentence that arrives while others decode joins at the next step, rather than
+waiting for a batch to end. The driver returns when its engines are empty and nothing
+waits that it can take; the batcher starts it again when work comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.engine import Engine
+from transformer_nmt.decode.job import TranslationJob
+from transformer_nmt.decode.search_base import Hypothesis
+from transformer_nmt.decode.threads import torch_threads
+from transformer_nmt.decode.translator import Translator
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SearchKey:
+    """The settings a batch's sentences share."""
+
+    decode: DecodeConfig
+    alignments: bool
+
+
+@dataclass(eq=False)
+class Piece:
+    """Consecutive sentences of one request, all decoded by one slot."""
+
+    key: SearchKey
+    lines: list
+    """Its lines (text, or a TranslationRequest)."""
+    first: int
+    """The position of its first line in its request: positions seed the samples."""
+    tokens: int
+    future: asyncio.Future
+    arrived: float
+    job: TranslationJob | None = None
+    """Its lines' token ids and translations, when the engine searches them (else None:
+    the lockstep searches do, in a batch of pieces)."""
+    found: dict[int, list[Hypothesis]] = field(default_factory=dict)
+    """The hypotheses of its lines that have ended, by line."""
+
+
+class Queue:
+    """The pieces waiting, oldest first, shared by the event loop and the drivers."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pieces: deque[Piece] = deque()
+
+    def take_continuous(self, fits: Callable[[Piece], bool]) -> list[Piece]:
+        """Out of the queue: the engine's pieces, oldest first, as long as each `fits`
+        (withdrawn ones skipped; the batcher drops them)."""
+        taken = []
+        with self.lock:
+            for piece in list(self.pieces):
+                if piece.job is None or piece.future.done():
+                    continue
+                if not fits(piece):
+                    break
+                self.pieces.remove(piece)
+                taken.append(piece)
+        return taken
+
+    def waiting_continuous(self) -> bool:
+        """Whether a piece for the engine waits."""
+        with self.lock:
+            return any(piece.job is not None and not piece.future.done()
+                       for piece in self.pieces)
+
+
+class Driver:
+    """The engines of one decoding slot, and the pieces they are decoding."""
+
+    def __init__(self, translator: Translator, queue: Queue, loop: asyncio.AbstractEventLoop,
+                 *, max_sentences: int, threads: Callable[[], int],
+                 delivered: Callable[[Piece, list | BaseException | None, float], None],
+                 wake: Callable[[], None], observe_step: Callable[[int], None]) -> None:
+        """max_sentences: per engine; threads: the torch threads for the next step (its
+        share of the cores); delivered(piece, its translations, an error or None for a
+        withdrawn piece, seconds since it joined) and wake() (pieces wait that this
+        driver has no room for) are called on the event loop; observe_step(sentences)
+        after each step, in the driver's thread."""
+        self.translator, self.queue, self.loop = translator, queue, loop
+        self.max_sentences, self.threads = max_sentences, threads
+        self.delivered, self.wake, self.observe_step = delivered, wake, observe_step
+        self.engines: dict[SearchKey, Engine] = {}
+        self.pieces: list[Piece] = []
+        self.joined: dict[int, float] = {}
+        self.full = False
+        """Whether the last admission left engine pieces waiting for room."""
+
+    def run(self) -> None:
+        """Admit, step and finish until the engines are empty and nothing waits."""
+        try:
+            while True:
+                self._admit()
+                if not self.pieces:
+                    return
+                with torch_threads(self.threads()):
+                    self._step()
+        except Exception as error:  # noqa: BLE001 (each request in flight gets the error)
+            logger.exception("continuous decoding failed for %d requests' pieces",
+                             len(self.pieces))
+            for piece in self.pieces:
+                self._deliver(piece, error)
+            self.pieces, self.engines = [], {}
+
+    def _sentences(self, key: SearchKey) -> int:
+        engine = self.engines.get(key)
+        return 0 if engine is None else engine.rows // engine.k
+
+    def _fits(self, piece: Piece) -> bool:
+        present = self._sentences(piece.key)
+        return present == 0 or present + len(piece.job.searched) <= self.max_sentences
+
+    def _admit(self) -> None:
+        """Waiting pieces join their engines while there is room."""
+        taken = self.queue.take_continuous(self._fits)
+        for piece in taken:
+            job = piece.job
+            self.joined[id(piece)] = time.perf_counter()
+            self.pieces.append(piece)
+            if not job.searched:
+                continue
+            engine = self.engines.get(piece.key)
+            if engine is None:
+                engine = self.engines[piece.key] = self.translator.new_engine(piece.key.decode)
+            engine.add(self.translator.source_tensor([job.ids[i] for i in job.searched]),
+                       [(id(piece), line) for line in job.searched])
+        full = self.queue.waiting_continuous()
+        if full and not self.full:
+            self.loop.call_soon_threadsafe(self.wake)
+        self.full = full
+        self._finish_complete()
+
+    def _step(self) -> None:
+        """Every engine with rows advances a step; withdrawn pieces leave first."""
+        withdrawn = [piece for piece in self.pieces if piece.future.done()]
+        if withdrawn:
+            gone = {(id(piece), line) for piece in withdrawn for line in piece.job.searched}
+            for engine in self.engines.values():
+                engine.drop(gone)
+            for piece in withdrawn:
+                self._deliver(piece, None)
+        by_id = {id(piece): piece for piece in self.pieces}
+        for engine in self.engines.values():
+            if engine.rows:
+                self.observe_step(engine.rows // engine.k)
+                for (piece_id, line), hypotheses in engine.step():
+                    by_id[piece_id].found[line] = hypotheses
+        self._finish_complete()
+
+    def _finish_complete(self) -> None:
+        """Pieces whose every line has ended are finished and handed back."""
+        for piece in [p for p in self.pieces if len(p.found) == len(p.job.searched)]:
+            rows = piece.job.searched
+            self.translator.finish(piece.job, rows, [piece.found[row] for row in rows])
+            self._deliver(piece, piece.job.results)
+
+    def _deliver(self, piece: Piece, result: list | BaseException | None) -> None:
+        self.pieces.remove(piece)
+        seconds = time.perf_counter() - self.joined.pop(id(piece))
+        self.loop.call_soon_threadsafe(self.delivered, piece, result, seconds)
