@@ -160,3 +160,18 @@ def test_a_translators_engine_gives_its_translations(model_file):
     expected = translator.translate_batch(lines, replace(FAST.decode, beam=2))
     assert [[t.text for t in result] for result in job.results] == \
         [[t.text for t in result] for result in expected]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_through_the_engine_translates_as_in_batches(model_file, workers):
+    lines = sentences(20, seed=41) + [""]
+    options = replace(FAST, decode=replace(FAST.decode, beam=2, nbest=2), batch_size=3,
+                      workers=workers)
+    batched = Translator(load_for_inference(model_file), options)
+    continuous = Translator(load_for_inference(model_file), replace(options, continuous=True))
+    expected = list(batched.translate_nbest(lines))
+    found = list(continuous.translate_nbest(lines))
+    assert [[(t.text, t.tokens) for t in result] for result in found] == \
+        [[(t.text, t.tokens) for t in result] for result in expected]
+    assert [t.score for result in found for t in result] == pytest.approx(
+        [t.score for result in expected for t in result], abs=1e-4)
