@@ -53,7 +53,7 @@ def samples(data: Path, count: int) -> dict[str, list[tuple[str, str]]]:
 
 
 def py3langid_ranker() -> Callable[[str], dict[str, float]]:
-    """{language: probability} of a text over py3langid's 97 languages."""
+    """{language: probability} of a text over every language py3langid knows."""
     from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
     identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
