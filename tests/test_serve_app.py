@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
+from unittest.mock import ANY
 
 import pytest
 
@@ -115,7 +116,8 @@ def test_libretranslate_json_and_form_requests(client):
                                               "format": "text"})
     assert as_json.json() == {"translatedText": ours}
     as_form = client.post("/translate", data={"q": text, "source": "auto", "target": "de"})
-    assert as_form.json() == {"translatedText": ours}
+    assert as_form.json() == {"translatedText": ours,
+                              "detectedLanguage": {"language": "en", "confidence": ANY}}
     listed = client.post("/translate", json={"q": [text, ""], "source": "en", "target": "de"})
     assert listed.json() == {"translatedText": [ours, ""]}
     with_alternatives = client.post("/translate", json={"q": text, "source": "en",

@@ -1,7 +1,8 @@
 """Random JSON at every endpoint of the server (serve/app.py, requests.py,
-libretranslate.py, html_text.py): values of any type, nesting and string, bodies that are
-nearly valid requests and bodies that are no JSON at all. Whatever comes, the answer is
-never a 5xx, a refusal is one line of JSON, and the server still translates afterwards."""
+libretranslate.py, parameters.py, html_text.py): values of any type, nesting and string,
+bodies that are nearly valid requests (JSON, forms, multipart) and bodies that are no JSON
+at all. Whatever comes, the answer is never a 5xx, a refusal is one line of JSON, and the
+server still translates afterwards."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ FUZZ = settings(max_examples=80, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
 
 ROUTES = [("POST", "/v1/translate")] * 5 + [("POST", "/translate")] * 5 + [
+    ("POST", "/detect")] * 2 + [
     ("GET", path) for path in ("/v1/model", "/languages", "/health", "/ready", "/metrics",
                                "/", "/static/index.html", "/static/../x", "/nowhere")] + [
     ("GET", "/translate"), ("POST", "/v1/model"), ("PUT", "/v1/translate")]
@@ -58,16 +60,27 @@ def as_form(value: dict) -> bytes:
     return urlencode(pairs, doseq=True, encoding="utf-8", errors="surrogatepass").encode()
 
 
+def as_multipart(value: dict) -> bytes:
+    # Each value's text as one part, lone surrogates as a broken encoder's bytes.
+    return b"".join(b'--fuzz\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n'
+                    % (str(name).encode("utf-8", "surrogatepass"),
+                       str(item).encode("utf-8", "surrogatepass"))
+                    for name, item in value.items()) + b"--fuzz--\r\n"
+
+
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
+MULTIPART = "multipart/form-data; boundary=fuzz"
 bodies = st.one_of(  # (body, its Content-Type)
     st.tuples(near_valid.map(as_json), st.just(JSON)),
     st.tuples(near_valid.map(as_json), st.just(JSON)),
     st.tuples(values.map(as_json), st.sampled_from([JSON, None, "text/plain"])),
     st.tuples(near_valid.map(as_form), st.just(FORM)),
+    st.tuples(near_valid.map(as_multipart), st.just(MULTIPART)),
     st.tuples(st.integers(1, 5000).map(lambda levels: b'{"q": ' + b"[" * levels
                                        + b"]" * levels + b"}"), st.just(JSON)),
-    st.tuples(st.binary(max_size=40), st.sampled_from([JSON, FORM, "text/plain", None])),
+    st.tuples(st.binary(max_size=40), st.sampled_from([JSON, FORM, MULTIPART, "text/plain",
+                                                       None])),
 )
 api_keys = st.sampled_from([KEY, KEY, KEY, "wrong", "", None])
 

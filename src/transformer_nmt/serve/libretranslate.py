@@ -1,25 +1,30 @@
 """LibreTranslate's API, so that its clients (the libretranslatepy package, browser
 extensions, CAT-tool plugins) work unchanged against a model trained here.
 
-POST /translate takes `q` (a text or a list), `source`, `target`, `format` (text or html),
-`api_key` and `alternatives`, as JSON or as a form, and answers {"translatedText": ...},
-with extra fields its clients ignore: for a calibrated model "confidence", the lowest
-confidence of a text's sentences (null for an empty text), and on a server with a min_confidence
-"withheld", true where a sentence was left out for being below it;
-GET /languages lists the pair the model serves. Refusals have LibreTranslate's shape,
-{"error": "..."}.
+Every parameter is read as LibreTranslate reads it, from the query string and a JSON,
+URL-encoded or multipart body (serve/parameters.py). POST /translate takes `q` (a text or
+a list), `source` (a code, or "auto" to detect it), `target`, `format` (text or html),
+`api_key` and `alternatives`, and answers {"translatedText": ...}, with "detectedLanguage"
+for source=auto and extra fields its clients ignore: for a calibrated model "confidence",
+the lowest confidence of a text's sentences (null for an empty text), and on a server with
+a min_confidence "withheld", true where a sentence was left out for being below it.
+POST /detect answers [{"language": ..., "confidence": percent}] among the languages the
+server translates from (serve/detect.py); GET /languages lists the pair the model serves.
+Refusals have LibreTranslate's shape, {"error": "..."}.
 """
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
-from urllib.parse import parse_qs
+import asyncio
+from typing import Any, Awaitable, Callable, Sequence
 
 from fastapi import APIRouter, HTTPException, Request
 
 from transformer_nmt.serve.access import presented_key, require_key
-from transformer_nmt.serve.requests import UnreadableJSON, read_json
-from transformer_nmt.serve.service import Search
+from transformer_nmt.serve.detect import DetectionUnavailable, LanguageDetector
+from transformer_nmt.serve.html_text import parse_html
+from transformer_nmt.serve.parameters import request_parameters
+from transformer_nmt.serve.service import Search, TooLarge
 from transformer_nmt.serve.settings import ServeSettings
 
 LANGUAGE_NAMES = {
@@ -35,35 +40,16 @@ LANGUAGE_NAMES = {
 Translate = Callable[[list[str], Search, bool], Awaitable[list[dict[str, Any]]]]
 
 
-async def request_fields(request: Request) -> dict[str, Any]:
-    """The request's fields, from a JSON object or a URL-encoded form (what
-    libretranslatepy sends); a repeated form field becomes a list."""
-    body = await request.body()
-    if not body:
-        return {}
-    if request.headers.get("content-type", "").startswith("application/json"):
-        try:
-            fields = read_json(body)
-        except UnreadableJSON as error:
-            raise HTTPException(400, f"Invalid request: {error}") from None
-        except ValueError as error:  # invalid UTF-8 included
-            raise HTTPException(400, f"Invalid request: the body is not JSON ({error})") \
-                from None
-        if not isinstance(fields, dict):
-            raise HTTPException(400, "Invalid request: the body must be a JSON object")
-        return fields
-    try:
-        form = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
-    except UnicodeDecodeError:
-        raise HTTPException(400, "Invalid request: the body is not UTF-8") from None
-    return {name: values[0] if len(values) == 1 else values for name, values in form.items()}
-
-
 def libretranslate_routes(translate: Translate, settings: ServeSettings,
-                          card: dict[str, Any]) -> APIRouter:
-    """POST /translate and GET /languages for the model `card` describes."""
+                          card: dict[str, Any],
+                          source_languages: Sequence[str] | None = None) -> APIRouter:
+    """POST /translate, POST /detect and GET /languages for the model `card` describes;
+    detection chooses among `source_languages` (default: the model's source language)."""
     router = APIRouter(tags=["LibreTranslate"])
     source_language, target_language = card["source_language"], card["target_language"]
+    if source_languages is None:
+        source_languages = [source_language] if source_language else []
+    detector = LanguageDetector(source_languages)
 
     def check_pair(source: Any, target: Any) -> None:
         for name, value, served in (("source", source, source_language),
@@ -81,40 +67,39 @@ def libretranslate_routes(translate: Translate, settings: ServeSettings,
 
     @router.post("/translate", summary="LibreTranslate: translate text")
     async def translate_route(request: Request) -> dict[str, Any]:
-        fields = await request_fields(request)
-        api_key = fields.get("api_key")
-        if api_key is not None and not isinstance(api_key, str):
-            raise HTTPException(400, "Invalid request: api_key must be a text")
-        require_key(settings.api_key, presented_key(request, api_key))
-        q = fields.get("q")
-        if q is None:
-            raise HTTPException(400, "Invalid request: missing q parameter")
-        if not isinstance(q, str) and not (isinstance(q, list)
-                                           and all(isinstance(text, str) for text in q)):
-            raise HTTPException(400, "Invalid request: q must be a text or a list of texts")
+        fields = await request_parameters(request)
+        _require_key(request, fields, settings)
+        q = _texts_of(fields, allow_empty=True)
         check_pair(fields.get("source"), fields.get("target"))
         text_format = fields.get("format", "text")
         if text_format not in ("text", "html"):
             raise HTTPException(400, f"Invalid request: format must be text or html, not "
                                 f"{text_format!r}")
         alternatives = _alternatives(fields.get("alternatives", 0), settings)
-        search = Search(nbest=alternatives + 1)
         texts = [q] if isinstance(q, str) else q
-        results = await translate(texts, search, text_format == "html")
-        translated = [result["text"] for result in results]
-        answer: dict[str, Any] = {"translatedText": translated[0] if isinstance(q, str)
-                                  else translated}
-        confidences = [_text_confidence(result) for result in results]
-        if any(value is not None for value in confidences):  # the model is calibrated
-            answer["confidence"] = confidences[0] if isinstance(q, str) else confidences
-        if settings.min_confidence is not None:
-            withheld = [any(sentence.get("withheld") for sentence in result["sentences"])
-                        for result in results]
-            answer["withheld"] = withheld[0] if isinstance(q, str) else withheld
-        if alternatives:
-            others = [_alternative_texts(result, alternatives) for result in results]
-            answer["alternatives"] = others[0] if isinstance(q, str) else others
+        detected = None
+        if fields["source"] == "auto":
+            _check_characters(texts, settings)  # before detection reads them all
+            detected = await _detected_source(detector, texts, text_format == "html")
+        results = await translate(texts, Search(nbest=alternatives + 1),
+                                  text_format == "html")
+        answer = _translation_answer(isinstance(q, str), results, settings, alternatives)
+        if detected is not None:
+            answer["detectedLanguage"] = detected if isinstance(q, str) else \
+                [detected] * len(texts)
         return answer
+
+    @router.post("/detect", summary="LibreTranslate: detect the language of a text")
+    async def detect_route(request: Request) -> list[dict[str, Any]]:
+        fields = await request_parameters(request)
+        _require_key(request, fields, settings)
+        q = _texts_of(fields, allow_empty=False)
+        texts = [q] if isinstance(q, str) else q
+        _check_characters(texts, settings)
+        try:
+            return await asyncio.to_thread(detector.detect, texts)
+        except DetectionUnavailable as error:
+            raise HTTPException(501, str(error)) from None
 
     @router.get("/languages", summary="LibreTranslate: the languages served")
     async def languages() -> list[dict[str, Any]]:
@@ -126,6 +111,76 @@ def libretranslate_routes(translate: Translate, settings: ServeSettings,
                  "targets": []}]
 
     return router
+
+
+def _require_key(request: Request, fields: dict[str, Any], settings: ServeSettings) -> None:
+    """HTTP 401 or 403 unless the request carries the server's key (header or api_key)."""
+    api_key = fields.get("api_key")
+    if api_key is not None and not isinstance(api_key, str):
+        raise HTTPException(400, "Invalid request: api_key must be a text")
+    require_key(settings.api_key, presented_key(request, api_key))
+
+
+def _check_characters(texts: list[str], settings: ServeSettings) -> None:
+    """TooLarge (HTTP 413) for texts over the server's max_characters, as translating
+    them would be."""
+    characters = sum(len(text) for text in texts)
+    if characters > settings.max_characters:
+        raise TooLarge(f"the request has {characters} characters, more than the "
+                       f"server's max_characters ({settings.max_characters})")
+
+
+def _texts_of(fields: dict[str, Any], allow_empty: bool) -> str | list[str]:
+    """The request's `q`: a text or a list of texts; HTTP 400 when missing (or empty, as
+    LibreTranslate's /detect has it, unless `allow_empty`)."""
+    q = fields.get("q")
+    if q is None or (not allow_empty and not q):
+        raise HTTPException(400, "Invalid request: missing q parameter")
+    if not isinstance(q, str) and not (isinstance(q, list)
+                                       and all(isinstance(text, str) for text in q)):
+        raise HTTPException(400, "Invalid request: q must be a text or a list of texts")
+    return q
+
+
+async def _detected_source(detector: LanguageDetector, texts: list[str],
+                           html: bool) -> dict[str, Any] | None:
+    """LibreTranslate's detectedLanguage for source=auto: the most likely language the
+    server translates from. None where the server has no way to tell and no need to (one
+    source language, or none recorded, and no py3langid): the text is translated from
+    its only source language without the field."""
+    if html:  # the text between the tags, not the markup's names
+        texts = [" ".join(parse_html(text).texts) for text in texts]
+    try:
+        candidates = await asyncio.to_thread(detector.detect, texts)
+    except DetectionUnavailable as error:
+        if len(detector.languages) > 1:
+            raise HTTPException(501, f"source=auto: {error}") from None
+        return None
+    return candidates[0] if candidates else None
+
+
+def _translation_answer(single: bool, results: list[dict[str, Any]],
+                        settings: ServeSettings, alternatives: int) -> dict[str, Any]:
+    """LibreTranslate's answer to /translate from the service's `results` (one per text;
+    `single`: q was one text, not a list): translatedText, and confidence, withheld and
+    alternatives where they apply."""
+
+    def shaped(values: list[Any]) -> Any:
+        return values[0] if single else values
+
+    answer: dict[str, Any] = {"translatedText": shaped([result["text"]
+                                                        for result in results])}
+    confidences = [_text_confidence(result) for result in results]
+    if any(value is not None for value in confidences):  # the model is calibrated
+        answer["confidence"] = shaped(confidences)
+    if settings.min_confidence is not None:
+        answer["withheld"] = shaped([any(sentence.get("withheld")
+                                         for sentence in result["sentences"])
+                                     for result in results])
+    if alternatives:
+        answer["alternatives"] = shaped([_alternative_texts(result, alternatives)
+                                         for result in results])
+    return answer
 
 
 def language_name(code: str) -> str:
