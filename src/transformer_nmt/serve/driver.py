@@ -133,17 +133,22 @@ class Driver:
     def _admit(self) -> None:
         """Waiting pieces join their engines while there is room."""
         taken = self.queue.take_continuous(self._fits)
+        joining: dict[SearchKey, list[tuple[Piece, int]]] = {}
         for piece in taken:
-            job = piece.job
             self.joined[id(piece)] = time.perf_counter()
             self.pieces.append(piece)
-            if not job.searched:
+            joining.setdefault(piece.key, []).extend(
+                (piece, line) for line in piece.job.searched)
+        # The pieces that arrived since the last step join together: one encoder pass.
+        for key, lines in joining.items():
+            if not lines:
                 continue
-            engine = self.engines.get(piece.key)
+            engine = self.engines.get(key)
             if engine is None:
-                engine = self.engines[piece.key] = self.translator.new_engine(piece.key.decode)
-            engine.add(self.translator.source_tensor([job.ids[i] for i in job.searched]),
-                       [(id(piece), line) for line in job.searched])
+                engine = self.engines[key] = self.translator.new_engine(key.decode)
+            engine.add(self.translator.source_tensor([piece.job.ids[line]
+                                                      for piece, line in lines]),
+                       [(id(piece), line) for piece, line in lines])
         full = self.queue.waiting_continuous()
         if full and not self.full:
             self.loop.call_soon_threadsafe(self.wake)
@@ -169,12 +174,38 @@ class Driver:
 
     def _finish_complete(self) -> None:
         """Pieces whose every line has ended are finished and handed back."""
-        for piece in [p for p in self.pieces if len(p.found) == len(p.job.searched)]:
-            rows = piece.job.searched
-            self.translator.finish(piece.job, rows, [piece.found[row] for row in rows])
-            self._deliver(piece, piece.job.results)
+        complete = [p for p in self.pieces if len(p.found) == len(p.job.searched)]
+        by_key: dict[SearchKey, list[Piece]] = {}
+        for piece in complete:
+            by_key.setdefault(piece.key, []).append(piece)
+        for pieces in by_key.values():
+            # Finished together: the guard's second searches and the confidence's
+            # decoder pass run once for all of them.
+            job, rows, found = merged(pieces)
+            self.translator.finish(job, rows, found)
+            start = 0
+            for piece in pieces:
+                end = start + len(piece.lines)
+                self._deliver(piece, job.results[start:end])
+                start = end
 
     def _deliver(self, piece: Piece, result: list | BaseException | None) -> None:
         self.pieces.remove(piece)
         seconds = time.perf_counter() - self.joined.pop(id(piece))
         self.loop.call_soon_threadsafe(self.delivered, piece, result, seconds)
+
+
+def merged(pieces: list[Piece]) -> tuple[TranslationJob, list[int], list[list[Hypothesis]]]:
+    """One job of the lines of `pieces` (one search key, searched by the engine: no
+    prefixes, no constraints), the rows of it that were searched, and what was found."""
+    first = pieces[0].job
+    job = TranslationJob(first.settings, [], None, None, [], [])
+    rows, found = [], []
+    for piece in pieces:
+        offset = len(job.ids)
+        job.ids += piece.job.ids
+        job.numbers += piece.job.numbers
+        job.results += piece.job.results
+        rows += [offset + line for line in piece.job.searched]
+        found += [piece.found[line] for line in piece.job.searched]
+    return job, rows, found
