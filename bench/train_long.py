@@ -10,7 +10,11 @@ that minute, from the run's metrics.jsonl) and one summary line: steps, tokens/s
 first and last minute and their ratio, peak RSS, minor faults.
 
     python bench/train_long.py --data DIR [--minutes 10] [--precisions fp32,bf16]
-                               [--work DIR]
+                               [--work DIR] [--neighbour-nice 19]
+
+--neighbour-nice N runs one busy-loop process at that niceness beside each training run,
+as a shared machine's background job would (OMP_WAIT_POLICY and other variables of
+this process reach `nmt train`).
 
 --data is a prepared data directory (`nmt prepare --corpus bible --src en --tgt de --out
 DIR`, or the quickstart's quickstart/data/bible-en-de). Nothing else should run on the CPU.
@@ -21,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
+import os
 import platform
 import subprocess
 import sys
@@ -72,7 +78,27 @@ def per_minute(records: list[dict], minutes: float) -> list[float]:
     return rates
 
 
-def run_one(data: Path, out: Path, precision: str, minutes: float) -> dict:
+def busy_loop(niceness: int) -> None:
+    os.nice(niceness)
+    while True:
+        pass
+
+
+def run_one(data: Path, out: Path, precision: str, minutes: float,
+            neighbour_nice: int | None = None) -> dict:
+    neighbour = None
+    if neighbour_nice is not None:
+        neighbour = multiprocessing.Process(target=busy_loop, args=(neighbour_nice,),
+                                            daemon=True)
+        neighbour.start()
+    try:
+        return _train(data, out, precision, minutes) | {"neighbour_nice": neighbour_nice}
+    finally:
+        if neighbour is not None:
+            neighbour.terminate()
+
+
+def _train(data: Path, out: Path, precision: str, minutes: float) -> dict:
     command = [sys.executable, "-m", "transformer_nmt.cli", "train", "--data", str(data),
                "--out", str(out), *QUICKSTART_RECIPE, "--set", f"precision={precision}",
                "--set", f"max_time={minutes * 60}", "--set", "max_steps=1000000"]
@@ -106,12 +132,17 @@ def main() -> None:
     parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated precisions")
     parser.add_argument("--work", type=Path, default=None,
                         help="where the runs go (default: a temporary directory)")
+    parser.add_argument("--neighbour-nice", type=int, default=None,
+                        help="run a busy loop at this niceness beside each training run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as temporary:
         work = args.work or Path(temporary)
         for precision in args.precisions.split(","):
             out = work / f"run-{precision}"
-            print(json.dumps(run_one(args.data, out, precision, args.minutes)), flush=True)
+            print(json.dumps(run_one(args.data, out, precision, args.minutes,
+                                     args.neighbour_nice)
+                             | {"omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}),
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -30,11 +30,15 @@ class ServeSettings:
     port: int = 8080
     """TCP port to listen on."""
     max_batch_tokens: int = setting(4096, group="batching")
-    """Most source tokens (padding excluded) decoded in one batch, from any number of
-    requests; a batch also holds at most the Translator's batch size in sentences, and
-    its workers decode batches side by side, each taking the next as soon as it is done."""
+    """Most source tokens (padding excluded) of one request taken into a decoder at once
+    (a longer request is cut into pieces that several decoders share). Beam search and
+    greedy are batched continuously: each worker keeps up to the batch size's sentences
+    decoding, a sentence joining at the next step after it arrives and leaving when it
+    ends; other searches (sampling, prefixes, glossaries) decode in batches of up to
+    this many tokens."""
     max_wait_ms: float = setting(5.0, group="batching", metavar="MS")
-    """Longest a sentence waits for others to share an idle decoder's batch."""
+    """Longest a sentence waits for others to share an idle decoder's batch, for the
+    searches that are not batched continuously (sampling, prefixes, glossaries)."""
     max_characters: int = setting(20000, group="limits")
     """Most characters of text in one request (413 beyond)."""
     max_sentences: int = setting(200, group="limits")
