@@ -115,6 +115,7 @@ def create_app(service: TranslationService, card: dict[str, Any],
                   description="Translate with a Transformer trained by transformer-nmt; "
                   "LibreTranslate's /translate and /languages are served as well.")
     app.state.service, app.state.card, app.state.metrics = service, card, metrics
+    app.state.file_store = store
     app.state.ready = app.state.draining = False
     app.router.route_class = CheckedJSONRoute
     add_error_handlers(app)

@@ -58,7 +58,7 @@ class FileStore:
                 raise StoreFull(f"{len(self._files)} translated files wait for download, "
                                 "the most this server keeps; retry in a few minutes")
             download_id = secrets.token_hex(ID_LENGTH // 2)
-            path = Path(self._directory.name) / download_id
+            path = Path(self.directory) / download_id
             path.write_bytes(data)
             self._files[download_id] = _Stored(name, path, time.monotonic() + self.keep_s)
         return f"{download_id}-{name}"
@@ -86,6 +86,11 @@ class FileStore:
             gone = [self._files.pop(key) for key in expired]
         for stored in gone:
             stored.path.unlink(missing_ok=True)
+
+    @property
+    def directory(self) -> str:
+        """Where the files wait: a directory of this store's own."""
+        return self._directory.name
 
     def __len__(self) -> int:
         return len(self._files)
