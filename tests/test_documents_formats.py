@@ -187,3 +187,27 @@ def test_size_paragraph_and_unpacked_limits(tmp_path):
     with pytest.raises(UserError, match="big.txt: 21 bytes"):
         translate_file(big, tmp_path / "out.txt", shout, FileLimits(max_bytes=20))
     assert not (tmp_path / "out.txt").exists()
+
+
+def test_tabs_and_line_breaks_part_the_words_on_either_side(tmp_path):
+    import docx
+
+    document = docx.Document()
+    run = document.add_paragraph().add_run("Name:")
+    run.add_tab()
+    run.add_text("the value")
+    run.add_break()
+    run.add_text("next line")
+    document.save(tmp_path / "in.docx")
+    seen: list[str] = []
+
+    def recording(texts):
+        seen.extend(texts)
+        return shout(texts)
+
+    translate_file(tmp_path / "in.docx", tmp_path / "out.docx", recording)
+    assert seen == ["Name: the value next line"]
+    translated = docx.Document(tmp_path / "out.docx").paragraphs[0]
+    assert translated.text == "NAME:\tTHE VALUE\nNEXT LINE"
+    html = translate_document(b"<p>one<br>two</p>", "a.html", recording).decode()
+    assert seen[-1] == "one two" and html == "<p>ONE<br>TWO</p>"

@@ -14,7 +14,7 @@ from lxml import etree
 
 from transformer_nmt.documents.plain import BadText
 from transformer_nmt.documents.runs import Run
-from transformer_nmt.documents.trees import mixed_content_runs
+from transformer_nmt.documents.trees import MixedContent, mixed_content_runs
 
 INLINE = {"a", "abbr", "b", "bdi", "bdo", "big", "br", "cite", "data", "del", "dfn", "em",
           "font", "i", "img", "ins", "label", "mark", "q", "s", "small", "span", "strong",
@@ -26,12 +26,9 @@ KEPT = {"script", "style", "code", "pre", "kbd", "samp", "var", "textarea", "tem
 _WHOLE_DOCUMENT = re.compile(r"<\s*(!doctype|html|body)\b", re.IGNORECASE)
 
 
-def _is_kept(element: etree._Element) -> bool:
-    return element.tag in KEPT or element.get("translate") == "no"
-
-
-def _is_paragraph(element: etree._Element) -> bool:
-    return element.tag not in INLINE
+HTML_TEXT = MixedContent(lambda element: element.tag not in INLINE,
+                         lambda element: element.tag in KEPT or element.get("translate") == "no",
+                         frozenset({"br"}))
 
 
 class Html:
@@ -47,7 +44,7 @@ class Html:
     def paragraphs(self) -> list[list[Run]]:
         if self.root is None:
             return []
-        return mixed_content_runs(self.root, _is_paragraph, _is_kept)
+        return mixed_content_runs(self.root, HTML_TEXT)
 
     def to_text(self) -> str:
         if self.root is None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from transformer_nmt.documents.runs import Run
+from transformer_nmt.documents.runs import Run, spaced
 
 
 @dataclass
@@ -24,8 +24,7 @@ class _Edit:
     end: int
     text: str
     line_ends: bool = False
-    """A line break follows: the run reads as ending in a space, so that the words on
-    either side stay apart, and its translation's trailing spaces go."""
+    """A line break follows: the words on either side are apart."""
 
 
 @dataclass
@@ -96,9 +95,8 @@ class Markdown:
 
     @staticmethod
     def _run(edit: _Edit) -> Run:
-        return Run(lambda: edit.text + (" " if edit.line_ends else ""),
-                   lambda text: setattr(edit, "text", text.rstrip() if edit.line_ends
-                                        else text))
+        run = Run(lambda: edit.text, lambda text: setattr(edit, "text", text))
+        return spaced(run) if edit.line_ends else run
 
     def to_text(self) -> str:
         pieces, written = [], 0

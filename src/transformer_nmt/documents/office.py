@@ -23,7 +23,8 @@ from typing import Callable
 from lxml import etree
 
 from transformer_nmt.documents.runs import Run
-from transformer_nmt.documents.trees import mixed_content_runs, text_element_runs
+from transformer_nmt.documents.trees import MixedContent, mixed_content_runs, \
+    text_element_runs
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
@@ -49,15 +50,21 @@ class OfficeFormat:
 
 def _ooxml_runs(root: etree._Element) -> list[list[Run]]:
     # DrawingML paragraphs (<a:p>) appear in Word's text boxes and shapes too.
-    return text_element_runs(root, {W + "t", A + "t"}, {W + "p", A + "p"})
+    return text_element_runs(root, {W + "t", A + "t"}, {W + "p", A + "p"},
+                             {W + "tab", W + "br", W + "cr", A + "br"})
+
+
+_ODF_PARAGRAPHS = {TEXT + "p", TEXT + "h"}
+_ODF_KEPT = {TEXT + "note-citation", TEXT + "tracked-changes", TEXT + "sequence-decls"}
+"""A note's citation is its number (its body holds paragraphs of their own); tracked
+changes hold deleted text."""
+ODF_TEXT = MixedContent(lambda element: element.tag in _ODF_PARAGRAPHS,
+                        lambda element: element.tag in _ODF_KEPT,
+                        frozenset({TEXT + "tab", TEXT + "line-break", TEXT + "s"}))
 
 
 def _odf_runs(root: etree._Element) -> list[list[Run]]:
-    paragraphs = {TEXT + "p", TEXT + "h"}
-    # A note's citation is its number; its body holds paragraphs of their own.
-    kept = {TEXT + "note-citation", TEXT + "tracked-changes", TEXT + "sequence-decls"}
-    return mixed_content_runs(root, lambda element: element.tag in paragraphs,
-                              lambda element: element.tag in kept)
+    return mixed_content_runs(root, ODF_TEXT)
 
 
 def _has(*names: str) -> Callable[[zipfile.ZipFile], bool]:

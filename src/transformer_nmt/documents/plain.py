@@ -14,7 +14,7 @@ import re
 
 import srt
 
-from transformer_nmt.documents.runs import Run
+from transformer_nmt.documents.runs import Run, spaced
 
 _LINE_END = re.compile(r"\r\n|\n|\r")
 
@@ -24,13 +24,11 @@ class BadText(Exception):
 
 
 def _line_runs(lines: list[str], indices: list[int]) -> list[Run]:
-    """The lines at `indices` as runs; a line's trailing spaces go, as a line ends where
-    they were."""
-    def run(index: int, last: bool) -> Run:
-        def set_line(text: str) -> None:
-            lines[index] = text if last else text.rstrip()
-        return Run(lambda: lines[index] + ("" if last else " "), set_line)
-    return [run(index, position == len(indices) - 1) for position, index in enumerate(indices)]
+    """The lines at `indices` as runs, each but the last ending where a space would."""
+    def line(index: int) -> Run:
+        return Run(lambda: lines[index], lambda text: lines.__setitem__(index, text))
+    runs = [line(index) for index in indices]
+    return [spaced(run) for run in runs[:-1]] + runs[-1:]
 
 
 class PlainText:

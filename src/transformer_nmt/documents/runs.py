@@ -44,6 +44,12 @@ class Run:
     set: Callable[[str], None]
 
 
+def spaced(run: Run) -> Run:
+    """`run` read as ending in a space (a tab, line break or line end follows it, which
+    parts words without a space character); its translation's trailing spaces go."""
+    return Run(lambda: run.get() + " ", lambda text: run.set(text.rstrip()))
+
+
 def needs_translation(text: str) -> bool:
     """Whether `text` has a letter: numbers, punctuation and whitespace stay as they are."""
     return _LETTER.search(text) is not None

@@ -4,25 +4,32 @@ around inline elements (OpenDocument's <text:p><text:span>, HTML's <p><b>)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from lxml import etree
 
-from transformer_nmt.documents.runs import Run
+from transformer_nmt.documents.runs import Run, spaced
 
 XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 Element = etree._Element
 
 
-def text_element_runs(root: Element, text_tags: set[str],
-                      paragraph_tags: set[str]) -> list[list[Run]]:
+def text_element_runs(root: Element, text_tags: set[str], paragraph_tags: set[str],
+                      space_tags: set[str]) -> list[list[Run]]:
     """One list of runs per paragraph element, in document order: each text element
-    (`text_tags`) is a run of the nearest paragraph (`paragraph_tags`) above it."""
+    (`text_tags`) is a run of the nearest paragraph (`paragraph_tags`) above it; a tab or
+    break (`space_tags`) parts the words on either side."""
     paragraphs: dict[Element, list[Run]] = {}
-    for element in root.iter(*text_tags):
+    for element in root.iter(*text_tags, *space_tags):
         paragraph = next((above for above in element.iterancestors(*paragraph_tags)), None)
-        if paragraph is not None:
-            paragraphs.setdefault(paragraph, []).append(_text_run(element))
+        if paragraph is None:
+            continue
+        runs = paragraphs.setdefault(paragraph, [])
+        if element.tag not in space_tags:
+            runs.append(_text_run(element))
+        elif runs:
+            runs[-1] = spaced(runs[-1])
     return list(paragraphs.values())
 
 
@@ -34,37 +41,47 @@ def _text_run(element: Element) -> Run:
     return Run(lambda: element.text or "", set_text)
 
 
-def mixed_content_runs(root: Element, is_paragraph: Callable[[Element], bool],
-                       is_kept: Callable[[Element], bool]) -> list[list[Run]]:
+@dataclass(frozen=True)
+class MixedContent:
+    """What a vocabulary's elements are to its text."""
+
+    is_paragraph: Callable[[Element], bool]
+    is_kept: Callable[[Element], bool]
+    """Code or data: neither entered nor translated."""
+    space_tags: frozenset[str] = frozenset()
+    """Empty elements that part words: tabs, line breaks."""
+
+
+def mixed_content_runs(root: Element, kinds: MixedContent) -> list[list[Run]]:
     """One list of runs per paragraph element, in document order: its text, and the text
     and tails of the inline elements inside it (a paragraph inside it is one of its own,
-    whose tail is the outer one's again). Elements `is_kept` says are code or data are
-    neither entered nor translated."""
+    whose tail is the outer one's again)."""
     found = []
     for element in root.iter():
-        if isinstance(element.tag, str) and is_paragraph(element) \
-                and not any(is_kept(above) for above in element.iterancestors()) \
-                and not is_kept(element):
-            runs = [_slot(element, "text")]
-            _inline_runs(element, is_paragraph, is_kept, runs)
-            found.append([run for run in runs if run is not None])
+        if isinstance(element.tag, str) and kinds.is_paragraph(element) \
+                and not kinds.is_kept(element) \
+                and not any(kinds.is_kept(above) for above in element.iterancestors()):
+            runs: list[Run] = []
+            _add_slot(runs, element, "text")
+            _inline_runs(element, kinds, runs)
+            found.append(runs)
     return found
 
 
-def _inline_runs(element: Element, is_paragraph: Callable[[Element], bool],
-                 is_kept: Callable[[Element], bool], runs: list[Run | None]) -> None:
+def _inline_runs(element: Element, kinds: MixedContent, runs: list[Run]) -> None:
     for child in element:
-        inline = isinstance(child.tag, str) and not is_paragraph(child) and not is_kept(child)
-        if inline:
-            runs.append(_slot(child, "text"))
-            _inline_runs(child, is_paragraph, is_kept, runs)
-        runs.append(_slot(child, "tail"))
+        is_element = isinstance(child.tag, str)
+        if is_element and child.tag in kinds.space_tags and runs:
+            runs[-1] = spaced(runs[-1])
+        elif is_element and not kinds.is_paragraph(child) and not kinds.is_kept(child):
+            _add_slot(runs, child, "text")
+            _inline_runs(child, kinds, runs)
+        _add_slot(runs, child, "tail")
 
 
-def _slot(element: Element, attribute: str) -> Run | None:
-    """The element's text or tail as a run (whitespace included: words carry their own
-    spaces after translation); None where there is none."""
-    if not getattr(element, attribute):
-        return None
-    return Run(lambda: getattr(element, attribute) or "",
-               lambda text: setattr(element, attribute, text))
+def _add_slot(runs: list[Run], element: Element, attribute: str) -> None:
+    """The element's text or tail as a run, where it has one (whitespace included: words
+    carry their own spaces after translation)."""
+    if getattr(element, attribute):
+        runs.append(Run(lambda: getattr(element, attribute) or "",
+                        lambda text: setattr(element, attribute, text)))
