@@ -211,3 +211,22 @@ def test_tabs_and_line_breaks_part_the_words_on_either_side(tmp_path):
     assert translated.text == "NAME:\tTHE VALUE\nNEXT LINE"
     html = translate_document(b"<p>one<br>two</p>", "a.html", recording).decode()
     assert seen[-1] == "one two" and html == "<p>ONE<br>TWO</p>"
+
+
+def test_a_line_that_ends_a_sentence_ends_its_paragraph_in_plain_text():
+    seen: list[str] = []
+
+    def recording(texts):
+        seen.extend(texts)
+        return shout(texts)
+
+    translate_document(b"A sentence wrapped\nover two lines.\nNext one.\n", "a.txt", recording)
+    assert seen == ["A sentence wrapped over two lines.", "Next one."]
+
+
+def test_xhtml_with_an_xml_declaration_and_markdown_with_crlf_line_ends():
+    xhtml = (b'<?xml version="1.0" encoding="UTF-8"?>\n<html><body><p>The dog</p>'
+             b"</body></html>")
+    assert "<p>THE DOG</p>" in translate_document(xhtml, "a.html", shout).decode()
+    assert translate_document(b"# A title\r\n\r\nsome text\r\nmore text\r\n", "a.md",
+                              shout) == b"# A TITLE\r\n\r\nSOME TEXT\r\nMORE TEXT\r\n"

@@ -36,9 +36,12 @@ class Html:
 
     def __init__(self, text: str) -> None:
         self.whole = _WHOLE_DOCUMENT.search(text) is not None
+        # Bytes, so that an XML declaration naming the encoding is allowed.
+        parser = lxml.html.HTMLParser(encoding="utf-8")
         try:
-            self.root = lxml.html.document_fromstring(text) if text.strip() else None
-        except etree.ParserError as error:
+            self.root = lxml.html.document_fromstring(text.encode("utf-8"), parser=parser) \
+                if text.strip() else None
+        except (etree.ParserError, ValueError) as error:
             raise BadText(f"it is not HTML lxml can read ({error})") from None
 
     def paragraphs(self) -> list[list[Run]]:

@@ -10,12 +10,16 @@ which markdown-it decodes) cannot be put back in place; it is kept as written.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from transformer_nmt.documents.runs import Run, spaced
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+"""A line as markdown-it counts them: only CR, LF and CRLF end one."""
 
 
 @dataclass
@@ -37,7 +41,7 @@ class Markdown:
     """Per inline block, the indices of its text tokens' edits."""
 
     def __post_init__(self) -> None:
-        lines = self.source.splitlines(keepends=True)
+        lines = _LINE.findall(self.source)
         starts = [0]
         for line in lines:
             starts.append(starts[-1] + len(line))

@@ -17,6 +17,7 @@ import srt
 from transformer_nmt.documents.runs import Run, spaced
 
 _LINE_END = re.compile(r"\r\n|\n|\r")
+SENTENCE_ENDS = tuple(".!?:;…。！？")
 
 
 class BadText(Exception):
@@ -32,7 +33,8 @@ def _line_runs(lines: list[str], indices: list[int]) -> list[Run]:
 
 
 class PlainText:
-    """A text file: paragraphs are blocks of lines between blank lines."""
+    """A text file: paragraphs are blocks of lines between blank lines, a block ending
+    too after a line that ends a sentence (so that a list of lines is not one text)."""
 
     def __init__(self, text: str) -> None:
         self.lines = _LINE_END.split(text)
@@ -43,7 +45,7 @@ class PlainText:
         for index, line in enumerate(self.lines):
             if line.strip():
                 blocks[-1].append(index)
-            elif blocks[-1]:
+            if (not line.strip() or line.rstrip().endswith(SENTENCE_ENDS)) and blocks[-1]:
                 blocks.append([])
         return [_line_runs(self.lines, block) for block in blocks if block]
 
