@@ -132,3 +132,12 @@ def test_the_store_deletes_files_after_their_time_and_refuses_when_full():
 ])
 def test_client_names_are_sanitised(name, kind, safe):
     assert safe_name(name, kind) == safe
+
+
+def test_files_may_be_larger_than_a_translate_requests_body(client):
+    numbers = b"42\n" * 100_000  # 300 kB: over /translate's body limit, nothing to translate
+    assert client.post("/translate", content=numbers,
+                       headers={"Content-Type": "application/json"}).status_code == 413
+    answer = upload(client, "numbers.txt", numbers)
+    assert answer.status_code == 200, answer.text
+    assert client.get(urlparse(answer.json()["translatedFileUrl"]).path).content == numbers

@@ -45,11 +45,12 @@ class FileLimits:
     """Paragraphs with text to translate (a subtitle, a table cell, a list item each)."""
 
 
-class Parsed(Protocol):
+class TextDocument(Protocol):
+    """What each text format's reader gives: the runs of its paragraphs, and the text
+    with the runs as they are now."""
+
     def paragraphs(self) -> list[list[Run]]: ...
 
-
-class TextDocument(Parsed, Protocol):
     def to_text(self) -> str: ...
 
 
@@ -66,7 +67,7 @@ class Document:
     def to_bytes(self) -> bytes:
         if isinstance(self.parsed, OfficePackage):
             return self.parsed.to_bytes()
-        return ("\ufeff" if self.bom else "").encode() + self.parsed.to_text().encode("utf-8")
+        return ("\ufeff" if self.bom else "").encode() + self.parsed.to_text().encode()
 
 
 def extension(name: str) -> str:
