@@ -103,21 +103,24 @@ def test_markdown_changes_only_the_text_of_its_text_tokens():
 def test_subrip_keeps_numbers_times_and_the_lines_of_each_subtitle():
     import srt
 
-    source = ("7\n00:00:01,000 --> 00:00:02,500\nThe big house\nis green.\n\n"
+    source = ("7\n00:00:01,000 --> 00:00:02,500\n{\\an8}The <i>big</i> house\nis green.\n\n"
               "8\n00:00:03,000 --> 00:00:04,000\nHello there\n\n")
     translated = list(srt.parse(translate_document(source.encode(), "a.srt", shout).decode()))
     original = list(srt.parse(source))
     assert [(s.index, s.start, s.end) for s in translated] == \
         [(s.index, s.start, s.end) for s in original]
-    assert [s.content for s in translated] == ["THE BIG HOUSE\nIS GREEN.", "HELLO THERE"]
+    assert [s.content for s in translated] == ["{\\an8}THE <i>BIG</i> HOUSE\nIS GREEN.",
+                                               "HELLO THERE"]
 
 
 def test_webvtt_translates_cue_text_only():
     source = ("WEBVTT\n\nNOTE a comment\n\n00:01.000 --> 00:02.000 align:start\n"
-              "The big house\nis green.\n\ncue2\n00:03.000 --> 00:04.000\nHello there\n")
+              "<v Roger>The <c.yellow>big</c> house\nis green.\n\ncue2\n00:03.000 --> 00:04.000\n"
+              "Hello there\n")
     assert translate_document(source.encode(), "a.vtt", shout).decode() == (
         "WEBVTT\n\nNOTE a comment\n\n00:01.000 --> 00:02.000 align:start\n"
-        "THE BIG HOUSE\nIS GREEN.\n\ncue2\n00:03.000 --> 00:04.000\nHELLO THERE\n")
+        "<v Roger>THE <c.yellow>BIG</c> HOUSE\nIS GREEN.\n\ncue2\n00:03.000 --> 00:04.000\n"
+        "HELLO THERE\n")
 
 
 def test_plain_text_keeps_line_ends_blank_lines_indentation_and_a_bom():

@@ -1,5 +1,6 @@
 """Plain text and subtitles (.txt, .srt, .vtt): paragraphs of lines, each line a run, so
-that a sentence wrapped over lines is translated whole and wrapped over the same lines.
+that a sentence wrapped over lines is translated whole and wrapped over the same lines; a
+subtitle's tags (<i>, <font ...>, {\\an8}) are kept, the text between them a run each.
 
 SubRip files are read and written by the `srt` package: numbering, times and cue
 settings come back as they were. No WebVTT package is installed with the project, so a
@@ -18,18 +19,37 @@ from transformer_nmt.documents.runs import Run, spaced
 
 _LINE_END = re.compile(r"\r\n|\n|\r")
 SENTENCE_ENDS = tuple(".!?:;…。！？")
+CUE_TAGS = re.compile(r"(<[^<>\n]*>|\{\\[^{}\n]*\})")
+"""A subtitle's markup: SubRip's and WebVTT's tags (<i>, <font color="red">, <c.yellow>,
+<v Roger>, <00:00:01.000>) and the {\\an8} overrides SubRip borrows from SSA; the
+formats' specifications define a closed set, whose only shape in common is the bracket."""
 
 
 class BadText(Exception):
     """A text file whose content is not of its type; the message says why."""
 
 
-def _line_runs(lines: list[str], indices: list[int]) -> list[Run]:
-    """The lines at `indices` as runs, each but the last ending where a space would."""
-    def line(index: int) -> Run:
-        return Run(lambda: lines[index], lambda text: lines.__setitem__(index, text))
-    runs = [line(index) for index in indices]
-    return [spaced(run) for run in runs[:-1]] + runs[-1:]
+def _line_runs(lines: list[str], indices: list[int],
+               tags: re.Pattern[str] | None = None) -> list[Run]:
+    """The lines at `indices` as runs, each line's last ending where a space would; with
+    `tags`, the text between a line's tags is a run of its own and the tags are kept."""
+    runs: list[Run] = []
+    for position, index in enumerate(indices):
+        pieces = tags.split(lines[index]) if tags else [lines[index]]
+        # Text at even indices, the tags between them at odd ones.
+        line_runs = [_piece(lines, index, pieces, k) for k in range(0, len(pieces), 2)
+                     if pieces[k]]
+        if line_runs and position < len(indices) - 1:
+            line_runs[-1] = spaced(line_runs[-1])
+        runs += line_runs
+    return runs
+
+
+def _piece(lines: list[str], index: int, pieces: list[str], k: int) -> Run:
+    def set_piece(text: str) -> None:
+        pieces[k] = text
+        lines[index] = "".join(pieces)
+    return Run(lambda: pieces[k], set_piece)
 
 
 class PlainText:
@@ -66,7 +86,7 @@ class SubRip:
         self.lines = [subtitle.content.split("\n") for subtitle in self.subtitles]
 
     def paragraphs(self) -> list[list[Run]]:
-        return [_line_runs(lines, list(range(len(lines)))) for lines in self.lines]
+        return [_line_runs(lines, list(range(len(lines))), CUE_TAGS) for lines in self.lines]
 
     def to_text(self) -> str:
         for subtitle, lines in zip(self.subtitles, self.lines):
@@ -93,4 +113,4 @@ class WebVTT(PlainText):
             elif "-->" in line:
                 in_cue = True
                 cues.append([])
-        return [_line_runs(self.lines, cue) for cue in cues if cue]
+        return [_line_runs(self.lines, cue, CUE_TAGS) for cue in cues if cue]
