@@ -42,3 +42,10 @@ def test_the_help_says_which_types(capsys):
     with pytest.raises(SystemExit):
         main(["translate", "--help"])
     assert ".docx, .pptx or .odt" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_missing_file_is_one_line(model_file, tmp_path, capsys):
+    assert main(["translate", "--model", str(model_file), "--file",
+                 str(tmp_path / "missing.docx"), "--output", str(tmp_path / "out.docx")]) == 1
+    error = capsys.readouterr().err
+    assert "missing.docx" in error and len(error.strip().splitlines()) == 1

@@ -181,16 +181,17 @@ def _translate_whole_file(args: argparse.Namespace) -> None:
         raise UserError("--file IN needs --output OUT (the translated document) and no "
                         "--input or --interactive")
     try:
-        from transformer_nmt.documents.formats import translate_file
+        from transformer_nmt.documents.formats import read_file, translate_into
         from transformer_nmt.documents.sentences import translator_translate
     except ImportError as error:
         raise UserError(f"--file needs the files extra ({error.name} is missing): pip "
                         "install 'transformer-nmt[files]'") from None
+    document = read_file(args.file)  # refused before the model is loaded
     with stop_signals_held():
         from transformer_nmt.decode.translator import Translator
 
         translator = Translator.from_files(args.model, _translator_options(args))
-    count = translate_file(args.file, args.output, translator_translate(translator))
+    count = translate_into(document, args.output, translator_translate(translator))
     print(f"nmt translate: {count} paragraphs of {args.file} translated into {args.output}",
           file=sys.stderr)
 

@@ -109,21 +109,31 @@ def translate_document(data: bytes, name: str, translate: Translate,
     return document.to_bytes()
 
 
-def translate_file(source: str | Path, target: str | Path, translate: Translate,
-                   limits: FileLimits = FileLimits()) -> int:
-    """The file at `source` translated into `target` (written whole or not at all); how
-    many paragraphs were translated."""
+def read_file(source: str | Path, limits: FileLimits = FileLimits()) -> Document:
+    """The document in the file at `source` (see `read_document`), its size checked
+    before it is read."""
     size = os.stat(source).st_size
     if size > limits.max_bytes:
         raise UserError(f"{source}: {size} bytes is more than the limit of "
                         f"{limits.max_bytes}; split the file or translate it in parts")
-    data = Path(source).read_bytes()
-    document = read_document(data, str(source), limits)
+    return read_document(Path(source).read_bytes(), str(source), limits)
+
+
+def translate_into(document: Document, target: str | Path, translate: Translate) -> int:
+    """`document` translated into the file `target` (written whole or not at all); how
+    many paragraphs were translated."""
     wanted = pending(document.paragraphs)
     translate_paragraphs(wanted, translate)
     translated = document.to_bytes()
     atomic_write(target, lambda file: file.write(translated))
     return len(wanted)
+
+
+def translate_file(source: str | Path, target: str | Path, translate: Translate,
+                   limits: FileLimits = FileLimits()) -> int:
+    """The file at `source` translated into `target`; how many paragraphs were
+    translated."""
+    return translate_into(read_file(source, limits), target, translate)
 
 
 def _office_kind(data: bytes, name: str) -> str | None:

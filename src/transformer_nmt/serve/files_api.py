@@ -18,8 +18,8 @@ from urllib.parse import quote
 from fastapi import APIRouter, HTTPException, Request, Response
 from starlette.datastructures import UploadFile
 
-from transformer_nmt.documents.formats import SUPPORTED, FileLimits, read_document
-from transformer_nmt.documents.runs import pending, put_back, source_text
+from transformer_nmt.documents.formats import SUPPORTED, Document, FileLimits, read_document
+from transformer_nmt.documents.runs import Run, pending, put_back, source_text
 from transformer_nmt.documents.sentences import Joined, join_sentences, sentences_of
 from transformer_nmt.errors import UserError
 from transformer_nmt.serve.access import presented_key, require_key
@@ -56,9 +56,7 @@ def file_routes(translate: TranslateTexts, settings: ServeSettings, card: dict[s
         sources = [source_text(runs) for runs in wanted]
         results = await _translate_paragraphs(translate, sources, settings,
                                               segmenter_language)
-        for runs, result in zip(wanted, results):
-            put_back(runs, result)
-        translated = await asyncio.to_thread(document.to_bytes)
+        translated = await asyncio.to_thread(_written, document, wanted, results)
         try:
             path = store.put(translated, safe_name(name, document.kind))
         except StoreFull as error:
@@ -79,6 +77,14 @@ def file_routes(translate: TranslateTexts, settings: ServeSettings, card: dict[s
                         headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
     return router
+
+
+def _written(document: Document, wanted: list[list[Run]], results: list[Joined]) -> bytes:
+    """The document with each paragraph's translation put back, as a file (work for a
+    thread, not the event loop: thousands of paragraphs)."""
+    for runs, result in zip(wanted, results):
+        put_back(runs, result)
+    return document.to_bytes()
 
 
 async def _read_form(request: Request) -> tuple[UploadFile, dict[str, str]]:
@@ -117,7 +123,8 @@ async def _translate_paragraphs(translate: TranslateTexts, paragraphs: list[str]
                                 settings: ServeSettings, language: str) -> list[Joined]:
     """Each paragraph's translation, its sentences sent in chunks within the server's
     max_characters and max_sentences, one chunk after another."""
-    split = [sentences_of(paragraph, language) for paragraph in paragraphs]
+    split = await asyncio.to_thread(
+        lambda: [sentences_of(paragraph, language) for paragraph in paragraphs])
     flat = [sentence for sentences in split for sentence in sentences]
     found: list[Joined] = []
     for chunk in _chunks(flat, settings.max_characters, max(1, settings.max_sentences // 2)):
