@@ -33,7 +33,7 @@ SETTINGS = {
 """The dataclasses whose fields each subcommand's flags set."""
 NOT_SETTINGS = {
     "translate": {"--model", "--input", "--output", "--prefix", "--constraints", "--format",
-                  "--interactive", "--errors"},
+                  "--interactive", "--errors", "--file"},
     "evaluate": {"--model", "--data", "--split", "--output", "--hyp", "--ref", "--src-lang",
                  "--tgt-lang", "--json", "--errors"},
     "serve": {"--model"},

@@ -100,6 +100,11 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", metavar="FILE",
                         help="write translations here, with a progress bar; the file appears "
                         "complete or not at all (default: stdout)")
+    parser.add_argument("--file", metavar="IN",
+                        help="translate a whole document into --output, in its own format, "
+                        "its structure and formatting kept: .txt, .html, .md, .srt, .vtt, "
+                        ".docx, .pptx or .odt (recognised by content as well as name; not "
+                        "PDF). Needs the files extra: pip install 'transformer-nmt[files]'")
     parser.add_argument("--alignments", action="store_true",
                         help="append word alignments taken from the encoder-decoder attention "
                         "of the penultimate decoder layer")
@@ -140,6 +145,9 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
 def run_translate(args: argparse.Namespace) -> None:
     if args.interactive and args.input is not None:
         raise UserError("--interactive reads standard input; leave out --input")
+    if args.file is not None:
+        _translate_whole_file(args)
+        return
     with stop_signals_held():
         from transformer_nmt.data.text import count_lines, iter_lines, read_lines
         from transformer_nmt.decode.stream import requests, translate_file, translate_stream
@@ -165,6 +173,27 @@ def run_translate(args: argparse.Namespace) -> None:
                                total=total, as_json=as_json)
     if not args.interactive:
         print(speed.summary(args.output), file=sys.stderr)
+
+
+def _translate_whole_file(args: argparse.Namespace) -> None:
+    """`nmt translate --file IN --output OUT`: one document in its own format."""
+    if args.output is None or args.input is not None or args.interactive:
+        raise UserError("--file IN needs --output OUT (the translated document) and no "
+                        "--input or --interactive")
+    try:
+        from transformer_nmt.documents.formats import read_file, translate_into
+        from transformer_nmt.documents.sentences import translator_translate
+    except ImportError as error:
+        raise UserError(f"--file needs the files extra ({error.name} is missing): pip "
+                        "install 'transformer-nmt[files]'") from None
+    document = read_file(args.file)  # refused before the model is loaded
+    with stop_signals_held():
+        from transformer_nmt.decode.translator import Translator
+
+        translator = Translator.from_files(args.model, _translator_options(args))
+    count = translate_into(document, args.output, translator_translate(translator))
+    print(f"nmt translate: {count} paragraphs of {args.file} translated into {args.output}",
+          file=sys.stderr)
 
 
 def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from importlib.resources import files
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -21,6 +21,7 @@ from transformer_nmt.config import ALPHA_RANGE
 from transformer_nmt.version import __version__
 from transformer_nmt.serve.access import presented_key, require_key
 from transformer_nmt.serve.batcher import QueueFull
+from transformer_nmt.serve.file_store import FileStore
 from transformer_nmt.serve.libretranslate import libretranslate_routes
 from transformer_nmt.serve.middleware import (BodyDeadline, BodyLimit, RequestMetrics,
                                                UnexpectedErrors, route_paths)
@@ -29,6 +30,11 @@ from transformer_nmt.serve.requests import CheckedJSONRoute, TranslateRequest
 from transformer_nmt.serve.service import (CONFIDENCE_MEANING, BadOption, Search, TooLarge,
                                            TranslationService)
 from transformer_nmt.serve.settings import ServeSettings
+
+try:  # the `files` extra's format libraries; without them no /translate_file
+    from transformer_nmt.serve.files_api import FILE_LIMITS, file_routes
+except ImportError:
+    file_routes = None
 
 UNION_MEMBERS = {"str", "int", "float", "bool", "list[str]"}
 """Type names pydantic puts into an error's location for a field of several types."""
@@ -94,6 +100,7 @@ def create_app(service: TranslationService, card: dict[str, Any],
                metrics: ServerMetrics | None = None) -> FastAPI:
     """The app serving `service`; `card` is what GET /v1/model describes (model_card)."""
     metrics = metrics or ServerMetrics()
+    store = FileStore()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -102,11 +109,13 @@ def create_app(service: TranslationService, card: dict[str, Any],
         yield
         app.state.draining = True
         await service.batcher.stop()
+        store.close()
 
     app = FastAPI(title="transformer-nmt", version=__version__, lifespan=lifespan,
                   description="Translate with a Transformer trained by transformer-nmt; "
                   "LibreTranslate's /translate and /languages are served as well.")
     app.state.service, app.state.card, app.state.metrics = service, card, metrics
+    app.state.file_store = store
     app.state.ready = app.state.draining = False
     app.router.route_class = CheckedJSONRoute
     add_error_handlers(app)
@@ -115,10 +124,14 @@ def create_app(service: TranslationService, card: dict[str, Any],
         lambda texts, search, html: translate_within_limits(app, texts, search, html),
         service.settings, card)
     app.include_router(libretranslate)
+    files = APIRouter() if file_routes is None else file_routes(
+        lambda texts, search: translate_within_limits(app, texts, search),
+        service.settings, card, store, service.segmenter_language)
+    app.include_router(files)
     # Newer FastAPI lists an included router as one entry of app.routes: its own
     # routes are named as well.
     wrap_in_middleware(app, service.settings, metrics,
-                       route_paths([*app.routes, *libretranslate.routes]))
+                       route_paths([*app.routes, *libretranslate.routes, *files.routes]))
     return app
 
 
@@ -213,7 +226,9 @@ def wrap_in_middleware(app: FastAPI, settings: ServeSettings, metrics: ServerMet
     metrics (by the paths of `routes`) and CORS."""
     # The last added is the outermost: metrics count the body limit's refusals and the
     # 500s too, and CORS headers go on every answer.
-    app.add_middleware(BodyLimit, max_bytes=4 * settings.max_characters + 65536)
+    app.add_middleware(BodyLimit, max_bytes=4 * settings.max_characters + 65536,
+                       larger={} if file_routes is None
+                       else {"/translate_file": FILE_LIMITS.max_bytes + 65536})
     app.add_middleware(BodyDeadline, seconds=settings.body_timeout_s)
     app.add_middleware(UnexpectedErrors)
     app.add_middleware(RequestMetrics, metrics=metrics, routes=routes)

@@ -29,22 +29,26 @@ def route_paths(routes: Iterable[BaseRoute]) -> frozenset[str]:
 
 
 class BodyLimit:
-    """413 for a body over `max_bytes`, by its Content-Length or while it streams in,
-    so that no request can make the server hold an unbounded body."""
+    """413 for a body over `max_bytes` (or, on a path of `larger`, its own limit), by its
+    Content-Length or while it streams in, so that no request can make the server hold an
+    unbounded body."""
 
-    def __init__(self, app, max_bytes: int) -> None:
+    def __init__(self, app, max_bytes: int, larger: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.larger = larger or {}
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.larger.get(scope["path"], self.max_bytes)
+        why = "for files" if scope["path"] in self.larger else "from max_characters"
         declared = dict(scope["headers"]).get(b"content-length", b"0")
-        if not declared.isdigit() or int(declared) > self.max_bytes:
+        if not declared.isdigit() or int(declared) > limit:
             await _refuse(send, 413 if declared.isdigit() else 400,
-                          f"the body is larger than the server's limit ({self.max_bytes} "
-                          "bytes, from max_characters)" if declared.isdigit()
+                          f"the body is larger than the server's limit ({limit} "
+                          f"bytes, {why})" if declared.isdigit()
                           else "the Content-Length header is not a number")
             return
         received = 0
@@ -53,9 +57,9 @@ class BodyLimit:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
-            if received > self.max_bytes:
+            if received > limit:
                 raise HTTPException(413, f"the body is larger than the server's limit "
-                                    f"({self.max_bytes} bytes, from max_characters)")
+                                    f"({limit} bytes, {why})")
             return message
 
         await self.app(scope, limited_receive, send)

@@ -1,0 +1,73 @@
+"""Paragraphs translated sentence by sentence: a paragraph is cut into sentences (by
+sentencex, as the server cuts texts), each is translated, and the translations and their
+word alignments are joined back into one translation of the paragraph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from sentencex import segment
+from tqdm import tqdm
+
+from transformer_nmt.documents.runs import Result, Translate
+
+if TYPE_CHECKING:
+    from transformer_nmt.decode.translator import Translator
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A paragraph's translation, made of its sentences' translations."""
+
+    text: str
+    alignment: list[tuple[int, int]] | None
+    """(source word, target word) over the paragraph's whitespace-separated words; None
+    when a sentence came without one."""
+
+
+def sentences_of(paragraph: str, language: str) -> list[str]:
+    """The paragraph's sentences, stripped; the whole paragraph when the segmenter would
+    change its characters."""
+    pieces = list(segment(language, paragraph))
+    if "".join(pieces) != paragraph:
+        return [paragraph.strip()] if paragraph.strip() else []
+    return [piece.strip() for piece in pieces if piece.strip()]
+
+
+def join_sentences(sources: Sequence[str], results: Sequence[Result]) -> Joined:
+    """The translations of one paragraph's sentences (`sources`) as one translation,
+    sentences separated by a space, alignments shifted to the paragraph's words."""
+    texts, alignment = [], []
+    source_offset = target_offset = 0
+    complete = True
+    for source, result in zip(sources, results):
+        text = (result if isinstance(result, str) else result.text).strip()
+        pairs = None if isinstance(result, str) else result.alignment
+        complete = complete and pairs is not None
+        alignment += [(s + source_offset, t + target_offset) for s, t in pairs or []]
+        source_offset += len(source.split())
+        target_offset += len(text.split())
+        if text:
+            texts.append(text)
+    return Joined(" ".join(texts), alignment if complete else None)
+
+
+def translator_translate(translator: Translator) -> Translate:
+    """A Translate that cuts paragraphs into sentences of the model's source language
+    (English rules when the model does not say) and translates them with `translator` in
+    one call (its own batching), with word alignments."""
+    language = translator.languages[0] if translator.languages else "en"
+
+    def translate(paragraphs: list[str]) -> list[Joined]:
+        split = [sentences_of(paragraph, language) for paragraph in paragraphs]
+        flat = [sentence for sentences in split for sentence in sentences]
+        found = list(tqdm(translator.translate_nbest(flat, alignments=True), total=len(flat),
+                          unit="sentence", leave=False, disable=None)) if flat else []
+        joined, offset = [], 0
+        for sentences in split:
+            mine = found[offset: offset + len(sentences)]
+            joined.append(join_sentences(sentences, [best[0] for best in mine]))
+            offset += len(sentences)
+        return joined
+    return translate
