@@ -28,6 +28,7 @@ from transformer_nmt.decode.continuous import decode_continuously
 from transformer_nmt.decode.constrained import constrained_beam_search
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.engine import Engine, serves
+from transformer_nmt.decode.degenerate import degenerate_reasons
 from transformer_nmt.decode.guard import Guarded, checks, fallback_config, guard
 from transformer_nmt.decode.job import (  # noqa: F401 (Translation is imported from here)
     CallSettings, Translation, TranslationJob, TranslationRequest, constraint_ids, prefix_ids)
@@ -294,6 +295,18 @@ class Translator:
     def new_engine(self, decode: DecodeConfig) -> Engine:
         """A continuous-batching engine searching with `decode` on this model."""
         return Engine(self.model, decode, self.special, self.max_len_limit)
+
+    def suspect(self, job: TranslationJob, rows: list[int], found: list[list[Hypothesis]]
+                ) -> bool:
+        """Whether `finish` would decode any of lines `rows` again: the guard is on and a
+        first output is degenerate. A caller that finishes a few lines at a time can
+        then gather such lines, so that their second search runs as one batch."""
+        if not checks(job.settings.decode):
+            return False
+        piece = self.vocab.piece
+        return any(hyps and degenerate_reasons([piece(t) for t in job.ids[row]],
+                                               [piece(t) for t in hyps[0].tokens])
+                   for row, hyps in zip(rows, found))
 
     def finish(self, job: TranslationJob, rows: list[int], found: list[list[Hypothesis]]
                ) -> None:
