@@ -183,3 +183,30 @@ def test_two_slots_decode_side_by_side_and_keep_every_request_in_order(model_fil
     assert [found[0][0].text for found in single] == alone
     # Batches of at most two sentences: the nine-sentence request was cut into pieces.
     assert sample(metrics, "nmt_batch_sentences_count") >= 9
+
+
+def test_a_deep_queue_goes_to_batches_and_translates_the_same(model_file, monkeypatch):
+    """With more sentences waiting than twice what the slots decode at once, the queue
+    is decoded in batches sorted by length (the engines take none), each sentence
+    translated as alone."""
+    small = Translator(load_for_inference(model_file), replace(FAST, batch_size=2))
+    lines = sentences(12, seed=17)
+    key = SearchKey(SHORT, alignments=False)
+    expected = [small.translate_batch([line], SHORT)[0][0].text for line in lines]
+    batches = []
+    translate_batch = small.translate_batch
+
+    def counted(items, *args, **kwargs):
+        batches.append(len(items))
+        return translate_batch(items, *args, **kwargs)
+
+    monkeypatch.setattr(small, "translate_batch", counted)
+
+    async def body(batcher):
+        return await asyncio.gather(*(batcher.translate([line], tokens_of(small, [line]), key)
+                                      for line in lines))
+
+    found, metrics = asyncio.run(with_batcher(small, body))
+    assert [result[0][0].text for result in found] == expected
+    assert sum(batches) >= 8 and max(batches) == 2  # the deep part went in batches of 2
+    assert sample(metrics, "nmt_source_tokens_total") == sum(tokens_of(small, lines))

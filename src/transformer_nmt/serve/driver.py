@@ -88,9 +88,18 @@ class Queue:
 
     def waiting_continuous(self) -> bool:
         """Whether a piece for the engine waits."""
+        return self.continuous_sentences() > 0
+
+    def continuous_sentences(self) -> int:
+        """Sentences of the engine's pieces waiting."""
         with self.lock:
-            return any(piece.job is not None and not piece.future.done()
-                       for piece in self.pieces)
+            return sum(len(piece.lines) for piece in self.pieces
+                       if piece.job is not None and not piece.future.done())
+
+    def deep(self, sentences: int) -> bool:
+        """Whether at least `sentences` of the engine's sentences wait: then batches
+        sorted by length serve them better than the engines (see the batcher)."""
+        return self.continuous_sentences() >= sentences
 
 
 class Driver:
@@ -99,15 +108,18 @@ class Driver:
     def __init__(self, translator: Translator, queue: Queue, loop: asyncio.AbstractEventLoop,
                  *, max_sentences: int, threads: Callable[[], int],
                  delivered: Callable[[Piece, list | BaseException | None, float], None],
-                 wake: Callable[[], None], observe_step: Callable[[int], None]) -> None:
+                 wake: Callable[[], None], observe_step: Callable[[int], None],
+                 deep_queue: int) -> None:
         """max_sentences: per engine; threads: the torch threads for the next step (its
         share of the cores); delivered(piece, its translations, an error or None for a
         withdrawn piece, seconds since it joined) and wake() (pieces wait that this
         driver has no room for) are called on the event loop; observe_step(sentences)
-        after each step, in the driver's thread."""
+        after each step, in the driver's thread. deep_queue: waiting sentences at which
+        the driver stops taking more and the batcher decodes them in batches."""
         self.translator, self.queue, self.loop = translator, queue, loop
         self.max_sentences, self.threads = max_sentences, threads
         self.delivered, self.wake, self.observe_step = delivered, wake, observe_step
+        self.deep_queue = deep_queue
         self.engines: dict[SearchKey, Engine] = {}
         self.pieces: list[Piece] = []
         self.joined: dict[int, float] = {}
@@ -146,8 +158,9 @@ class Driver:
         return present == 0 or present + len(piece.job.searched) <= self.max_sentences
 
     def _admit(self) -> None:
-        """Waiting pieces join their engines while there is room."""
-        taken = self.queue.take_continuous(self._fits)
+        """Waiting pieces join their engines while there is room (none while the queue
+        is deep: the batcher then decodes it in batches)."""
+        taken = [] if self.queue.deep(self.deep_queue) else self.queue.take_continuous(self._fits)
         joining: dict[SearchKey, list[tuple[Piece, int]]] = {}
         for piece in taken:
             self.joined[id(piece)] = time.perf_counter()
