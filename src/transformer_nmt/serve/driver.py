@@ -145,9 +145,9 @@ class Driver:
         except Exception as error:  # noqa: BLE001 (each request in flight gets the error)
             logger.exception("continuous decoding failed for %d requests' pieces",
                              len(self.pieces))
-            for piece in self.pieces:
+            for piece in list(self.pieces):
                 self._deliver(piece, error)
-            self.pieces, self.engines = [], {}
+            self.engines = {}
 
     def _sentences(self, key: SearchKey) -> int:
         engine = self.engines.get(key)
