@@ -18,7 +18,7 @@ stops. Target tokens are counted by encoding each translation with the model's
 vocabulary, the same way on both sides.
 
     python bench/serve_load.py --vocab-from quickstart/model.pt [--sentences 1000]
-        [--clients 1,8,32,128] [--beam 4] [--max-seconds 120] [--hogs 0,2]
+        [--clients 1,8,32,128] [--beam 4] [--max-seconds 120] [--hogs 0,2] [--no-guard]
 """
 
 from __future__ import annotations
@@ -201,6 +201,8 @@ def main() -> None:
     parser.add_argument("--alone", type=int, default=50,
                         help="sentences decoded alone for the one-client comparison")
     parser.add_argument("--port", type=int, default=18187)
+    parser.add_argument("--no-guard", action="store_true",
+                        help="decode without the guard on both sides (offline and served)")
     parser.add_argument("--hogs", default="0",
                         help="busy-loop processes beside the server, one pass of the levels "
                         "per count (e.g. 0,2: quiet, then shared)")
@@ -209,7 +211,8 @@ def main() -> None:
         model = args.model or random_base_model(args.vocab_from, Path(scratch) / "base.pt")
         lines = [line.strip() for line in (DATA / "newstest2014.en").read_text(
             encoding="utf-8").splitlines() if line.strip()][: args.sentences]
-        decode = DecodeConfig(beam=args.beam, max_len_a=LENGTH_RATIO if not args.model else 1,
+        decode = DecodeConfig(beam=args.beam, guard=not args.no_guard,
+                              max_len_a=LENGTH_RATIO if not args.model else 1,
                               max_len_b=0 if not args.model else 50)
         vocab = load_for_inference(model).vocab
         count_tokens = lambda text: len(vocab.encode(text)) + 1  # noqa: E731 (EOS)
@@ -225,7 +228,8 @@ def main() -> None:
         command = [sys.executable, "-m", "transformer_nmt.cli", "serve", "--model",
                    str(model), "--port", str(args.port), "--beam", str(args.beam),
                    "--max-len-a", str(decode.max_len_a), "--max-len-b", str(decode.max_len_b),
-                   "--max-queue", "100000", "--timeout", "600", "--log-level", "warning"]
+                   "--max-queue", "100000", "--timeout", "600", "--log-level", "warning",
+                   *(["--no-guard"] if args.no_guard else [])]
         process = subprocess.Popen(command, stderr=subprocess.PIPE)
         try:
             wait_ready(url, process)
