@@ -99,17 +99,18 @@ class _Finished:
         found = self.hypotheses[sentence]
         found.append((complete, hypothesis))
         if len(found) >= self.nbest:
-            found.sort(key=_best_first)  # stable: among equals the one found first stays ahead
+            found.sort(key=best_first)  # stable: among equals the one found first stays ahead
             self.nbest_score[row] = found[self.nbest - 1][1].score
         return len(found)
 
     def best(self) -> list[list[Hypothesis]]:
         """Per sentence its nbest best hypotheses, best first."""
-        return [[hyp for _, hyp in sorted(found, key=_best_first)][: self.nbest]
+        return [[hyp for _, hyp in sorted(found, key=best_first)][: self.nbest]
                 for found in self.hypotheses]
 
 
-def _best_first(pair: tuple[bool, Hypothesis]) -> tuple[bool, float]:
+def best_first(pair: tuple[bool, Hypothesis]) -> tuple[bool, float]:
+    """Sort key of (complete, hypothesis) pairs: complete ones first, then by score."""
     complete, hypothesis = pair
     return not complete, -hypothesis.score
 

@@ -29,9 +29,9 @@ import torch
 from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.beam import TopK, best_possible_scores
+from transformer_nmt.decode.beam import TopK, best_first, best_possible_scores
 from transformer_nmt.decode.search_base import (Hypothesis, SpecialIds, length_penalty,
-                                                max_lengths)
+                                                max_lengths, next_token_log_probs)
 from transformer_nmt.decode.step_rules import ForceEos, Step
 
 
@@ -117,7 +117,7 @@ class Engine:
         row_steps = self._steps.repeat_interleave(k)  # (rows,)
         rows = torch.arange(n * k, device=row_steps.device)
         logits = self.model.decode_rows(self._tokens[rows, row_steps], row_steps, self._cache)
-        log_probs = self._log_probs(logits)  # (rows, vocab)
+        log_probs = next_token_log_probs(logits, self.special)  # (rows, vocab)
         self._force_eos(log_probs, Step(0, self._tokens, rows, k,
                                         (self._limits == self._steps).repeat_interleave(k)))
         ranked = self._selection.rank(self._scores, log_probs, k, k)
@@ -158,14 +158,6 @@ class Engine:
         self._scores = self._scores[keep]
         self._keep(keep, rows, len(self._sentences))
 
-    def _log_probs(self, logits: Tensor) -> Tensor:
-        """float32 log-probabilities (rows, vocab) of the logits, PAD and BOS at -inf
-        (as transformer_nmt.decode.search_base.Stepper gives them)."""
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
-        log_probs[:, self.special.pad] = float("-inf")
-        log_probs[:, self.special.bos] = float("-inf")
-        return log_probs
-
     def _finish_hypotheses(self, ranked: Any, is_eos: Tensor, done: Tensor) -> None:
         """EOS within the first k ranks finishes a hypothesis; a sentence with k finished
         ones is done (marked in `done` (n,), in place)."""
@@ -184,13 +176,13 @@ class Engine:
                                            float(normalized[i, rank]),
                                            float(ranked.scores[i, rank]))))
             if len(found) >= self.cfg.nbest:
-                found.sort(key=_best_first)  # stable, as the searches sort
+                found.sort(key=best_first)  # stable, as the searches sort
                 self._nbest_scores[i] = found[self.cfg.nbest - 1][1].score
             if len(found) >= k:
                 done[i] = True
 
     def _best(self, sentence: _Sentence) -> list[Hypothesis]:
-        return [hyp for _, hyp in sorted(sentence.found, key=_best_first)][: self.cfg.nbest]
+        return [hyp for _, hyp in sorted(sentence.found, key=best_first)][: self.cfg.nbest]
 
     def _keep(self, keep: Tensor, rows: Tensor, present: int) -> None:
         """Go on with sentences `keep` (of `present`) and their rows `rows`."""
@@ -211,7 +203,3 @@ def _widen(tokens: Tensor, width: int, fill: int) -> Tensor:
     return torch.cat([tokens, tokens.new_full((tokens.size(0), width - tokens.size(1)), fill)],
                      dim=1)
 
-
-def _best_first(pair: tuple[bool, Hypothesis]) -> tuple[bool, float]:
-    complete, hypothesis = pair
-    return not complete, -hypothesis.score

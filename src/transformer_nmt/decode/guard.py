@@ -59,6 +59,14 @@ def fallback_config(cfg: DecodeConfig) -> DecodeConfig:
                    max_len_b=min(cfg.max_len_b, length_b))
 
 
+def output_reasons(source: Sequence[int], hypothesis: Hypothesis,
+                   piece: Callable[[int], str]) -> list[str]:
+    """Why `hypothesis` is a degenerate translation of source token ids `source`
+    (transformer_nmt.decode.degenerate); piece: the subword piece of a token id."""
+    return degenerate_reasons([piece(token) for token in source],
+                              [piece(token) for token in hypothesis.tokens])
+
+
 def guard(sources: Sequence[Sequence[int]], found: list[list[Hypothesis]],
           piece: Callable[[int], str],
           decode_again: Callable[[list[int]], list[list[Hypothesis]]]) -> list[Guarded]:
@@ -69,8 +77,7 @@ def guard(sources: Sequence[Sequence[int]], found: list[list[Hypothesis]],
     of the sentences at the given positions, in that order (called once, for the
     degenerate ones only)."""
     def reasons(row: int, hypothesis: Hypothesis) -> list[str]:
-        return degenerate_reasons([piece(token) for token in sources[row]],
-                                  [piece(token) for token in hypothesis.tokens])
+        return output_reasons(sources[row], hypothesis, piece)
 
     results = [Guarded(hyps, reasons(row, hyps[0]) if hyps else [])
                for row, hyps in enumerate(found)]

@@ -104,6 +104,16 @@ def max_lengths(src: Tensor, cfg: DecodeConfig, pad_id: int, limit: int | None =
     return lengths if limit is None else lengths.clamp(max=limit)
 
 
+def next_token_log_probs(logits: Tensor, special: SpecialIds) -> Tensor:
+    """float32 log-probabilities (rows, vocab) of next-token logits (rows, vocab), PAD and
+    BOS at -inf: they are never generated."""
+    # float32 even for a bf16 model: sums of log-probs over ~100 steps need the mantissa.
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    log_probs[:, special.pad] = float("-inf")
+    log_probs[:, special.bos] = float("-inf")
+    return log_probs
+
+
 class Stepper:
     """Next-token log-probabilities for a batch of prefixes that grows one token per step.
 
@@ -126,11 +136,7 @@ class Stepper:
             logits = self.model.decode(tokens[:, : step + 1], self.enc).logits[:, -1]
         else:
             logits = self.model.decode(tokens[:, step: step + 1], self.enc, self.cache).logits[:, 0]
-        # float32 even for a bf16 model: sums of log-probs over ~100 steps need the mantissa.
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
-        log_probs[:, special.pad] = float("-inf")
-        log_probs[:, special.bos] = float("-inf")
-        return log_probs
+        return next_token_log_probs(logits, special)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None) -> None:
         """Continue with prefix rows `rows`; sentences: the encoder rows to keep if

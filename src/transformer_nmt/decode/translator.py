@@ -28,8 +28,7 @@ from transformer_nmt.decode.continuous import decode_continuously
 from transformer_nmt.decode.constrained import constrained_beam_search
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.engine import Engine, serves
-from transformer_nmt.decode.degenerate import degenerate_reasons
-from transformer_nmt.decode.guard import Guarded, checks, fallback_config, guard
+from transformer_nmt.decode.guard import Guarded, checks, fallback_config, guard, output_reasons
 from transformer_nmt.decode.job import (  # noqa: F401 (Translation is imported from here)
     CallSettings, Translation, TranslationJob, TranslationRequest, constraint_ids, prefix_ids)
 from transformer_nmt.decode.precision import prepare_model
@@ -303,9 +302,7 @@ class Translator:
         then gather such lines, so that their second search runs as one batch."""
         if not checks(job.settings.decode):
             return False
-        piece = self.vocab.piece
-        return any(hyps and degenerate_reasons([piece(t) for t in job.ids[row]],
-                                               [piece(t) for t in hyps[0].tokens])
+        return any(hyps and output_reasons(job.ids[row], hyps[0], self.vocab.piece)
                    for row, hyps in zip(rows, found))
 
     def finish(self, job: TranslationJob, rows: list[int], found: list[list[Hypothesis]]
