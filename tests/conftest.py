@@ -75,6 +75,14 @@ def model_file(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def served_model(model_file, tmp_path_factory) -> Path:
+    """The session's model file recorded as translating English to German, as the
+    server tests serve it (a copy: the model file itself stays as it is)."""
+    from serve_fixtures import with_languages  # the server's modules, for its tests only
+    return with_languages(model_file, tmp_path_factory.mktemp("served"))
+
+
+@pytest.fixture(scope="session")
 def tiny_model_file(tmp_path_factory, tiny_data) -> Path:
     """A random tiny-preset model with `tiny_data`'s 64-piece vocabulary, made once per
     test session: for tests of what happens around a model, not of what it translates."""

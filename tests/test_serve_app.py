@@ -15,16 +15,11 @@ from transformer_nmt.config import ALPHA_RANGE
 from fastapi.testclient import TestClient
 
 from decode_fixtures import sentences, with_calibration
-from serve_fixtures import make_app, with_languages
+from serve_fixtures import make_app
 from transformer_nmt.errors import UserError
 from transformer_nmt.serve.batcher import Batcher
 
 KEY = "s3cret-key"
-
-
-@pytest.fixture(scope="module")
-def served_model(model_file, tmp_path_factory):
-    return with_languages(model_file, tmp_path_factory.mktemp("served"))
 
 
 @pytest.fixture(scope="module")

@@ -12,15 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from document_fixtures import docx_structure, make_docx
-from serve_fixtures import make_app, with_languages
+from serve_fixtures import make_app
 from transformer_nmt.serve.file_store import FileStore, StoreFull, safe_name
 
 KEY = "s3cret-key"
-
-
-@pytest.fixture(scope="module")
-def served_model(model_file, tmp_path_factory):
-    return with_languages(model_file, tmp_path_factory.mktemp("served-files"))
 
 
 @pytest.fixture(scope="module")

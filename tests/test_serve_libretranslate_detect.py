@@ -12,7 +12,7 @@ from fastapi import HTTPException
 from fastapi.testclient import TestClient
 from libretranslatepy import LibreTranslateAPI
 
-from serve_fixtures import make_app, running_server, with_languages
+from serve_fixtures import make_app, running_server
 from transformer_nmt.serve import detect
 from transformer_nmt.serve.detect import LanguageDetector
 from transformer_nmt.serve.libretranslate import _detected_source
@@ -20,12 +20,6 @@ from transformer_nmt.serve.libretranslate import _detected_source
 ENGLISH = "A man in a blue shirt is riding his bicycle down the street."
 GERMAN = "Ein Mann in einem blauen Hemd fährt mit seinem Fahrrad die Straße hinunter."
 FRENCH = "Un homme en chemise bleue descend la rue à vélo."
-
-
-@pytest.fixture(scope="module")
-def served_model(model_file, tmp_path_factory):
-    """A model that translates English to German: detection has one candidate, en."""
-    return with_languages(model_file, tmp_path_factory.mktemp("served"))
 
 
 @pytest.fixture(scope="module")

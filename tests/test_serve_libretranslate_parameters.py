@@ -10,18 +10,13 @@ from urllib.parse import quote
 import pytest
 from fastapi.testclient import TestClient
 
-from serve_fixtures import make_app, with_languages
+from serve_fixtures import make_app
 
 TEXT = "the cat sleeps on a warm roof"
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
 BOUNDARY = "nmt-test-boundary-7f3a"
 KEY = "param-key"
-
-
-@pytest.fixture(scope="module")
-def served_model(model_file, tmp_path_factory):
-    return with_languages(model_file, tmp_path_factory.mktemp("served"))
 
 
 @pytest.fixture(scope="module")

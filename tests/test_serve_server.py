@@ -16,14 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from libretranslatepy import LibreTranslateAPI
 
-from serve_fixtures import running_server, with_languages
+from serve_fixtures import running_server
 
 KEY = "k3y-for-tests"
-
-
-@pytest.fixture(scope="module")
-def served_model(model_file, tmp_path_factory):
-    return with_languages(model_file, tmp_path_factory.mktemp("served"))
 
 
 def post_json(url: str, body: dict, headers: dict | None = None) -> tuple[int, dict]:
