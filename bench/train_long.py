@@ -5,8 +5,9 @@ meets: thousands of batch shapes over thousands of steps. This trains the quicks
 recipe (the `small` preset on the prepared Bible en→de data, 2048 tokens per batch,
 warm-up 300) for --minutes in each precision, one `nmt train` process each, one after the
 other, while the parent samples the child's resident memory and minor page faults every
-second from /proc. Per precision it prints one JSON line per minute (target tokens/s in
-that minute, from the run's metrics.jsonl) and one summary line: steps, tokens/s of the
+second from /proc. Per precision it prints one JSON line per minute of training (target
+tokens/s in that minute, from the run's metrics.jsonl), one per minute of the process (its
+peak RSS in that minute) and one summary line: steps, tokens/s of the
 first and last minute and their ratio, peak RSS, minor faults.
 
     python bench/train_long.py --data DIR [--minutes 10] [--precisions fp32,bf16]
@@ -102,20 +103,29 @@ def _train(data: Path, out: Path, precision: str, minutes: float) -> dict:
     command = [sys.executable, "-m", "transformer_nmt.cli", "train", "--data", str(data),
                "--out", str(out), *QUICKSTART_RECIPE, "--set", f"precision={precision}",
                "--set", f"max_time={minutes * 60}", "--set", "max_steps=1000000"]
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True)
-    peak_rss, faults = 0, 0
+    # stderr goes to a file: a pipe nobody reads until the end fills with the progress
+    # bar's updates and then blocks the training process.
+    errors = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, text=True)
+    peak_rss, faults, started = 0, 0, time.monotonic()
+    rss_per_minute: dict[int, int] = {}
     while child.poll() is None:
         rss, minflt = read_proc(child.pid)
         peak_rss, faults = max(peak_rss, rss), max(faults, minflt)
+        minute = int((time.monotonic() - started) // 60)
+        rss_per_minute[minute] = max(rss_per_minute.get(minute, 0), rss)
         time.sleep(1.0)
     if child.returncode != 0:
-        raise SystemExit(f"nmt train ({precision}) failed: {child.stderr.read()[-2000:]}")
+        errors.seek(0)
+        raise SystemExit(f"nmt train ({precision}) failed: {errors.read()[-2000:]}")
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rates = per_minute(records, minutes)
     for minute, rate in enumerate(rates):
         print(json.dumps({"precision": precision, "minute": minute + 1,
                           "tgt_tok_s": round(rate)}), flush=True)
+    for minute, rss in sorted(rss_per_minute.items()):
+        print(json.dumps({"precision": precision, "process_minute": minute + 1,
+                          "peak_rss_mb": rss}), flush=True)
     steps = max(r["step"] for r in records if r["event"] == "train")
     return {"precision": precision, "minutes": minutes, "steps": steps,
             "first_minute_tgt_tok_s": round(rates[0]) if rates else None,
