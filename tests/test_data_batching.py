@@ -152,3 +152,35 @@ def test_padding_efficiency_matches_the_batches():
     assert sampler.padding_efficiency() == pytest.approx(real / padded)
     assert 0.8 < sampler.padding_efficiency() <= 1
     assert TokenBatchSampler([], [], 100, seed=0).padding_efficiency() == 1.0
+
+
+def test_lengths_padded_to_a_multiple_fit_the_budget_and_meet_few_shapes():
+    src, tgt = lengths(3000)
+    exact = TokenBatchSampler(src, tgt, 600, seed=1)
+    padded = TokenBatchSampler(src, tgt, 600, seed=1, length_multiple=8)
+    shapes, real, computed = set(), 0, 0
+    batches = epoch(padded)
+    for batch in batches:
+        source, target = (-(-(side[batch].max() + 1) // 8) * 8 for side in (src, tgt))
+        assert len(batch) * max(source, target) <= 600  # the padded lengths are counted
+        shapes.add((len(batch), source, target))
+        real += (src[batch] + 1).sum() + (tgt[batch] + 1).sum()
+        computed += len(batch) * (source + target)
+    exact_shapes = {(len(b), src[b].max() + 1, tgt[b].max() + 1) for b in epoch(exact)}
+    assert len(shapes) < len(exact_shapes) / 2
+    assert sorted(i for batch in batches for i in batch) == list(range(len(src)))
+    assert padded.padding_efficiency() == pytest.approx(real / computed)
+    assert padded.padding_efficiency() < exact.padding_efficiency()
+
+
+def test_resuming_with_another_length_multiple_goes_on_from_the_same_fraction():
+    # A run resumed in another precision pads its batches differently.
+    src, tgt = lengths(600)
+    before = TokenBatchSampler(src, tgt, 400, seed=2, length_multiple=8)
+    iterator = iter(before)
+    for _ in range(before.num_batches // 2):
+        next(iterator)
+    after = TokenBatchSampler(src, tgt, 400, seed=2)
+    after.load_state_dict(before.state_dict())
+    assert after.position == 0
+    assert after.consumed / after.num_batches == pytest.approx(0.5, abs=2 / before.num_batches)

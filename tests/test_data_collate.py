@@ -29,3 +29,15 @@ def test_collate_truncates_to_max_len_and_handles_no_rows(tmp_path):
     empty = collate(data, [])
     assert empty.src.shape == (0, 1) and empty.tgt_in.shape == (0, 1) and len(empty) == 0
     assert (empty.src_tokens, empty.tgt_tokens) == (0, 0)
+
+
+def test_collate_pads_each_side_to_a_multiple_of_the_length_multiple(tmp_path):
+    make_split(tmp_path)
+    data = load_split(tmp_path, "train")
+    exact, padded = collate(data, [0, 1, 3]), collate(data, [0, 1, 3], length_multiple=4)
+    assert padded.src.shape == (3, 8) and padded.tgt_in.shape == (3, 4)
+    assert torch.equal(padded.src[:, :5], exact.src) and padded.src[:, 5:].eq(0).all()
+    assert torch.equal(padded.tgt_out[:, :3], exact.tgt_out) and padded.tgt_out[:, 3:].eq(0).all()
+    assert (padded.src_tokens, padded.tgt_tokens) == (exact.src_tokens, exact.tgt_tokens)
+    # Never past the model's positions: max_len caps the padded length too.
+    assert collate(data, [3], max_len=3, length_multiple=4).src.shape == (1, 3)

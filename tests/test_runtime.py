@@ -7,8 +7,9 @@ import torch
 
 from transformer_nmt import runtime
 from transformer_nmt.errors import UserError
-from transformer_nmt.runtime import (MatmulRates, bf16_supported, cached_matmul_rates,
-                                     resolve_device, resolve_precision, resolve_runtime)
+from transformer_nmt.runtime import (SHAPE_MULTIPLE, MatmulRates, bf16_supported,
+                                     cached_matmul_rates, length_multiple, resolve_device,
+                                     resolve_precision, resolve_runtime)
 
 CPU = torch.device("cpu")
 NATIVE_BF16 = bf16_supported(CPU)
@@ -107,3 +108,10 @@ def test_the_library_and_the_commands_share_one_default_device():
     assert TranslatorOptions().device is DEFAULT_DEVICE
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert resolve_device(DEFAULT_DEVICE).type == expected
+
+
+def test_batch_lengths_are_padded_to_a_multiple_only_for_bf16_on_a_cpu():
+    assert length_multiple(CPU, "bf16") == SHAPE_MULTIPLE > 1
+    assert length_multiple(CPU, "fp32") == 1
+    assert length_multiple(torch.device("cuda"), "bf16") == 1
+    assert length_multiple(torch.device("cuda"), "fp16") == 1

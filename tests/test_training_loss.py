@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from transformer_nmt.training import loss as loss_module
 from transformer_nmt.training.loss import (label_smoothed_nll, perplexity,
@@ -99,6 +100,32 @@ def test_projected_loss_equals_the_loss_of_the_projected_logits(monkeypatch, row
     for mine, theirs in zip(ours, reference):  # float32 sums inside: float32 tolerance
         torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6)
     assert ours[0].grad[target.eq(0)].abs().sum() == 0
+
+
+class _ProductShapes(TorchDispatchMode):
+    """Records the operand shapes of every matrix product."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.mm.default:
+            self.shapes.append((tuple(args[0].shape), tuple(args[1].shape)))
+        return func(*args, **(kwargs or {}))
+
+
+def test_every_product_of_the_projected_loss_has_rows_in_multiples(monkeypatch):
+    # A new product shape costs a compiled kernel in bf16 on a CPU: the chunks' rows
+    # (the last chunk's included) come in multiples, whatever the number of tokens.
+    monkeypatch.setattr(loss_module, "CHUNK_LOGITS", 128 * 11)
+    states, weight, target = projection_batch()  # 15 positions, some of them padding
+    with _ProductShapes() as recorded:
+        projected_label_smoothed_nll(states.requires_grad_(True), weight, target, 0.1)
+    vocab, multiple = weight.size(0), loss_module.CHUNK_ROW_MULTIPLE
+    # (rows, d) @ (d, vocab), (rows, vocab) @ (vocab, d), and (vocab, rows) @ (rows, d)
+    rows = [left[1] if left[0] == vocab else left[0] for left, _ in recorded.shapes]
+    assert len(rows) == 3 and all(count % multiple == 0 for count in rows)
 
 
 def test_projected_loss_without_gradients_gives_the_same_sums():

@@ -184,3 +184,23 @@ def test_early_stopping_without_a_valid_split_is_refused(tiny_data, tmp_path):
     (data / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(UserError, match="has no valid split"):
         run(data, tmp_path / "run", max_steps=2, patience=2)
+
+
+def test_batches_are_padded_to_the_length_multiple_the_runtime_asks_for(tiny_data, tmp_path,
+                                                                      monkeypatch):
+    # bf16 on a CPU asks for multiples of 8 (runtime.length_multiple); faked here for fp32
+    # so that any CPU runs the test.
+    from transformer_nmt.training import session as session_module
+
+    monkeypatch.setattr(session_module, "length_multiple", lambda device, precision: 8)
+    shapes = []
+    real_step = trainer_module.Trainer.train_step
+
+    def recording_step(self, batches):
+        shapes.extend((b.src.size(1), b.tgt_in.size(1)) for b in batches if b is not None)
+        return real_step(self, batches)
+
+    monkeypatch.setattr(trainer_module.Trainer, "train_step", recording_step)
+    summary = run(tiny_data, tmp_path / "run", max_steps=6)
+    assert summary.step == 6 and shapes
+    assert all(source % 8 == 0 and target % 8 == 0 for source, target in shapes)

@@ -207,6 +207,24 @@ def resolve_precision(precision: str, device: torch.device, training: bool,
     return precision
 
 
+SHAPE_MULTIPLE = 8
+"""Tokens each side of a training batch is padded to a multiple of where new shapes cost."""
+
+
+def length_multiple(device: torch.device, precision: str) -> int:
+    """What a training batch's sequence lengths are padded to a multiple of on `device` in
+    `precision`: SHAPE_MULTIPLE for bf16 on a CPU, else 1.
+
+    Every new shape of a bf16 matrix product on a CPU makes oneDNN compile and cache a
+    kernel that keeps about a megabyte for the rest of the process, so exact batch lengths
+    (hundreds of shapes) made memory grow for the whole run and the step time with it;
+    padded to multiples of 8, a run meets a few dozen (bench/RESULTS.md, "Training that
+    keeps its speed"). fp32 products (MKL) and GPUs keep no per-shape state, and the
+    padding would only cost.
+    """
+    return SHAPE_MULTIPLE if device.type == "cpu" and precision == "bf16" else 1
+
+
 @dataclass(frozen=True)
 class Runtime:
     """A decided device and precision."""

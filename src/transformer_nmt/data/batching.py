@@ -38,6 +38,11 @@ class TokenBatchSampler:
     ceil(n_batches / world_size) items, the missing ones as an empty list `[]`, which the
     trainer treats as a batch of zero weight.
 
+    With `length_multiple` m > 1 every side is padded to a multiple of m tokens (collate
+    pads alike), and the budget counts those padded lengths: a batch's shape then comes
+    from a few dozen rather than hundreds, which is what the runtime asks for where every
+    new shape costs (runtime.length_multiple).
+
     Iteration starts at the current position and advances it; `set_epoch` with a new
     epoch rewinds it. `state_dict` / `load_state_dict` save and restore (epoch,
     position), so a resumed run yields exactly the batches that were left, as long as
@@ -48,7 +53,10 @@ class TokenBatchSampler:
 
     def __init__(self, src_lengths: Sequence[int] | np.ndarray,
                  tgt_lengths: Sequence[int] | np.ndarray, max_tokens: int, *, seed: int,
-                 shuffle: bool = True, rank: int = 0, world_size: int = 1) -> None:
+                 shuffle: bool = True, rank: int = 0, world_size: int = 1,
+                 length_multiple: int = 1) -> None:
+        if length_multiple < 1:
+            raise ValueError(f"length_multiple must be positive, not {length_multiple}")
         # int32 halves the transient memory of sorting 36M pairs; costs are int64 below.
         src = np.asarray(src_lengths, dtype=np.int32) + 1  # + EOS
         tgt = np.asarray(tgt_lengths, dtype=np.int32) + 1  # + BOS or EOS
@@ -56,6 +64,7 @@ class TokenBatchSampler:
             raise ValueError(f"length arrays differ: {src.shape} vs {tgt.shape}")
         if max_tokens < 1:
             raise UserError(f"max_tokens must be positive, not {max_tokens}")
+        self.length_multiple = length_multiple
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in a world of size {world_size}")
         self.max_tokens = max_tokens
@@ -65,10 +74,16 @@ class TokenBatchSampler:
         self.world_size = world_size
         self.num_pairs = len(src)
         index_dtype = np.int32 if len(src) < 2**31 else np.int64
+        if length_multiple > 1:
+            real_tokens = src.sum(dtype=np.int64) + tgt.sum(dtype=np.int64)
+            src, tgt = round_up(src, length_multiple), round_up(tgt, length_multiple)
         self._order = self._sort(src, tgt, seed).astype(index_dtype)  # (n,) pair indices
         sorted_src, sorted_tgt = src[self._order], tgt[self._order]
         self._bounds = self._cut(sorted_src, sorted_tgt, max_tokens)  # (n_batches + 1,)
         self._padding_efficiency = self._efficiency(sorted_src, sorted_tgt, self._bounds)
+        if length_multiple > 1 and len(src):  # the rounding is padding too
+            self._padding_efficiency *= float(
+                real_tokens / (src.sum(dtype=np.int64) + tgt.sum(dtype=np.int64)))
         del sorted_src, sorted_tgt
         self.epoch = 0
         self.position = 0
@@ -165,15 +180,15 @@ class TokenBatchSampler:
         return {"epoch": self.epoch, "position": self.position, "offset": self._offset,
                 "world_size": self.world_size, "seed": self.seed,
                 "max_tokens": self.max_tokens, "num_pairs": self.num_pairs,
-                "num_batches": self.num_batches}
+                "num_batches": self.num_batches, "length_multiple": self.length_multiple}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state`, saved from a sampler over the same pairs and seed.
 
         With another world size, the batches every rank had consumed are skipped and the
         rest of the epoch is shared among the new ranks. With another max_tokens (a
-        process's share of a global batch changes with the world size) the batches are
-        cut anew, and the epoch goes on from the same fraction of the new batches: about
+        process's share of a global batch changes with the world size) or length
+        multiple (a run resumed in another precision) the batches are cut anew, and the epoch goes on from the same fraction of the new batches: about
         the data that was left, though not exactly the same pairs.
         """
         for key in ("seed", "num_pairs"):
@@ -184,7 +199,8 @@ class TokenBatchSampler:
         self.epoch = int(state["epoch"])
         world_size = state.get("world_size", self.world_size)
         consumed = int(state.get("offset", 0)) + int(state["position"]) * world_size
-        if state.get("max_tokens", self.max_tokens) != self.max_tokens:
+        if (state.get("max_tokens", self.max_tokens) != self.max_tokens
+                or state.get("length_multiple", 1) != self.length_multiple):
             fraction = min(consumed / max(int(state["num_batches"]), 1), 1.0)
             self._offset = round(fraction * self.num_batches)
             self.position = 0
@@ -198,3 +214,8 @@ class TokenBatchSampler:
     def padding_efficiency(self) -> float:
         """Real tokens / padded tokens over all batches and both sides (1.0 if no pairs)."""
         return self._padding_efficiency
+
+
+def round_up(lengths, multiple: int):
+    """`lengths` (an int or an array of them) rounded up to a multiple of `multiple`."""
+    return -(-lengths // multiple) * multiple

@@ -12,6 +12,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from transformer_nmt.data.batching import round_up
 from transformer_nmt.data.binarize import ParallelData
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -44,8 +45,10 @@ class Batch:
 
 
 def collate(data: ParallelData, indices: Sequence[int], pad_id: int = PAD_ID,
-            bos_id: int = BOS_ID, eos_id: int = EOS_ID, max_len: int | None = None) -> Batch:
-    """Pad the pairs `indices` of `data` into a Batch.
+            bos_id: int = BOS_ID, eos_id: int = EOS_ID, max_len: int | None = None,
+            length_multiple: int = 1) -> Batch:
+    """Pad the pairs `indices` of `data` into a Batch, each side to a multiple of
+    `length_multiple` tokens (as the batch sampler counted them).
 
     `max_len`, if given, truncates each side to max_len - 1 ids (max_len with its
     special), for a model whose positions end there; prepare keeps long valid and test
@@ -55,8 +58,10 @@ def collate(data: ParallelData, indices: Sequence[int], pad_id: int = PAD_ID,
     if max_len is not None:
         pairs = [(src[:max_len - 1], tgt[:max_len - 1]) for src, tgt in pairs]
     rows = len(pairs)
-    src_len = max((len(src) for src, _ in pairs), default=0) + 1
-    tgt_len = max((len(tgt) for _, tgt in pairs), default=0) + 1
+    src_len = round_up(max((len(src) for src, _ in pairs), default=0) + 1, length_multiple)
+    tgt_len = round_up(max((len(tgt) for _, tgt in pairs), default=0) + 1, length_multiple)
+    if max_len is not None:  # the padding, too, must have positions
+        src_len, tgt_len = min(src_len, max_len), min(tgt_len, max_len)
     src = np.full((rows, src_len), pad_id, dtype=np.int64)
     tgt_in = np.full((rows, tgt_len), pad_id, dtype=np.int64)
     tgt_out = np.full((rows, tgt_len), pad_id, dtype=np.int64)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -95,8 +96,12 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
         rows = max(1, CHUNK_LOGITS // vocab)
         for start in range(0, hidden.size(0), rows):
             chunk, chunk_labels = hidden[start: start + rows], labels[start: start + rows]
-            z = (chunk @ projection.t()).float()  # (rows, vocab)
-            lse = torch.logsumexp(z, dim=-1, keepdim=True)  # (rows, 1)
+            count = chunk.size(0)
+            # The last chunk's products run on CHUNK_ROW_MULTIPLE rows more at most, so
+            # that they meet a few shapes rather than one per batch.
+            chunk = F.pad(chunk, (0, 0, 0, -count % CHUNK_ROW_MULTIPLE))
+            z = (chunk @ projection.t()).float()[:count]  # (count, vocab)
+            lse = torch.logsumexp(z, dim=-1, keepdim=True)  # (count, 1)
             nll += (lse - z.gather(1, chunk_labels)).sum()
             uniform += (lse - z.mean(dim=-1, keepdim=True)).sum()
             if not want_grad:
@@ -104,8 +109,9 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
             # d loss / d z = softmax(z) - (1 - eps) * one_hot(y) - eps / V, in z's buffer
             grad = z.sub_(lse).exp_().sub_(epsilon / vocab)
             grad.scatter_add_(1, chunk_labels, torch.full_like(lse, epsilon - 1.0))
-            grad = grad.to(dtype)
-            grad_states.index_copy_(0, real[start: start + rows], (grad @ projection).float())
+            grad = F.pad(grad.to(dtype), (0, 0, 0, chunk.size(0) - count))  # zero rows
+            grad_states.index_copy_(0, real[start: start + rows],
+                                    (grad @ projection).float()[:count])
             grad_weight += (grad.t() @ chunk).float()  # (vocab, d_model)
         if want_grad:
             ctx.save_for_backward(grad_states, grad_weight)
@@ -120,6 +126,10 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
         return ((grad_states * grad_loss).to(states_dtype),
                 (grad_weight * grad_loss).to(weight_dtype), None, None, None, None, None)
 
+
+CHUNK_ROW_MULTIPLE = 64
+"""The rows of every chunk's products are a multiple of this (padded with zeros): a
+product of a new shape costs, in bf16 on a CPU, a kernel compiled and kept (runtime.py)."""
 
 CHUNK_LOGITS = 2 ** 23
 """Logits per chunk of projected_label_smoothed_nll: 1048 tokens at a vocabulary of 8000,

@@ -28,7 +28,7 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.files import atomic_link
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, save_model_file
-from transformer_nmt.runtime import resolve_precision
+from transformer_nmt.runtime import length_multiple, resolve_precision
 from transformer_nmt.training.batch_size import describe_batch, plan_batch
 from transformer_nmt.training.cadence import Cadence
 from transformer_nmt.training.checkpoint import (BEST, check_resumable, read_newest_checkpoint,
@@ -73,10 +73,11 @@ class _Session:
         elif self.cfg.init_from:
             model.load_state_dict(self._read_init_weights()["model"])
         self.trainer = Trainer(model, self.cfg, context, self.precision, self.cfg.compile)
+        self.length_multiple = length_multiple(context.device, self.precision)
         self.sampler = TokenBatchSampler(
             self.train_data.src_lengths, self.train_data.tgt_lengths,
             self.batch.per_batch_tokens, seed=self.cfg.seed, rank=context.rank,
-            world_size=context.world_size)
+            world_size=context.world_size, length_multiple=self.length_multiple)
         self.progress = RunProgress()
         self.resume_step = None
         if checkpoint is not None:
@@ -251,7 +252,9 @@ class _Session:
         while (len(batches) < self.batch.update_freq
                and self.sampler.position < len(self.sampler)):
             indices = next(self._indices)
-            batches.append(collate(self.train_data, indices, max_len=limit) if indices else None)
+            batches.append(collate(self.train_data, indices, max_len=limit,
+                                   length_multiple=self.length_multiple)
+                           if indices else None)
         result = self.trainer.train_step(batches)
         if self.sampler.position >= len(self.sampler):
             self.sampler.set_epoch(self.sampler.epoch + 1)
