@@ -20,8 +20,11 @@ from transformer_nmt.runtime import bf16_supported
 
 STEPS = 300
 GROWTH_MB = 48
-"""What the run may add after its first third: a checkpoint's buffers and allocator noise,
-far below what a leak of one batch's activations per step would add over 200 steps."""
+"""What the run may add after its first half: a checkpoint's buffers and allocator noise,
+far below what a leak of one batch's activations per step would add over 150 steps. The
+first half is warm-up: training keeps the memory it frees (memory.keep_freed_memory), so
+its heap grows until the run has met its largest batches, over the first hundred steps
+or so."""
 
 
 def many_shapes_data(root: Path) -> Path:
@@ -52,15 +55,18 @@ def sampled_training_rss(data: Path, out: Path, precision: str) -> list[int]:
                "--out", str(out), "--preset", "tiny", "--set", "batch_tokens=600",
                "--set", f"max_steps={STEPS}", "--set", "log_every=50", "--set", "valid_every=0",
                "--set", "save_every_minutes=0", "--set", f"precision={precision}"]
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True)
-    samples = []
-    while child.poll() is None:
-        rss = resident_mb(child.pid)
-        if rss:
-            samples.append(rss)
-        time.sleep(0.05)
-    assert child.returncode == 0, child.stderr.read()[-2000:]
+    # stderr to a file: a pipe read only at the end fills with the progress bar and
+    # blocks the child.
+    with open(out.parent / "train.stderr", "w+", encoding="utf-8") as errors:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, text=True)
+        samples = []
+        while child.poll() is None:
+            rss = resident_mb(child.pid)
+            if rss:
+                samples.append(rss)
+            time.sleep(0.05)
+        errors.seek(0)
+        assert child.returncode == 0, errors.read()[-2000:]
     return samples
 
 
@@ -71,7 +77,10 @@ def test_resident_memory_stays_flat_after_warm_up(tmp_path, precision):
 
     if precision == "bf16" and not bf16_supported(torch.device("cpu")):
         pytest.skip("this CPU has no native bf16: training refuses it")
+    # On a CPU with AMX, bf16 made oneDNN compile and keep a kernel for every new product
+    # shape: before batch lengths were padded to multiples (runtime.length_multiple) this
+    # run grew by hundreds of megabytes.
     samples = sampled_training_rss(many_shapes_data(tmp_path), tmp_path / "run", precision)
     assert len(samples) >= 9
-    warm_up = samples[: len(samples) // 3]
+    warm_up = samples[: len(samples) // 2]
     assert max(samples) <= max(warm_up) + GROWTH_MB, (max(warm_up), max(samples))

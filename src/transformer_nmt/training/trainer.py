@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from transformer_nmt.config import TrainConfig
 from transformer_nmt.data.collate import Batch
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID
+from transformer_nmt.memory import keep_freed_memory
 from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.training.distributed import Distributed
@@ -69,6 +70,8 @@ class Trainer:
         self.cfg, self.context, self.precision = cfg, context, precision
         self.device = context.device
         self.raw_model = model.to(self.device)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         self.schedule = InverseSqrtSchedule(model.cfg.d_model, cfg.warmup_steps, cfg.lr_scale,
                                             cfg.lr_peak)
         # Fused Adam: one kernel over all parameters; on the CPU it is several times as fast
