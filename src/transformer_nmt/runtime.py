@@ -225,6 +225,19 @@ def length_multiple(device: torch.device, precision: str) -> int:
     return SHAPE_MULTIPLE if device.type == "cpu" and precision == "bf16" else 1
 
 
+def validation_search_precision(device: torch.device, precision: str) -> str:
+    """The precision of the searches that score a training run's validation translations:
+    fp32 on a CPU, else the training's own.
+
+    Under bf16 autocast on a CPU every decoding step's products have a new number of rows
+    as sentences finish, and oneDNN compiled and kept a kernel for each (about 400 over a
+    few validations of the quickstart, on top of training's own); fp32 decoded the same
+    split faster (2.1 s against 2.4 s) to within 0.1 BLEU (bench/RESULTS.md, "Training
+    that keeps its speed").
+    """
+    return "fp32" if device.type == "cpu" else precision
+
+
 @dataclass(frozen=True)
 class Runtime:
     """A decided device and precision."""

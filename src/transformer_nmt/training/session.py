@@ -28,7 +28,8 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.files import atomic_link
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, save_model_file
-from transformer_nmt.runtime import length_multiple, resolve_precision
+from transformer_nmt.runtime import (length_multiple, resolve_precision,
+                                     validation_search_precision)
 from transformer_nmt.training.batch_size import describe_batch, plan_batch
 from transformer_nmt.training.cadence import Cadence
 from transformer_nmt.training.checkpoint import (BEST, check_resumable, read_newest_checkpoint,
@@ -157,9 +158,10 @@ class _Session:
         cfg = self.cfg
         if not cfg.valid_bleu and cfg.valid_metric == "loss":
             return None
+        precision = validation_search_precision(self.context.device, self.precision)
         return given or (lambda model: translation_scores(
             model, self.valid_data, self.vocab, self.batch.per_batch_tokens,
-            self.context.device, self.precision, cfg.valid_beam, cfg.valid_sentences))
+            self.context.device, precision, cfg.valid_beam, cfg.valid_sentences))
 
     @property
     def epoch(self) -> float:
