@@ -64,26 +64,24 @@ class TokenBatchSampler:
             raise ValueError(f"length arrays differ: {src.shape} vs {tgt.shape}")
         if max_tokens < 1:
             raise UserError(f"max_tokens must be positive, not {max_tokens}")
-        self.length_multiple = length_multiple
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in a world of size {world_size}")
         self.max_tokens = max_tokens
+        self.length_multiple = length_multiple
         self.seed = seed
         self.shuffle = shuffle
         self.rank = rank
         self.world_size = world_size
         self.num_pairs = len(src)
         index_dtype = np.int32 if len(src) < 2**31 else np.int64
-        if length_multiple > 1:
-            real_tokens = src.sum(dtype=np.int64) + tgt.sum(dtype=np.int64)
+        real_tokens = int(src.sum(dtype=np.int64) + tgt.sum(dtype=np.int64))
+        if length_multiple > 1:  # from here on a length is what a batch computes
             src, tgt = round_up(src, length_multiple), round_up(tgt, length_multiple)
         self._order = self._sort(src, tgt, seed).astype(index_dtype)  # (n,) pair indices
         sorted_src, sorted_tgt = src[self._order], tgt[self._order]
         self._bounds = self._cut(sorted_src, sorted_tgt, max_tokens)  # (n_batches + 1,)
-        self._padding_efficiency = self._efficiency(sorted_src, sorted_tgt, self._bounds)
-        if length_multiple > 1 and len(src):  # the rounding is padding too
-            self._padding_efficiency *= float(
-                real_tokens / (src.sum(dtype=np.int64) + tgt.sum(dtype=np.int64)))
+        self._padding_efficiency = self._efficiency(sorted_src, sorted_tgt, self._bounds,
+                                                    real_tokens)
         del sorted_src, sorted_tgt
         self.epoch = 0
         self.position = 0
@@ -124,14 +122,15 @@ class TokenBatchSampler:
         return np.asarray(bounds, dtype=np.int64)
 
     @staticmethod
-    def _efficiency(src: np.ndarray, tgt: np.ndarray, bounds: np.ndarray) -> float:
-        """Real / padded tokens of batches `bounds` over length-sorted pairs."""
+    def _efficiency(src: np.ndarray, tgt: np.ndarray, bounds: np.ndarray,
+                    real_tokens: int) -> float:
+        """`real_tokens` / the padded tokens of batches `bounds` over length-sorted pairs."""
         if len(src) == 0:
             return 1.0
         starts, sizes = bounds[:-1], np.diff(bounds)
         padded = (np.maximum.reduceat(src, starts) * sizes).sum() \
             + (np.maximum.reduceat(tgt, starts) * sizes).sum()
-        return float((src.sum() + tgt.sum()) / padded)
+        return float(real_tokens / padded)
 
     @property
     def num_batches(self) -> int:
@@ -188,8 +187,9 @@ class TokenBatchSampler:
         With another world size, the batches every rank had consumed are skipped and the
         rest of the epoch is shared among the new ranks. With another max_tokens (a
         process's share of a global batch changes with the world size) or length
-        multiple (a run resumed in another precision) the batches are cut anew, and the epoch goes on from the same fraction of the new batches: about
-        the data that was left, though not exactly the same pairs.
+        multiple (a run resumed in another precision) the batches are cut anew, and the
+        epoch goes on from the same fraction of the new batches: about the data that was
+        left, though not exactly the same pairs.
         """
         for key in ("seed", "num_pairs"):
             if key in state and state[key] != getattr(self, key):

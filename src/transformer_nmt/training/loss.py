@@ -93,13 +93,13 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
             grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         nll = states.new_zeros((), dtype=torch.float32)
         uniform = states.new_zeros((), dtype=torch.float32)
-        rows = max(1, CHUNK_LOGITS // vocab)
+        rows = _chunk_rows(vocab)
         for start in range(0, hidden.size(0), rows):
             chunk, chunk_labels = hidden[start: start + rows], labels[start: start + rows]
             count = chunk.size(0)
-            # The last chunk's products run on CHUNK_ROW_MULTIPLE rows more at most, so
-            # that they meet a few shapes rather than one per batch.
-            chunk = F.pad(chunk, (0, 0, 0, -count % CHUNK_ROW_MULTIPLE))
+            # Only the last chunk is short: its products run on up to CHUNK_ROW_MULTIPLE
+            # rows of zeros more, so that they meet a few shapes rather than one per batch.
+            chunk = _pad_rows(chunk, count + -count % CHUNK_ROW_MULTIPLE)
             z = (chunk @ projection.t()).float()[:count]  # (count, vocab)
             lse = torch.logsumexp(z, dim=-1, keepdim=True)  # (count, 1)
             nll += (lse - z.gather(1, chunk_labels)).sum()
@@ -109,7 +109,7 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
             # d loss / d z = softmax(z) - (1 - eps) * one_hot(y) - eps / V, in z's buffer
             grad = z.sub_(lse).exp_().sub_(epsilon / vocab)
             grad.scatter_add_(1, chunk_labels, torch.full_like(lse, epsilon - 1.0))
-            grad = F.pad(grad.to(dtype), (0, 0, 0, chunk.size(0) - count))  # zero rows
+            grad = _pad_rows(grad.to(dtype), chunk.size(0))  # zero rows past count
             grad_states.index_copy_(0, real[start: start + rows],
                                     (grad @ projection).float()[:count])
             grad_weight += (grad.t() @ chunk).float()  # (vocab, d_model)
@@ -132,8 +132,20 @@ CHUNK_ROW_MULTIPLE = 64
 product of a new shape costs, in bf16 on a CPU, a kernel compiled and kept (runtime.py)."""
 
 CHUNK_LOGITS = 2 ** 23
-"""Logits per chunk of projected_label_smoothed_nll: 1048 tokens at a vocabulary of 8000,
-a quarter of a 4000-token batch's."""
+"""Logits per chunk of projected_label_smoothed_nll: 1024 tokens at a vocabulary of 8000
+(1048 rounded down to CHUNK_ROW_MULTIPLE), a quarter of a 4000-token batch's."""
+
+
+def _chunk_rows(vocab: int) -> int:
+    """Rows per chunk: CHUNK_LOGITS' worth, a multiple of CHUNK_ROW_MULTIPLE where that
+    many fit, so that only the last chunk needs padding."""
+    rows = max(1, CHUNK_LOGITS // vocab)
+    return rows - rows % CHUNK_ROW_MULTIPLE if rows >= CHUNK_ROW_MULTIPLE else rows
+
+
+def _pad_rows(x: Tensor, rows: int) -> Tensor:
+    """`x` (n, d) with rows of zeros appended up to `rows`; `x` itself when n == rows."""
+    return x if x.size(0) == rows else F.pad(x, (0, 0, 0, rows - x.size(0)))
 
 
 def projected_label_smoothed_nll(states: Tensor, weight: Tensor, target: Tensor,
