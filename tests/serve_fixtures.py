@@ -20,7 +20,7 @@ from transformer_nmt.model_file import read_model_file, save_model_file
 from transformer_nmt.serve.server import build_app
 from transformer_nmt.serve.settings import ServeSettings
 
-FAST = TranslatorOptions(SHORT, workers=1)
+FAST = TranslatorOptions(SHORT, workers=1, precision="fp32")
 """Beam 2, short outputs, one worker: quick searches that still use the beam."""
 
 

@@ -39,9 +39,10 @@ NOT_SETTINGS = {
     "serve": {"--model"},
     "calibrate": {"--model", "--data", "--split", "--out", "--threshold"},
     "attention": {"--model", "--src", "--tgt", "--out", "--layer"},
-    # score batches sentence pairs, not searches: its own default batch size.
+    # score batches sentence pairs, not searches: its own default batch size; its
+    # log-probabilities are numbers to compare, so fp32 unless asked, not 'auto'.
     "score": {"--model", "--src", "--tgt", "--output", "--per-token", "--raw", "--format",
-              "--errors", "--batch-size"},
+              "--errors", "--batch-size", "--precision"},
     # plan_run's own arguments: where the run is, what it starts from, how it is composed.
     "train": {"--data", "--out", "--resume", "--init-from", "--preset", "--config", "--set",
               "--device"},
@@ -130,7 +131,7 @@ def test_choices_are_the_literal_types():
     assert tuple(flags["train"]["--precision"].choices) == ("auto", "fp32", "bf16", "fp16")
     assert tuple(flags["train"]["--valid-metric"].choices) == ("loss", "bleu", "chrf")
     for name in ("translate", "evaluate", "score", "serve"):
-        assert tuple(flags[name]["--precision"].choices) == ("fp32", "bf16", "int8")
+        assert tuple(flags[name]["--precision"].choices) == ("auto", "fp32", "bf16", "int8")
     for name in ("translate", "evaluate", "score", "prepare"):
         assert tuple(flags[name]["--errors"].choices) == ("strict", "replace")
 

@@ -15,7 +15,7 @@ from transformer_nmt.decode.confidence import (BASE_RATE_REASON, FEATURES, Calib
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 
-OPTIONS = TranslatorOptions(SHORT, workers=1)
+OPTIONS = TranslatorOptions(SHORT, workers=1, precision="fp32")
 
 
 def calibration(coefficients=None, intercept=0.0, means=None) -> Calibration:

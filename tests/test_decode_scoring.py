@@ -18,7 +18,7 @@ DECODE = replace(SHORT, beam=3, nbest=3, max_len_b=8, alpha=0.6)
 
 
 def translator_for(model_file, **fields) -> Translator:
-    return Translator.from_file(model_file, TranslatorOptions(decode=DECODE, **fields))
+    return Translator.from_file(model_file, TranslatorOptions(decode=DECODE, **{"precision": "fp32", **fields}))
 
 
 def test_the_score_of_beam_searchs_output_is_the_score_it_reported(model_file):
@@ -38,7 +38,8 @@ def test_unnormalized_with_alpha_0_and_normalized_otherwise(model_file):
     translator = translator_for(model_file)
     [pair] = score_lines(translator, ["the house is small"], ["a dog runs"])
     assert pair.score == pytest.approx(pair.log_prob / length_penalty(len(pair.tokens) + 1, 0.6))
-    raw = Translator.from_file(model_file, TranslatorOptions(decode=replace(DECODE, alpha=0.0)))
+    raw = Translator.from_file(model_file, TranslatorOptions(decode=replace(DECODE, alpha=0.0),
+                                                               precision="fp32"))
     [same] = score_lines(raw, ["the house is small"], ["a dog runs"])
     assert same.score == pytest.approx(pair.log_prob, abs=1e-5)
 

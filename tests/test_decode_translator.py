@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from decode_fixtures import SHORT, make_model_file, record_search_threads, sentences
+from transformer_nmt import runtime
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode import threads as threads_module
 from transformer_nmt.decode.translator import (Translation, Translator, TranslationRequest,
@@ -26,7 +27,7 @@ def short_model_file(tmp_path_factory) -> Path:
 
 def translator_for(model_file: Path, decode: DecodeConfig = SHORT, **fields) -> Translator:
     """A Translator of `model_file` with the `decode` settings and option `fields`."""
-    return Translator(load_for_inference(model_file), TranslatorOptions(decode, **fields))
+    return Translator(load_for_inference(model_file), TranslatorOptions(decode, **{"precision": "fp32", **fields}))
 
 
 def test_order_kept_and_empty_lines_stay_empty(model_file):
@@ -93,9 +94,18 @@ def test_searches_with_fewer_rows_per_sentence_get_more_sentences(monkeypatch, d
     assert TranslatorOptions(decode).resolved().batch_size == per_worker
 
 
+@pytest.mark.parametrize("chosen", ["fp32", "bf16"])
+def test_decoding_precision_auto_is_the_default_and_resolves_to_what_the_rule_chose(
+        monkeypatch, chosen):
+    monkeypatch.setattr(runtime, "auto_decoding_precision", lambda device: (chosen, "measured"))
+    assert TranslatorOptions().precision == "auto"
+    assert TranslatorOptions().resolved().precision == chosen
+    assert TranslatorOptions(precision="fp32").resolved().precision == "fp32"
+
+
 def test_a_translator_decodes_with_resolved_options(model_file):
     translator = translator_for(model_file, workers=3)
-    assert translator.options == TranslatorOptions(SHORT, workers=3).resolved()
+    assert translator.options == TranslatorOptions(SHORT, workers=3, precision="fp32").resolved()
 
 
 def test_too_long_line_is_truncated_with_one_warning(short_model_file, caplog):

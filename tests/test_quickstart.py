@@ -104,6 +104,7 @@ def test_the_shorter_warmup_reaches_the_presets_peak_learning_rate():
 def test_the_device_given_reaches_evaluation_and_translation(tmp_path, monkeypatch):
     # This PyTorch is told it has a GPU; every stage is a fake that records its device.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda **kwargs: True)
     devices = {}
 
     def evaluate_model(model_path, data_dir, split, options):

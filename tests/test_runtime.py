@@ -42,6 +42,32 @@ def test_auto_precision_on_a_native_cpu_follows_the_measured_rates(
     assert "100 GFLOP/s" in said[0]
 
 
+@pytest.mark.parametrize("bf16_rate, chosen", [(1.2e11, "fp32"), (1.25e11, "bf16")])
+def test_auto_decoding_precision_follows_the_rates_at_a_decoding_shape(
+        monkeypatch, tmp_path, bf16_rate, chosen):
+    monkeypatch.setenv("NMT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
+    shapes = []
+
+    def measure(device, shape):
+        shapes.append(shape)
+        return MatmulRates(fp32=1.0e11, bf16=bf16_rate)
+
+    monkeypatch.setattr(runtime, "measure_matmul_rates", measure)
+    said = []
+    assert resolve_precision("auto", CPU, training=False, log=said.append) == chosen
+    assert shapes == [runtime.DECODE_PRODUCT_SHAPE]
+    assert said[0].startswith(f"precision auto: {chosen} (bf16 products ran")
+    assert resolve_runtime("cpu", "auto").precision == chosen  # cached: measured once
+    assert shapes == [runtime.DECODE_PRODUCT_SHAPE]
+
+
+def test_auto_decoding_precision_never_picks_int8_and_needs_native_bf16(monkeypatch):
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: False)
+    monkeypatch.setattr(runtime, "measure_matmul_rates", lambda *a: pytest.fail("measured"))
+    assert resolve_precision("auto", CPU, training=False) == "fp32"
+
+
 def test_the_measured_rates_are_cached_per_machine_and_shape(monkeypatch, tmp_path):
     monkeypatch.setenv("NMT_CACHE_DIR", str(tmp_path / "cache"))
     measured = []
@@ -73,11 +99,11 @@ def test_measured_rates_are_real_numbers():
     assert rates.fp32 > 0 and rates.bf16 > 0
 
 
-def test_fp16_needs_a_gpu_and_auto_is_for_training_only():
+def test_fp16_is_for_training_on_a_gpu_and_int8_for_decoding():
     with pytest.raises(UserError, match="fp16 needs a CUDA GPU"):
         resolve_precision("fp16", CPU, training=True)
-    with pytest.raises(UserError, match="precision must be one of fp32, bf16, int8"):
-        resolve_precision("auto", CPU, training=False)
+    with pytest.raises(UserError, match="precision must be one of auto, fp32, bf16, int8"):
+        resolve_precision("fp16", CPU, training=False)
     with pytest.raises(UserError, match="precision must be one of auto"):
         resolve_precision("int8", CPU, training=True)
 

@@ -21,10 +21,12 @@ TieEmbeddings = Literal["all", "decoder", "none"]
 TrainPrecision = Literal["auto", "fp32", "bf16", "fp16"]
 """Training precisions: 'auto' is bf16 on a GPU that has it natively, and on a CPU only where
 bf16 products measured faster than fp32 by a margin (runtime.auto_training_precision); else fp32."""
-DecodePrecision = Literal["fp32", "bf16", "int8"]
-"""Decoding precisions: fp32; bf16 weights and activations (CPUs with AVX-512 BF16 or AMX,
-and GPUs), the search's log-probabilities staying float32; int8 dynamic quantization of
-the linear layers (CPU only)."""
+DecodePrecision = Literal["auto", "fp32", "bf16", "int8"]
+"""Decoding precisions: 'auto' is bf16 where training's 'auto' would be (a GPU that has it
+natively; a CPU where bf16 products measured faster than fp32 by a margin), else fp32
+(runtime.auto_decoding_precision); fp32; bf16 weights and activations (CPUs with AVX-512
+BF16 or AMX, and GPUs), the search's log-probabilities staying float32; int8 dynamic
+quantization of the linear layers (CPU only)."""
 ValidMetric = Literal["loss", "bleu", "chrf"]
 """What validation can rank checkpoints by (TrainConfig.valid_metric)."""
 Utf8Errors = Literal["strict", "replace"]

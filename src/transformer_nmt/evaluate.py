@@ -260,7 +260,7 @@ def evaluate_model(model_path: str | Path | Sequence[str | Path], data_dir: str 
     ) if rated else None
     result.update(model=str(model_path), data=str(data_dir), split=split, src_lang=src_lang,
                   tgt_lang=tgt_lang, hyp=str(hyp_path), ref=str(ref_path),
-                  decode=asdict(options.decode), precision=options.precision)
+                  decode=asdict(options.decode), precision=translator.options.precision)
     write_json_atomic(json_path, result)
     result["json"] = str(json_path)
     result["speed"] = speed.summary(hyp_path)

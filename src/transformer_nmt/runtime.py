@@ -8,7 +8,8 @@ bf16 matrices far slower than fp32); fp16 only on CUDA, where a
 gradient scaler keeps its small range usable; 'auto' (training) is bf16 on a GPU that
 has it, and on a CPU only where bf16 matrix products at the model's shapes, measured, are
 clearly faster than fp32's: native is not enough (a CPU with AVX-512 BF16 but no AMX
-multiplies bf16 slower than fp32, bench/RESULTS.md). The measurement is cached per machine.
+multiplies bf16 slower than fp32, bench/RESULTS.md). 'auto' for decoding applies the same
+rule at a decoding step's product shape. The measurement is cached per machine.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ products does not cover."""
 PRODUCT_SHAPE = (2048, 512, 2048)
 """(rows, inner, columns) of the product 'auto' times when the caller gives none: a
 feed-forward layer of the base model on a 2048-token batch."""
+DECODE_PRODUCT_SHAPE = (128, 512, 2048)
+"""(rows, inner, columns) of the product decoding's 'auto' times: a feed-forward layer of
+the base model at 128 decoder rows, the rows a translator keeps in flight by default."""
 
 
 @dataclass(frozen=True)
@@ -179,17 +183,31 @@ def auto_training_precision(device: torch.device,
                     f"the {BF16_MARGIN}x bf16 needs")
 
 
+def auto_decoding_precision(device: torch.device) -> tuple[str, str]:
+    """(precision, the sentence that says why) for decoding precision 'auto' on `device`:
+    the training rule at a decoding step's product shape.
+
+    On the quickstart's model on a CPU with AMX, bf16 decoded 1.22-1.28x as fast as fp32
+    to within 0.1 BLEU, where its products ran several times as fast; a CPU whose bf16
+    products are slower than fp32's decodes in fp32. int8 is never chosen: it decoded
+    that model 1.05x as fast as fp32, and it moved a Multi30k model's BLEU by 0.4, twice
+    what the rule allows (bench/RESULTS.md, "Decoding's precision 'auto'")."""
+    return auto_training_precision(device, DECODE_PRODUCT_SHAPE)
+
+
 def resolve_precision(precision: str, device: torch.device, training: bool,
                       log: Callable[[str], None] | None = None,
                       shape: tuple[int, int, int] = PRODUCT_SHAPE) -> str:
-    """The precision to compute in on `device`: 'auto' (training only) as
-    `auto_training_precision` decides at the products' `shape` (the decision and its
-    reason go to `log`); a precision the device cannot do well is a UserError."""
+    """The precision to compute in on `device`: 'auto' as `auto_training_precision`
+    decides at the products' `shape` when training, or `auto_decoding_precision` (the
+    decision and its reason go to `log`); a precision the device cannot do well is a
+    UserError."""
     allowed = TRAIN_PRECISIONS if training else DECODE_PRECISIONS
     if precision not in allowed:
         raise UserError(f"precision must be one of {', '.join(allowed)}, not {precision!r}")
     if precision == "auto":
-        chosen, reason = auto_training_precision(device, shape)
+        chosen, reason = (auto_training_precision(device, shape) if training
+                          else auto_decoding_precision(device))
         if log is not None:
             log(f"precision auto: {chosen} ({reason})")
         return chosen

@@ -44,7 +44,8 @@ def add_score_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=32, metavar="N",
                         help="sentence pairs scored together, sorted by length (default 32)")
     parser.add_argument("--precision", choices=DECODE_PRECISIONS, default="fp32",
-                        help="as in `nmt translate` (default fp32)")
+                        help="as in `nmt translate`, but fp32 by default: scores are "
+                        "numbers to compare, the same on every machine")
     parser.add_argument("--device", choices=["cpu", "cuda"],
                         help="where to run (default: cuda if available, else cpu)")
     add_errors_argument(parser)

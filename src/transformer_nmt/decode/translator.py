@@ -94,8 +94,10 @@ class TranslatorOptions:
     device: str | torch.device | None = DEFAULT_DEVICE
     """'cpu', 'cuda', 'cuda:N', or None for CUDA when present (the CPU for int8), as
     transformer_nmt.runtime decides."""
-    precision: str = "fp32"
-    """fp32, bf16 or int8 (transformer_nmt.runtime.DECODE_PRECISIONS)."""
+    precision: str = "auto"
+    """auto, fp32, bf16 or int8 (transformer_nmt.runtime.DECODE_PRECISIONS): 'auto' is
+    bf16 where its products measured clearly faster than fp32's, else fp32
+    (transformer_nmt.runtime.auto_decoding_precision)."""
     batch_size: int | None = None
     """Most sentences per batch, whatever a call's settings (None: `sentences_in_flight`
     of `decode` shared by the workers: for two, 48 each for greedy search, 32 for beam 2,
@@ -126,9 +128,10 @@ class TranslatorOptions:
                 raise UserError(f"{name} must be at least 1, not {value!r}")
 
     def resolved(self) -> "TranslatorOptions":
-        """These options with the device decided (UserError for a device or precision
-        that cannot run well there) and workers and batch_size filled in."""
-        device = resolve_runtime(self.device, self.precision).device
+        """These options with the device and precision decided (UserError for a device
+        or precision that cannot run well there) and workers and batch_size filled in."""
+        runtime = resolve_runtime(self.device, self.precision)
+        device = runtime.device
         workers = self.workers
         if workers is None:
             # Line by line there is only ever one batch, which should have every core.
@@ -136,7 +139,8 @@ class TranslatorOptions:
         batch_size = self.batch_size
         if batch_size is None:
             batch_size = max(sentences_in_flight(self.decode) // workers, 1)
-        return replace(self, device=device, workers=workers, batch_size=batch_size)
+        return replace(self, device=device, precision=runtime.precision, workers=workers,
+                       batch_size=batch_size)
 
 
 class Translator:

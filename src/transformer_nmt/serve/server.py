@@ -86,8 +86,8 @@ class HeadersDeadlineProtocol(AutoHTTPProtocol):  # httptools' or h11's, as uvic
 def build_app(model_path: str | Path, options: TranslatorOptions, settings: ServeSettings):
     """The app serving the model at `model_path` (UserError if it is not one)."""
     inference_model = load_for_inference(model_path, "cpu")
-    card = model_card(inference_model, options.precision)
     translator = Translator(inference_model, options)
+    card = model_card(inference_model, translator.options.precision)
     metrics = ServerMetrics()
     batcher = Batcher(translator, metrics, max_batch_tokens=settings.max_batch_tokens,
                       max_wait_s=settings.max_wait_ms / 1000, max_queue=settings.max_queue)
