@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from transformer_nmt.quickstart import QuickstartOptions, quickstart
 from transformer_nmt.training.run import parse_assignment
 
@@ -47,7 +49,10 @@ def main() -> None:
         "corpus": args.corpus, "pair": f"{args.src}-{args.tgt}", "preset": args.preset,
         "settings": args.set, "train_minutes": round(train.wall / 60, 1), "steps": train.step,
         "epochs": round(train.epoch, 2), "average_last": args.average_last,
-        "sacrebleu": round(scores["bleu"], 2), "chrf": round(scores["chrf"], 2),
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "tgt_tok_s": round(train.tgt_tokens / max(train.wall, 1e-9), 1),
+        "mfu": round(train.flops / max(train.wall, 1e-9) / train.peak_flops, 4),
+        "decode_precision": scores.get("precision"), "sacrebleu": round(scores["bleu"], 2), "chrf": round(scores["chrf"], 2),
         "tokenized_bleu": scores["tokenized_bleu"], "signature": scores["bleu_signature"],
         "command": "python bench/quality.py " + shlex.join(sys.argv[1:]),
     }))
