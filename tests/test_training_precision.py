@@ -34,5 +34,15 @@ def test_cpu_bf16_uses_the_math_attention_kernel_for_short_batches():
                           contextlib.nullcontext)
     assert isinstance(attention_kernels(CPU, "bf16", MATH_ATTENTION_MAX_LEN + 1),
                       contextlib.nullcontext)
-    assert isinstance(attention_kernels(torch.device("cuda"), "bf16", 25),
+    assert isinstance(attention_kernels(CPU, "fp32", MATH_ATTENTION_MAX_LEN),
                       contextlib.nullcontext)
+
+
+def test_gpu_training_attention_leaves_out_cudnns_kernel():
+    # Entering the context only sets PyTorch's backend flags, which a CPU can read too.
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    with attention_kernels(torch.device("cuda"), "bf16", 25):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.mem_efficient_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before

@@ -19,6 +19,9 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 MATH_ATTENTION_MAX_LEN = 128
 """Longest batch (tokens per sentence) for which CPU bf16 training uses SDPA's math kernel."""
+GPU_TRAINING_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                          SDPBackend.MATH]
+"""SDPA's kernels for training on a GPU: every one but cuDNN's (see `attention_kernels`)."""
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
@@ -35,8 +38,18 @@ def attention_kernels(device: torch.device, precision: str,
     On CPUs in bf16, the backward of the fused flash-attention kernel is slow for the
     short sentences of translation, and the math kernel wins up to a few hundred tokens
     (measured in bench/RESULTS.md, "train throughput"); attention is a sizeable share of
-    a training step at those lengths. Elsewhere PyTorch's own choice stands.
+    a training step at those lengths.
+
+    On a GPU, PyTorch 2.11 picked cuDNN's attention for the padded batches of training (an
+    H100, tests/test_gpu.py). cuDNN builds an execution graph for every new shape, tens to
+    hundreds of milliseconds each by public reports, and training meets a new (sentences,
+    length) shape at almost every batch: the small preset trained fewer than 3 steps a
+    second there (bench/RESULTS.md, "The CUDA paths on an H100"). The memory-efficient
+    kernel takes the same masks with no per-shape cost. That this is the whole cause is
+    still to be measured (bench/gpu_attention_shapes.py). Elsewhere PyTorch's choice stands.
     """
     if device.type == "cpu" and precision == "bf16" and length <= MATH_ATTENTION_MAX_LEN:
         return sdpa_kernel(SDPBackend.MATH)
+    if device.type == "cuda":
+        return sdpa_kernel(GPU_TRAINING_ATTENTION)
     return contextlib.nullcontext()
