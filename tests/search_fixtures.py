@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
-from transformer_nmt.config import get_preset
-from transformer_nmt.decode.search import SpecialIds
+from transformer_nmt.config import DecodeConfig, get_preset
+from transformer_nmt.decode.search import SpecialIds, beam_search, greedy_search
 from transformer_nmt.model.transformer import Transformer
 
 PAD, BOS, EOS = 0, 2, 3
@@ -112,3 +112,14 @@ def sequence_log_prob(model, src: Tensor, tokens: list[int]) -> float:
 def unpadded(src: Tensor, row: int) -> Tensor:
     """Row `row` of a padded batch as a batch of one, without padding."""
     return src[row, : int(src[row].ne(PAD).sum())].unsqueeze(0)
+
+
+def searches_with_and_without_cache(model, src, beam: int):
+    """The n-best lists (beam of them; one for greedy search, beam 1) of `src`'s sentences
+    searched with the key/value cache and without it."""
+    cfg = DecodeConfig(beam=beam, nbest=beam, max_len_b=5)
+    if beam == 1:
+        return ([[hyp] for hyp in greedy_search(model, src, cfg, SPECIAL)],
+                [[hyp] for hyp in greedy_search(model, src, cfg, SPECIAL, use_cache=False)])
+    return (beam_search(model, src, cfg, SPECIAL),
+            beam_search(model, src, cfg, SPECIAL, use_cache=False))

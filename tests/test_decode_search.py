@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from search_fixtures import (BOS, EOS, PAD, SPECIAL, ToyCache, ToyModel, random_sources,
-                             sequence_log_prob, tiny_transformer, unpadded)
+                             searches_with_and_without_cache, sequence_log_prob,
+                             tiny_transformer, unpadded)
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.search import (
     _sample, beam_search, greedy_search, length_penalty, max_lengths, search)
@@ -75,13 +76,7 @@ def test_the_cache_is_sized_for_the_longest_output_and_never_outgrows_it(beam):
 @pytest.mark.parametrize("beam", [1, 4])
 def test_cached_decoding_equals_uncached(model, beam):
     src = random_sources(6, 12, seed=1)
-    cfg = DecodeConfig(beam=beam, nbest=beam, max_len_b=5)
-    if beam == 1:
-        cached = [[hyp] for hyp in greedy_search(model, src, cfg, SPECIAL)]
-        uncached = [[hyp] for hyp in greedy_search(model, src, cfg, SPECIAL, use_cache=False)]
-    else:
-        cached = beam_search(model, src, cfg, SPECIAL)
-        uncached = beam_search(model, src, cfg, SPECIAL, use_cache=False)
+    cached, uncached = searches_with_and_without_cache(model, src, beam)
     for with_cache, without in zip(cached, uncached):
         assert [hyp.tokens for hyp in with_cache] == [hyp.tokens for hyp in without]
         assert [hyp.score for hyp in with_cache] == pytest.approx(

@@ -42,7 +42,8 @@ from transformer_nmt.training.distributed import Distributed, init_distributed
 from transformer_nmt.training.session import train
 from transformer_nmt.training.trainer import StepResult, Trainer
 
-from search_fixtures import SPECIAL, random_sources, tiny_transformer
+from search_fixtures import (SPECIAL, random_sources, searches_with_and_without_cache,
+                             tiny_transformer)
 from train_fixtures import TINY, tiny_overrides
 
 ON_CPU = os.environ.get("NMT_GPU_TESTS_ON") == "cpu"
@@ -367,13 +368,7 @@ def test_cached_decoding_equals_uncached(gpu_device, beam):
     # As tests/test_decode_search.py holds on the CPU.
     model = tiny_transformer().to(gpu_device)
     src = random_sources(6, 12, seed=1).to(gpu_device)
-    cfg = DecodeConfig(beam=beam, nbest=beam, max_len_b=5)
-    if beam == 1:
-        cached = [[hyp] for hyp in greedy_search(model, src, cfg, SPECIAL)]
-        uncached = [[hyp] for hyp in greedy_search(model, src, cfg, SPECIAL, use_cache=False)]
-    else:
-        cached = beam_search(model, src, cfg, SPECIAL)
-        uncached = beam_search(model, src, cfg, SPECIAL, use_cache=False)
+    cached, uncached = searches_with_and_without_cache(model, src, beam)
     assert len(cached) == len(uncached) == 6
     for with_cache, without in zip(cached, uncached):
         assert [hyp.tokens for hyp in with_cache] == [hyp.tokens for hyp in without]
