@@ -12,10 +12,19 @@ first and last minute and their ratio, peak RSS, minor faults.
 
     python bench/train_long.py --data DIR [--minutes 10] [--precisions fp32,bf16]
                                [--work DIR] [--neighbour-nice 19]
+                               [--reference-every 60]
 
 --neighbour-nice N runs one busy-loop process at that niceness beside each training run,
 as a shared machine's background job would (OMP_WAIT_POLICY and other variables of
 this process reach `nmt train`).
+
+--reference-every S tells a slowdown of the training from a slowdown of the machine: every
+S seconds the parent stops the training process (SIGSTOP), times a fixed reference (one
+fp32 and one bf16 2048x256x1024 product, in turn, for 3 s on the same threads), and lets
+it go on (SIGCONT). Each stretch of training between two references gets its own rate,
+paused time left out, and that rate over the mean of the two references around it; the
+summary's "normalised_last_over_first" is what the machine's own drift cannot explain.
+(The per-minute lines then count the pauses as training time.)
 
 --data is a prepared data directory (`nmt prepare --corpus bible --src en --tgt de --out
 DIR`, or the quickstart's quickstart/data/bible-en-de). Nothing else should run on the CPU.
@@ -29,6 +38,7 @@ import math
 import multiprocessing
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -79,6 +89,38 @@ def per_minute(records: list[dict], minutes: float) -> list[float]:
     return rates
 
 
+def reference_rate(seconds: float = 3.0) -> float:
+    """Iterations per second of a fixed loop: one fp32 and one bf16 2048x256x1024 product
+    (the quickstart's feed-forward shape), on this process's threads."""
+    import torch
+
+    a, b = torch.randn(2048, 256), torch.randn(256, 1024)
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    for _ in range(3):  # warm: kernels compiled and cached before the clock starts
+        a @ b, a16 @ b16
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        a @ b, a16 @ b16
+        count += 1
+    return count / (time.perf_counter() - started)
+
+
+def stretch_rates(records: list[dict], stretches: list[tuple[float, float, float]]) -> list[dict]:
+    """Training rate in each stretch (start, end, reference rate around it) between two
+    references: target tokens over the time between the first and the last record inside."""
+    rows = []
+    train = [(r["time"], r["tokens_seen"]) for r in records if r["event"] == "train"]
+    for number, (start, end, reference) in enumerate(stretches, 1):
+        inside = [(t, seen) for t, seen in train if start <= t <= end]
+        if len(inside) < 2:
+            continue
+        (t0, s0), (t1, s1) = inside[0], inside[-1]
+        rate = (s1 - s0) / max(t1 - t0, 1e-9)
+        rows.append({"stretch": number, "tgt_tok_s": round(rate), "reference_it_s": round(reference, 1),
+                     "normalised": round(rate / reference, 2)})
+    return rows
+
+
 def busy_loop(niceness: int) -> None:
     os.nice(niceness)
     while True:
@@ -86,35 +128,48 @@ def busy_loop(niceness: int) -> None:
 
 
 def run_one(data: Path, out: Path, precision: str, minutes: float,
-            neighbour_nice: int | None = None) -> dict:
+            neighbour_nice: int | None = None, reference_every: float = 0) -> dict:
     neighbour = None
     if neighbour_nice is not None:
         neighbour = multiprocessing.Process(target=busy_loop, args=(neighbour_nice,),
                                             daemon=True)
         neighbour.start()
     try:
-        return _train(data, out, precision, minutes) | {"neighbour_nice": neighbour_nice}
+        return (_train(data, out, precision, minutes, reference_every)
+                | {"neighbour_nice": neighbour_nice})
     finally:
         if neighbour is not None:
             neighbour.terminate()
 
 
-def _train(data: Path, out: Path, precision: str, minutes: float) -> dict:
+def _train(data: Path, out: Path, precision: str, minutes: float, reference_every: float) -> dict:
     command = [sys.executable, "-m", "transformer_nmt.cli", "train", "--data", str(data),
                "--out", str(out), *QUICKSTART_RECIPE, "--set", f"precision={precision}",
                "--set", f"max_time={minutes * 60}", "--set", "max_steps=1000000"]
     # stderr goes to a file: a pipe nobody reads until the end fills with the progress
     # bar's updates and then blocks the training process.
     errors = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
+    # (time the stretch began, the reference timed just before it): the first is timed
+    # before the child starts, the others while it is stopped.
+    references = [(time.time(), reference_rate())] if reference_every else []
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, text=True)
     peak_rss, faults, started = 0, 0, time.monotonic()
     rss_per_minute: dict[int, int] = {}
+    stretches: list[tuple[float, float, float]] = []
     while child.poll() is None:
         rss, minflt = read_proc(child.pid)
         peak_rss, faults = max(peak_rss, rss), max(faults, minflt)
         minute = int((time.monotonic() - started) // 60)
         rss_per_minute[minute] = max(rss_per_minute.get(minute, 0), rss)
         time.sleep(1.0)
+        if references and time.time() - references[-1][0] >= reference_every:
+            paused_at = time.time()
+            child.send_signal(signal.SIGSTOP)
+            time.sleep(0.2)  # let its threads leave the cores
+            rate = reference_rate()
+            stretches.append((references[-1][0], paused_at, (references[-1][1] + rate) / 2))
+            child.send_signal(signal.SIGCONT)
+            references.append((time.time(), rate))
     if child.returncode != 0:
         errors.seek(0)
         raise SystemExit(f"nmt train ({precision}) failed: {errors.read()[-2000:]}")
@@ -127,7 +182,20 @@ def _train(data: Path, out: Path, precision: str, minutes: float) -> dict:
         print(json.dumps({"precision": precision, "process_minute": minute + 1,
                           "peak_rss_mb": rss}), flush=True)
     steps = max(r["step"] for r in records if r["event"] == "train")
-    return {"precision": precision, "minutes": minutes, "steps": steps,
+    normalised = {}
+    if references:
+        stretches.append((references[-1][0], time.time(), (references[-1][1] + reference_rate()) / 2))
+        rows = stretch_rates(records, stretches)
+        for row in rows:
+            print(json.dumps({"precision": precision, **row}), flush=True)
+        if len(rows) >= 3:  # the last stretch is cut short by the end of the run: leave it out
+            first, last = rows[0], rows[-2]
+            normalised = {"stretch_last_over_first": round(last["tgt_tok_s"] / first["tgt_tok_s"], 3),
+                          "reference_last_over_first": round(last["reference_it_s"]
+                                                             / first["reference_it_s"], 3),
+                          "normalised_last_over_first": round(last["normalised"]
+                                                              / first["normalised"], 3)}
+    return normalised | {"precision": precision, "minutes": minutes, "steps": steps,
             "first_minute_tgt_tok_s": round(rates[0]) if rates else None,
             "last_minute_tgt_tok_s": round(rates[-1]) if rates else None,
             "last_over_first": round(rates[-1] / rates[0], 3) if len(rates) >= 2 else None,
@@ -144,13 +212,15 @@ def main() -> None:
                         help="where the runs go (default: a temporary directory)")
     parser.add_argument("--neighbour-nice", type=int, default=None,
                         help="run a busy loop at this niceness beside each training run")
+    parser.add_argument("--reference-every", type=float, default=0, metavar="SECONDS",
+                        help="pause the training this often to time a fixed reference (0: never)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as temporary:
         work = args.work or Path(temporary)
         for precision in args.precisions.split(","):
             out = work / f"run-{precision}"
             print(json.dumps(run_one(args.data, out, precision, args.minutes,
-                                     args.neighbour_nice)
+                                     args.neighbour_nice, args.reference_every)
                              | {"omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}),
                   flush=True)
 
