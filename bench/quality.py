@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--mirror")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--minutes", type=float, default=60.0)
-    parser.add_argument("--average-last", type=int, default=5)
+    parser.add_argument("--average-last", type=int, default=QuickstartOptions.average_last)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     parser.add_argument("--out", required=True, help="working directory")
     args = parser.parse_args()

@@ -15,7 +15,8 @@ from transformer_nmt import quickstart as quickstart_module
 from transformer_nmt.cli import main
 from transformer_nmt.config import get_preset
 from transformer_nmt.decode.translator import Translation
-from transformer_nmt.quickstart import QuickstartOptions, _shorter_warmup, quickstart
+from transformer_nmt.quickstart import (RECIPE, QuickstartOptions, _shorter_warmup, quickstart,
+                                        recipe_lines, training_overrides)
 from transformer_nmt.training.schedule import InverseSqrtSchedule
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k"
@@ -99,6 +100,25 @@ def test_the_shorter_warmup_reaches_the_presets_peak_learning_rate():
                                    preset.train.lr_scale)
     assert shorter(300) == pytest.approx(original(preset.train.warmup_steps), rel=1e-5)
     assert _shorter_warmup(QuickstartOptions(preset="tiny", warmup=300)) == []  # already short
+
+
+def test_the_recipe_is_applied_and_explained_and_the_users_settings_win():
+    # The recipe's settings come after the preset's and before the user's, so a setting
+    # given with --set replaces the recipe's, and the printed recipe no longer claims it.
+    options = QuickstartOptions(preset="small")
+    settings = dict(training_overrides(options))
+    assert settings["dropout"] == "0.1" and get_preset("small").model.dropout == 0.3
+    lines = recipe_lines(options)
+    assert any(line.startswith("dropout 0.1 (the preset: 0.3): ") for line in lines)
+    assert any(line.startswith("batch_tokens 2048 (the preset: 4096): ") for line in lines)
+    assert any(line.startswith("warmup_steps 300 (the preset: 1000)") for line in lines)
+    assert all(setting.why for setting in RECIPE)
+
+    mine = QuickstartOptions(preset="small", overrides=[("dropout", "0.3")])
+    assert dict(training_overrides(mine))["dropout"] == "0.3"
+    assert not any(line.startswith("dropout") for line in recipe_lines(mine))
+    # The tiny preset already trains with dropout 0.1: nothing to explain.
+    assert not any(line.startswith("dropout") for line in recipe_lines(QuickstartOptions(preset="tiny")))
 
 
 def test_the_device_given_reaches_evaluation_and_translation(tmp_path, monkeypatch):
