@@ -105,5 +105,6 @@ def run_recipe(args: argparse.Namespace, name: str, settings: list[tuple[str, st
                           "command": "python bench/quickstart_recipe.py "
                                      + shlex.join(sys.argv[1:])}), flush=True)
 
+
 if __name__ == "__main__":
     main()
