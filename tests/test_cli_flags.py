@@ -36,7 +36,7 @@ NOT_SETTINGS = {
                   "--interactive", "--errors", "--file"},
     "evaluate": {"--model", "--data", "--split", "--output", "--hyp", "--ref", "--src-lang",
                  "--tgt-lang", "--json", "--errors"},
-    "serve": {"--model"},
+    "serve": {"--model", "--models"},
     "calibrate": {"--model", "--data", "--split", "--out", "--threshold"},
     "attention": {"--model", "--src", "--tgt", "--out", "--layer"},
     # score batches sentence pairs, not searches: its own default batch size; its

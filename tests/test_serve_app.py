@@ -127,7 +127,7 @@ def test_libretranslate_languages_and_a_pair_the_model_does_not_serve(client):
     refused = client.post("/translate", json={"q": "a", "source": "fr", "target": "de"})
     assert refused.status_code == 400
     assert refused.json() == {"error": "fr is not supported as source language: this server "
-                              "translates en to de"}
+                              "translates en-de"}
     assert client.post("/translate", json={"source": "en", "target": "de"}).json() == {
         "error": "Invalid request: missing q parameter"}
 
@@ -333,7 +333,7 @@ def test_an_error_the_app_did_not_expect_is_logged_and_answered_as_a_json_500(
         raise RuntimeError("internal detail /secret/path")
 
     with TestClient(make_app(served_model), raise_server_exceptions=False) as client:
-        monkeypatch.setattr(client.app.state.service, "translate_texts", broken)
+        monkeypatch.setattr(client.app.state.pool, "translate", broken)
         answer = translate(client, text="the dog runs")
         assert answer.status_code == 500
         assert answer.json() == {"error": "the server failed to answer this request; its "

@@ -122,7 +122,8 @@ def test_without_py3langid_detect_says_what_to_install_and_auto_still_translates
 
 def test_without_py3langid_auto_among_several_sources_is_refused(without_py3langid):
     with pytest.raises(HTTPException) as refused:
-        asyncio.run(_detected_source(LanguageDetector(["en", "de"]), [ENGLISH], False))
+        asyncio.run(_detected_source(LanguageDetector(["en", "de"]), ["en", "de"], [ENGLISH],
+                                    False))
     assert refused.value.status_code == 501 and "py3langid" in refused.value.detail
 
 

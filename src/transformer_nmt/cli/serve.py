@@ -29,17 +29,28 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         "pip install 'transformer-nmt[serve]'). Sentences of concurrent requests are "
         "translated together in batches; texts are split into sentences and put back "
         "together with their paragraphs. Endpoints: GET / (web page), POST /v1/translate, "
-        "GET /v1/model, POST /translate and GET /languages (LibreTranslate's API), GET "
-        "/health, GET /ready, GET /metrics (Prometheus), GET /docs (OpenAPI). SIGTERM stops "
+        "GET /v1/models (every model and pair; GET /v1/model on a one-model server), POST "
+        "/translate, POST /detect, GET /languages, POST /translate_file and GET "
+        "/frontend/settings (LibreTranslate's API), GET /health, GET /ready, GET /metrics (Prometheus), GET /docs (OpenAPI). SIGTERM stops "
         "taking requests, finishes those in flight and exits 0 (Ctrl+C the same, exit 130).",
         epilog=_environment_epilog() + "examples: nmt serve --model quickstart/model.pt, then open "
-        "http://127.0.0.1:8080/ ; curl -s localhost:8080/v1/translate -H 'Content-Type: "
+        "http://127.0.0.1:8080/ ; nmt serve --models models/ --max-models-loaded 4 (every "
+        "pair of the models in models/, at most 4 in memory); "
+        "curl -s localhost:8080/v1/translate -H 'Content-Type: "
         "application/json' -d '{\"text\": \"In the beginning.\"}'",
     )
-    parser.add_argument("--model", required=True, metavar="MODEL.pt",
-                        help="model file: a checkpoint of `nmt train` or the output of "
-                        "`nmt average`")
+    models = parser.add_argument_group(
+        "models (one server for every pair: a request's source and target choose the "
+        "model; a pair without one goes through a pivot language both sides share)")
+    models.add_argument("--model", action="append", default=[], metavar="MODEL.pt",
+                        help="model file: a checkpoint of `nmt train`, the output of `nmt "
+                        "average` or a directory of `nmt export --to safetensors` "
+                        "(repeatable, one per language pair)")
+    models.add_argument("--models", action="append", default=[], metavar="DIR",
+                        help="serve every model file (.pt) and exported model directory "
+                        "right under DIR (repeatable)")
     groups = {
+        "models": models,
         "batching": parser.add_argument_group("batching across requests"),
         "limits": parser.add_argument_group("limits (over them: HTTP 413, 429, 504)"),
         "connections": parser.add_argument_group(
@@ -70,4 +81,8 @@ def run_serve(args: argparse.Namespace) -> None:
                         "pip install 'transformer-nmt[serve]'") from None
     settings = ServeSettings.from_environment(
         os.environ, **field_values(args, ServeSettings, given_only=True))
-    serve(args.model, _translator_options(args), settings, log_level=settings.log_level)
+    if not args.model and not args.models:
+        raise UserError("nmt serve needs a model: --model MODEL.pt (repeatable) or --models "
+                        "DIR")
+    serve(args.model, _translator_options(args), settings, log_level=settings.log_level,
+          directories=args.models)

@@ -24,7 +24,10 @@ TEXT_TYPES: dict[str, Callable[[str], "TextDocument"]] = {
     "txt": PlainText, "html": Html, "htm": Html, "md": Markdown, "markdown": Markdown,
     "srt": SubRip, "vtt": WebVTT}
 """The text formats by extension, and what reads each."""
-SUPPORTED = (".txt, .html, .md, .srt, .vtt, .docx, .pptx and .odt")
+EXTENSIONS = (".txt", ".html", ".md", ".srt", ".vtt", ".docx", ".pptx", ".odt")
+"""The file types this module translates (and .htm, .markdown), as LibreTranslate's
+/frontend/settings lists them."""
+SUPPORTED = ", ".join(EXTENSIONS[:-1]) + " and " + EXTENSIONS[-1]
 """The file types this module translates, for help texts and errors."""
 PDF_REFUSAL = ("PDF is not supported: a PDF holds positioned glyphs, not paragraphs, so "
                "translating it means extracting its text and laying it out anew; convert "

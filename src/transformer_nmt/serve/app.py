@@ -22,19 +22,21 @@ from transformer_nmt.version import __version__
 from transformer_nmt.serve.access import presented_key, require_key
 from transformer_nmt.serve.batcher import QueueFull
 from transformer_nmt.serve.file_store import FileStore
+from transformer_nmt.serve.detect import LanguageDetector
 from transformer_nmt.serve.libretranslate import libretranslate_routes
 from transformer_nmt.serve.middleware import (BodyDeadline, BodyLimit, RequestMetrics,
                                                UnexpectedErrors, route_paths)
 from transformer_nmt.serve.metrics import ServerMetrics
+from transformer_nmt.serve.models import ModelPool
+from transformer_nmt.serve.pairs import NoRoute, PairRoutes, Route
 from transformer_nmt.serve.requests import CheckedJSONRoute, TranslateRequest
-from transformer_nmt.serve.service import (CONFIDENCE_MEANING, BadOption, Search, TooLarge,
-                                           TranslationService)
+from transformer_nmt.serve.service import CONFIDENCE_MEANING, BadOption, Search, TooLarge
 from transformer_nmt.serve.settings import ServeSettings
 
 try:  # the `files` extra's format libraries; without them no /translate_file
-    from transformer_nmt.serve.files_api import FILE_LIMITS, file_routes
+    from transformer_nmt.serve.files_api import FILE_FORMATS, FILE_LIMITS, file_routes
 except ImportError:
-    file_routes = None
+    file_routes, FILE_FORMATS = None, ()
 
 UNION_MEMBERS = {"str", "int", "float", "bool", "list[str]"}
 """Type names pydantic puts into an error's location for a field of several types."""
@@ -42,6 +44,14 @@ FASTAPI_UNREADABLE_BODY = "There was an error parsing the body"
 """FastAPI's message for a body it cannot decode (invalid UTF-8): said more usefully."""
 BATCHER_DEAD = "its batcher stopped (the server's log says why)"
 """Why a server whose batching loop died refuses: no request would ever be decoded."""
+PAIR_MEANING = (
+    "On a server with several models, `source` and `target` choose the pair (GET "
+    "/v1/models lists them); a pair without a model of its own is translated through a "
+    "pivot language by two, and the answer's `pivot` names it. Through a pivot, each "
+    "text's `pivot` holds the text in that language and the first model's confidence, "
+    "and its `sentences` are the pivot's; alignments are composed over the whole text "
+    "(the text's `alignment`); attention maps and glossaries are refused.")
+"""How /v1/translate chooses a model, for the API's documentation."""
 STATIC = files("transformer_nmt.serve") / "static"
 """The web page's files, shipped in the package: no CDN, so it works offline."""
 
@@ -79,58 +89,63 @@ def validation_error(exc: RequestValidationError) -> tuple[int, str]:
 
 
 async def translate_within_limits(app: FastAPI, texts: list[str], search: Search,
-                                  html: bool = False) -> list[dict[str, Any]]:
-    """service.translate_texts under the per-request timeout; HTTP 503 while the server
-    shuts down or once its batcher has stopped, 504 past the timeout."""
+                                  html: bool, route: Route) -> list[dict[str, Any]]:
+    """The pool's translation of `texts` along `route` under the per-request timeout;
+    HTTP 503 while the server shuts down or once a batcher has stopped, 504 past the
+    timeout."""
+    pool: ModelPool = app.state.pool
     if app.state.draining:
         raise HTTPException(503, "the server is shutting down; retry on another instance")
-    if not app.state.service.batcher.alive:
+    if not pool.alive:
         raise HTTPException(503, f"the server cannot translate: {BATCHER_DEAD}; retry on "
                             "another instance")
-    timeout = app.state.service.settings.timeout_s
+    timeout = pool.settings.timeout_s
     try:
-        return await asyncio.wait_for(app.state.service.translate_texts(texts, search, html),
-                                      timeout)
+        return await asyncio.wait_for(pool.translate(route, texts, search, html), timeout)
     except asyncio.TimeoutError:  # not the built-in TimeoutError before 3.11
         raise HTTPException(504, f"the translation took longer than the server's "
                             f"timeout_s ({timeout:g} s)") from None
 
 
-def create_app(service: TranslationService, card: dict[str, Any],
-               metrics: ServerMetrics | None = None) -> FastAPI:
-    """The app serving `service`; `card` is what GET /v1/model describes (model_card)."""
-    metrics = metrics or ServerMetrics()
+def create_app(pool: ModelPool, metrics: ServerMetrics | None = None) -> FastAPI:
+    """The app serving the models of `pool` (its first ones loaded: ModelPool.load_at_start)."""
+    metrics = metrics or pool.metrics
     store = FileStore()
+    settings = pool.settings
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        service.batcher.start()
+        pool.start()
         app.state.ready = True
         yield
         app.state.draining = True
-        await service.batcher.stop()
+        await pool.stop()
         store.close()
 
     app = FastAPI(title="transformer-nmt", version=__version__, lifespan=lifespan,
-                  description="Translate with a Transformer trained by transformer-nmt; "
-                  "LibreTranslate's /translate and /languages are served as well.")
-    app.state.service, app.state.card, app.state.metrics = service, card, metrics
+                  description="Translate with Transformers trained by transformer-nmt, every "
+                  "pair of the server's models (GET /v1/models); LibreTranslate's API is "
+                  "served as well.")
+    app.state.pool, app.state.metrics = pool, metrics
     app.state.file_store = store
     app.state.ready = app.state.draining = False
     app.router.route_class = CheckedJSONRoute
     add_error_handlers(app)
-    add_routes(app, service, card, metrics)
-    libretranslate = libretranslate_routes(
-        lambda texts, search, html: translate_within_limits(app, texts, search, html),
-        service.settings, card)
+    add_routes(app, pool, metrics)
+
+    def translate(texts: list[str], search: Search, html: bool, route: Route):
+        return translate_within_limits(app, texts, search, html, route)
+
+    detector = LanguageDetector(pool.routes.sources())
+    libretranslate = libretranslate_routes(translate, settings, pool.routes, detector,
+                                           FILE_FORMATS)
     app.include_router(libretranslate)
     files = APIRouter() if file_routes is None else file_routes(
-        lambda texts, search: translate_within_limits(app, texts, search),
-        service.settings, card, store, service.segmenter_language)
+        translate, settings, pool.routes, detector, store)
     app.include_router(files)
     # Newer FastAPI lists an included router as one entry of app.routes: its own
     # routes are named as well.
-    wrap_in_middleware(app, service.settings, metrics,
+    wrap_in_middleware(app, settings, metrics,
                        route_paths([*app.routes, *libretranslate.routes, *files.routes]))
     return app
 
@@ -162,18 +177,16 @@ def add_error_handlers(app: FastAPI) -> None:
         return error(422, str(exc))
 
 
-def add_routes(app: FastAPI, service: TranslationService, card: dict[str, Any],
-               metrics: ServerMetrics) -> None:
+def add_routes(app: FastAPI, pool: ModelPool, metrics: ServerMetrics) -> None:
     """Our API under /v1, health, readiness, metrics and the web page with its files."""
-    settings = service.settings
+    settings = pool.settings
 
     async def key_required(request: Request) -> None:
         require_key(settings.api_key, presented_key(request))
 
-    @app.get("/v1/model", summary="describe the served model")
-    async def describe() -> dict[str, Any]:
-        return {**card,
-                "defaults": {"beam": service.defaults.beam, "alpha": service.defaults.alpha,
+    def terms() -> dict[str, Any]:
+        """What every model of the server is decoded with, and the limits of a request."""
+        return {"defaults": {"beam": pool.defaults.beam, "alpha": pool.defaults.alpha,
                              "nbest": 1},
                 "limits": {"max_beam": settings.max_beam, "max_nbest": settings.max_nbest,
                            "max_characters": settings.max_characters,
@@ -181,15 +194,37 @@ def add_routes(app: FastAPI, service: TranslationService, card: dict[str, Any],
                            "min_alpha": ALPHA_RANGE[0], "max_alpha": ALPHA_RANGE[1]},
                 "api_key_required": settings.api_key is not None}
 
+    @app.get("/v1/model", summary="describe the served model (a one-model server)")
+    async def describe() -> dict[str, Any]:
+        only = pool.routes.only
+        if only is None:
+            raise HTTPException(404, f"this server serves {len(pool.routes.entries)} "
+                                "models; GET /v1/models describes each")
+        card = pool.card(only)
+        del card["loaded"]
+        return {**card, **terms()}
+
+    @app.get("/v1/models", summary="describe every model and every pair served")
+    async def describe_all() -> dict[str, Any]:
+        routes = pool.routes
+        pairs = [{"source": source, "target": target,
+                  "pivot": routes.route(source, target).pivot}
+                 for source in routes.sources() for target in routes.targets(source)]
+        return {"models": [pool.card(entry) for entry in routes.entries], "pairs": pairs,
+                "max_models_loaded": settings.max_models_loaded, **terms()}
+
     @app.post("/v1/translate", summary="translate one text or a list",
-              description=CONFIDENCE_MEANING, dependencies=[Depends(key_required)])
+              description=CONFIDENCE_MEANING + " " + PAIR_MEANING,
+              dependencies=[Depends(key_required)])
     async def translate(body: TranslateRequest) -> dict[str, Any]:
         started = time.perf_counter()
         texts = [body.text] if isinstance(body.text, str) else body.text
         search = Search(body.beam, body.alpha, body.nbest, body.alignments, body.attention,
                         body.glossary)
-        results = await translate_within_limits(app, texts, search)
+        route = v1_route(pool.routes, body.source, body.target)
+        results = await translate_within_limits(app, texts, search, False, route)
         return {"translations": results,
+                "models": [hop.name for hop in route.hops], "pivot": route.pivot,
                 "elapsed_ms": round((time.perf_counter() - started) * 1000, 1)}
 
     @app.get("/health", summary="the process answers")
@@ -202,7 +237,7 @@ def add_routes(app: FastAPI, service: TranslationService, card: dict[str, Any],
             return error(503, "not ready: shutting down")
         if not app.state.ready:
             return error(503, "not ready: starting")
-        if not service.batcher.alive:
+        if not pool.alive:
             return error(503, f"not ready: {BATCHER_DEAD}")
         return JSONResponse({"status": "ready"})
 
@@ -218,6 +253,21 @@ def add_routes(app: FastAPI, service: TranslationService, card: dict[str, Any],
         return FileResponse(str(index))
 
     app.mount("/static", StaticFiles(directory=str(STATIC), check_dir=False), name="static")
+
+
+def v1_route(routes: PairRoutes, source: str | None, target: str | None) -> Route:
+    """The route of a /v1/translate request: its `source` and `target`, which a one-model
+    server does not need. BadOption (HTTP 422) naming what is missing or not served."""
+    if source is None and target is None and routes.only is not None:
+        return Route((routes.only,))
+    for name, value in (("source", source), ("target", target)):
+        if value is None:
+            raise BadOption(name, f"field {name!r} is missing: this server translates "
+                            f"{routes.described()}; give source and target")
+    try:
+        return routes.route(source, target)
+    except NoRoute as error:
+        raise BadOption("target", str(error)) from None
 
 
 def wrap_in_middleware(app: FastAPI, settings: ServeSettings, metrics: ServerMetrics,

@@ -47,8 +47,12 @@ class Batcher:
     """Translates sentences of concurrent requests in shared batches, in slot threads."""
 
     def __init__(self, translator: Translator, metrics: ServerMetrics, *,
-                 max_batch_tokens: int, max_wait_s: float, max_queue: int) -> None:
+                 max_batch_tokens: int, max_wait_s: float, max_queue: int,
+                 busy_elsewhere: Callable[[Batcher], int] | None = None) -> None:
         self.translator = translator
+        # Slots at work in other models' batchers of the same server, which share the
+        # cores with this one's.
+        self.busy_elsewhere = busy_elsewhere or (lambda batcher: 0)
         self.metrics = metrics
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_sentences = translator.options.batch_size
@@ -78,6 +82,11 @@ class Batcher:
         """Start forming and decoding batches on the running event loop."""
         self._task = asyncio.get_running_loop().create_task(self._loop())
         self._task.add_done_callback(self._loop_ended)
+
+    @property
+    def busy_slots(self) -> int:
+        """Slots decoding now."""
+        return self.slots - len(self._free_slots)
 
     @property
     def alive(self) -> bool:
@@ -134,7 +143,7 @@ class Batcher:
         with self._queue.lock:
             self._pending.extend(pieces)
         self.queued_sentences += len(lines)
-        self.metrics.queue.set(self.queued_sentences)
+        self.metrics.queue.inc(len(lines))  # a server's models share the gauge
         self._wakeup.set()
         try:
             results = await asyncio.gather(*(piece.future for piece in pieces))
@@ -205,8 +214,9 @@ class Batcher:
         self._run_in_slot(slot, drive())
 
     def _threads(self) -> int:
-        """Torch threads for a step or batch: the cores shared by the busy slots."""
-        return decoding_threads(max(self.slots - len(self._free_slots), 1),
+        """Torch threads for a step or batch: the cores shared by the busy slots, this
+        batcher's and the other models'."""
+        return decoding_threads(max(self.busy_slots + self.busy_elsewhere(self), 1),
                                 self.translator.options.device)
 
     def _run_in_slot(self, slot: int, work) -> None:
@@ -293,14 +303,15 @@ class Batcher:
 
     def _dequeued(self, sentences: int) -> None:
         self.queued_sentences -= sentences
-        self.metrics.queue.set(self.queued_sentences)
+        self.metrics.queue.dec(sentences)
 
     async def _decode(self, batch: list[Piece], slot: int) -> None:
         lines = [line for piece in batch for line in piece.lines]
         key = batch[0].key
         # A batch decoding alone in the lead slot gets every core; batches side by side
         # share them.
-        alone = slot == 0 and len(self._free_slots) == self.slots - 1 and not self._pending
+        alone = slot == 0 and len(self._free_slots) == self.slots - 1 and not self._pending \
+            and not self.busy_elsewhere(self)
         translate = functools.partial(
             self.translator.translate_batch, lines, key.decode, alignments=key.alignments,
             numbers=[piece.first + i for piece in batch for i in range(len(piece.lines))],

@@ -38,21 +38,24 @@ class LanguageDetector:
         self._lock = threading.Lock()
         self._identifier: Any = None
 
-    def detect(self, texts: Sequence[str]) -> list[dict[str, Any]]:
-        """LibreTranslate's answer for `texts`: up to MOST_CANDIDATES served languages,
-        best first, each {"language": code, "confidence": percent}, the percent being the
+    def detect(self, texts: Sequence[str],
+               among: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """LibreTranslate's answer for `texts`: up to MOST_CANDIDATES served languages
+        (those of `among` only, when given), best first, each {"language": code, "confidence": percent}, the percent being the
         classifier's probability of that language averaged over the texts.
         DetectionUnavailable without py3langid. Call it off the event loop: the first
         call loads the classifier (about a second)."""
-        if not self.languages:
+        languages = self.languages if among is None else tuple(
+            code for code in self.languages if code in among)
+        if not languages:
             return []
         identifier = self._loaded()
-        totals = dict.fromkeys(self.languages, 0.0)
+        totals = dict.fromkeys(languages, 0.0)
         for text in texts:
             probabilities = dict(identifier.rank(text))
-            for code in self.languages:
+            for code in languages:
                 totals[code] += probabilities.get(_base_code(code), 0.0)
-        ranked = sorted(self.languages, key=lambda code: -totals[code])
+        ranked = sorted(languages, key=lambda code: -totals[code])
         return [{"language": code,
                  "confidence": round(100 * totals[code] / max(len(texts), 1), 1)}
                 for code in ranked[:MOST_CANDIDATES]]

@@ -18,25 +18,34 @@ from urllib.parse import quote
 from fastapi import APIRouter, HTTPException, Request, Response
 from starlette.datastructures import UploadFile
 
-from transformer_nmt.documents.formats import SUPPORTED, Document, FileLimits, read_document
+from transformer_nmt.documents.formats import (EXTENSIONS, SUPPORTED, Document, FileLimits,
+                                               read_document)
 from transformer_nmt.documents.runs import Run, pending, put_back, source_text
 from transformer_nmt.documents.sentences import Joined, join_sentences, sentences_of
 from transformer_nmt.errors import UserError
 from transformer_nmt.serve.access import presented_key, require_key
+from transformer_nmt.serve.detect import LanguageDetector
 from transformer_nmt.serve.file_store import FileStore, StoreFull, safe_name
+from transformer_nmt.serve.libretranslate import Translate, pair_route
+from transformer_nmt.serve.pairs import PairRoutes
+from transformer_nmt.serve.pivot import sentences_joined
 from transformer_nmt.serve.service import Search, TooLarge
 from transformer_nmt.serve.settings import ServeSettings
 
 TranslateTexts = Callable[[list[str], Search], Awaitable[list[dict[str, Any]]]]
-"""The service's translate_texts under the server's deadline and state checks."""
+"""A route's translation of texts under the server's deadline and state checks."""
+DETECTION_SAMPLE = 2000
+"""Characters of a document's text that source=auto detects its language from."""
 FILE_LIMITS = FileLimits()
 """How large a file the server translates."""
 MAX_FORM_FIELDS = 20
+FILE_FORMATS = EXTENSIONS
+"""The file types POST /translate_file takes."""
 
 
-def file_routes(translate: TranslateTexts, settings: ServeSettings, card: dict[str, Any],
-                store: FileStore, segmenter_language: str) -> APIRouter:
-    """POST /translate_file and GET /download_file/... for the model `card` describes."""
+def file_routes(translate: Translate, settings: ServeSettings, routes: PairRoutes,
+                detector: LanguageDetector, store: FileStore) -> APIRouter:
+    """POST /translate_file and GET /download_file/... for the pairs of `routes`."""
     router = APIRouter(tags=["LibreTranslate"])
 
     @router.post("/translate_file", summary="LibreTranslate: translate a file "
@@ -44,7 +53,11 @@ def file_routes(translate: TranslateTexts, settings: ServeSettings, card: dict[s
     async def translate_file(request: Request) -> dict[str, str]:
         upload, fields = await _read_form(request)
         require_key(settings.api_key, presented_key(request, fields.get("api_key")))
-        _check_pair(fields.get("source"), fields.get("target"), card)
+        source, target = fields.get("source"), fields.get("target")
+        # A pair the server lacks is refused before the file is read, unless the file's
+        # text must say which language it is in.
+        route = None if source == "auto" else (
+            await pair_route(routes, detector, source, target, []))[0]
         data = await upload.read(FILE_LIMITS.max_bytes + 1)
         name = upload.filename or "document"
         try:
@@ -54,8 +67,12 @@ def file_routes(translate: TranslateTexts, settings: ServeSettings, card: dict[s
             raise HTTPException(status, str(error)) from None
         wanted = pending(document.paragraphs)
         sources = [source_text(runs) for runs in wanted]
-        results = await _translate_paragraphs(translate, sources, settings,
-                                              segmenter_language)
+        if route is None:
+            route = (await pair_route(routes, detector, source, target,
+                                      [" ".join(sources)[:DETECTION_SAMPLE]]))[0]
+        results = await _translate_paragraphs(
+            lambda texts, search: translate(texts, search, False, route), sources, settings,
+            route.hops[0].source or "en")
         translated = await asyncio.to_thread(_written, document, wanted, results)
         try:
             path = store.put(translated, safe_name(name, document.kind))
@@ -106,19 +123,6 @@ async def _read_form(request: Request) -> tuple[UploadFile, dict[str, str]]:
     return upload, fields
 
 
-def _check_pair(source: str | None, target: str | None, card: dict[str, Any]) -> None:
-    """400 unless the request asks for the served pair (source 'auto' included)."""
-    served = {"source": card["source_language"], "target": card["target_language"]}
-    for name, value in (("source", source), ("target", target)):
-        if not value:
-            raise HTTPException(400, f"Invalid request: missing {name} parameter")
-        if served[name] is not None and value != served[name] and \
-                not (name == "source" and value == "auto"):
-            raise HTTPException(400, f"{value} is not supported as {name} language: this "
-                                f"server translates {served['source']} to "
-                                f"{served['target']}")
-
-
 async def _translate_paragraphs(translate: TranslateTexts, paragraphs: list[str],
                                 settings: ServeSettings, language: str) -> list[Joined]:
     """Each paragraph's translation, its sentences sent in chunks within the server's
@@ -147,11 +151,17 @@ async def _translate_chunk(translate: TranslateTexts, chunk: list[str]) -> list[
         middle = len(chunk) // 2
         return (await _translate_chunk(translate, chunk[:middle])
                 + await _translate_chunk(translate, chunk[middle:]))
-    return [join_sentences(
-        [sentence["source"] for sentence in result["sentences"]],
-        [Joined(sentence["text"], [tuple(pair) for pair in sentence["alignment"]]
-                if "alignment" in sentence else None) for sentence in result["sentences"]])
-        for result in results]
+    return [_joined(result) for result in results]
+
+
+def _joined(result: dict[str, Any]) -> Joined:
+    """One sentence's translation with its alignment over the sentence's words: its
+    pieces' joined, or through a pivot the one composed over the whole text."""
+    if "pivot" in result:
+        alignment = result.get("alignment")
+        return Joined(result["text"], None if alignment is None
+                      else [tuple(pair) for pair in alignment])
+    return sentences_joined(result)
 
 
 def _chunks(sentences: list[str], max_characters: int, max_count: int) -> list[list[str]]:

@@ -9,7 +9,9 @@ for source=auto and extra fields its clients ignore: for a calibrated model "con
 the lowest confidence of a text's sentences (null for an empty text), and on a server with
 a min_confidence "withheld", true where a sentence was left out for being below it.
 POST /detect answers [{"language": ..., "confidence": percent}] among the languages the
-server translates from (serve/detect.py); GET /languages lists the pair the model serves.
+server translates from (serve/detect.py); GET /languages lists every language with the
+targets it reaches, directly or through a pivot (serve/pairs.py; a pivoted answer says
+so in an extra "pivot" field).
 Refusals have LibreTranslate's shape, {"error": "..."}.
 """
 
@@ -23,6 +25,7 @@ from fastapi import APIRouter, HTTPException, Request
 from transformer_nmt.serve.access import presented_key, require_key
 from transformer_nmt.serve.detect import DetectionUnavailable, LanguageDetector
 from transformer_nmt.serve.html_text import parse_html
+from transformer_nmt.serve.pairs import NoRoute, PairRoutes, Route
 from transformer_nmt.serve.parameters import request_parameters
 from transformer_nmt.serve.service import Search, TooLarge
 from transformer_nmt.serve.settings import ServeSettings
@@ -33,60 +36,47 @@ LANGUAGE_NAMES = {
     "hi": "Hindi", "hu": "Hungarian", "it": "Italian", "ja": "Japanese", "ko": "Korean",
     "lt": "Lithuanian", "lv": "Latvian", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese",
     "ro": "Romanian", "ru": "Russian", "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian",
-    "zh": "Chinese",
+    "zh": "Chinese", "auto": "Auto Detect",
 }
 """English names of common language codes, as /languages shows them; others by code."""
 
-Translate = Callable[[list[str], Search, bool], Awaitable[list[dict[str, Any]]]]
+FRONTEND_TIMEOUT_MS = 500
+"""How long a LibreTranslate web client waits after a keystroke before it translates."""
+Translate = Callable[[list[str], Search, bool, Route], Awaitable[list[dict[str, Any]]]]
+"""The pool's translate under the server's deadline and state checks."""
 
 
 def libretranslate_routes(translate: Translate, settings: ServeSettings,
-                          card: dict[str, Any],
-                          source_languages: Sequence[str] | None = None) -> APIRouter:
-    """POST /translate, POST /detect and GET /languages for the model `card` describes;
-    detection chooses among `source_languages` (default: the model's source language)."""
+                          routes: PairRoutes, detector: LanguageDetector,
+                          file_formats: Sequence[str] = ()) -> APIRouter:
+    """POST /translate, POST /detect, GET /languages and GET /frontend/settings for the
+    pairs of `routes`; detection chooses among the languages the server translates from;
+    `file_formats`: what POST /translate_file takes (none: it is not served)."""
     router = APIRouter(tags=["LibreTranslate"])
-    source_language, target_language = card["source_language"], card["target_language"]
-    if source_languages is None:
-        source_languages = [source_language] if source_language else []
-    detector = LanguageDetector(source_languages)
-
-    def check_pair(source: Any, target: Any) -> None:
-        for name, value, served in (("source", source, source_language),
-                                    ("target", target, target_language)):
-            if value is None or value == "":
-                raise HTTPException(400, f"Invalid request: missing {name} parameter")
-            if not isinstance(value, str):  # a number, a list, a form's repeated field
-                raise HTTPException(400, f"Invalid request: {name} must be a language "
-                                    f"code, not {value!r}")
-            if served is not None and value != served and not (name == "source"
-                                                                and value == "auto"):
-                raise HTTPException(400, f"{value} is not supported as {name} language: "
-                                    f"this server translates {source_language} to "
-                                    f"{target_language}")
 
     @router.post("/translate", summary="LibreTranslate: translate text")
     async def translate_route(request: Request) -> dict[str, Any]:
         fields = await request_parameters(request)
         _require_key(request, fields, settings)
         q = _texts_of(fields, allow_empty=True)
-        check_pair(fields.get("source"), fields.get("target"))
         text_format = fields.get("format", "text")
         if text_format not in ("text", "html"):
             raise HTTPException(400, f"Invalid request: format must be text or html, not "
                                 f"{text_format!r}")
         alternatives = _alternatives(fields.get("alternatives", 0), settings)
         texts = [q] if isinstance(q, str) else q
-        detected = None
-        if fields["source"] == "auto":
+        if fields.get("source") == "auto":
             _check_characters(texts, settings)  # before detection reads them all
-            detected = await _detected_source(detector, texts, text_format == "html")
+        route, detected = await pair_route(routes, detector, fields.get("source"),
+                                           fields.get("target"), texts, text_format == "html")
         results = await translate(texts, Search(nbest=alternatives + 1),
-                                  text_format == "html")
+                                  text_format == "html", route)
         answer = _translation_answer(isinstance(q, str), results, settings, alternatives)
         if detected is not None:
             answer["detectedLanguage"] = detected if isinstance(q, str) else \
                 [detected] * len(texts)
+        if route.pivot is not None:  # an extra field, which LibreTranslate's clients ignore
+            answer["pivot"] = route.pivot
         return answer
 
     @router.post("/detect", summary="LibreTranslate: detect the language of a text")
@@ -103,14 +93,59 @@ def libretranslate_routes(translate: Translate, settings: ServeSettings,
 
     @router.get("/languages", summary="LibreTranslate: the languages served")
     async def languages() -> list[dict[str, Any]]:
-        if source_language is None or target_language is None:
-            return []
-        return [{"code": source_language, "name": language_name(source_language),
-                 "targets": [target_language]},
-                {"code": target_language, "name": language_name(target_language),
-                 "targets": []}]
+        return [{"code": code, "name": language_name(code), "targets": routes.targets(code)}
+                for code in routes.languages()]
+
+    @router.get("/frontend/settings", summary="LibreTranslate: what its web clients ask "
+                "of a server first")
+    async def frontend_settings() -> dict[str, Any]:
+        sources = routes.sources()
+        source = sources[0] if sources else None
+        targets = routes.targets(source) if source else []
+        return {
+            "charLimit": settings.max_characters,
+            "frontendTimeout": FRONTEND_TIMEOUT_MS,
+            "apiKeys": settings.api_key is not None,
+            "keyRequired": settings.api_key is not None,
+            "suggestions": False,
+            "filesTranslation": bool(file_formats),
+            "supportedFilesFormat": list(file_formats),
+            "language": {
+                "source": {"code": source or "auto", "name": language_name(source or "auto")},
+                "target": {"code": targets[0] if targets else "",
+                           "name": language_name(targets[0]) if targets else ""}},
+        }
 
     return router
+
+
+async def pair_route(routes: PairRoutes, detector: LanguageDetector, source: Any, target: Any,
+                     texts: list[str], html: bool = False
+                     ) -> tuple[Route, dict[str, Any] | None]:
+    """The route of a LibreTranslate request's `source` and `target`, and for source=auto
+    the detected language (LibreTranslate's detectedLanguage; None where the server has no
+    way to tell and no need to: one model whose file records no languages, or one source
+    language for the target and no py3langid). HTTP 400 for a missing or unserved pair."""
+    for name, value in (("source", source), ("target", target)):
+        if value is None or value == "":
+            raise HTTPException(400, f"Invalid request: missing {name} parameter")
+        if not isinstance(value, str):  # a number, a list, a form's repeated field
+            raise HTTPException(400, f"Invalid request: {name} must be a language "
+                                f"code, not {value!r}")
+    detected = None
+    if source == "auto":
+        # Detection weighs only the languages that reach the target.
+        candidates = [code for code in routes.sources() if target in routes.targets(code)]
+        if routes.sources() and not candidates:
+            raise HTTPException(400, f"{target} is not supported as target language: this "
+                                f"server translates {routes.described()}")
+        detected = await _detected_source(detector, candidates, texts, html)
+        source = detected["language"] if detected else (candidates[0] if candidates
+                                                         else source)
+    try:
+        return routes.route(source, target), detected
+    except NoRoute as error:
+        raise HTTPException(400, str(error)) from None
 
 
 def _require_key(request: Request, fields: dict[str, Any], settings: ServeSettings) -> None:
@@ -142,21 +177,20 @@ def _texts_of(fields: dict[str, Any], allow_empty: bool) -> str | list[str]:
     return q
 
 
-async def _detected_source(detector: LanguageDetector, texts: list[str],
-                           html: bool) -> dict[str, Any] | None:
-    """LibreTranslate's detectedLanguage for source=auto: the most likely language the
-    server translates from. None where the server has no way to tell and no need to (one
-    source language, or none recorded, and no py3langid): the text is translated from
-    its only source language without the field."""
+async def _detected_source(detector: LanguageDetector, candidates: list[str],
+                           texts: list[str], html: bool) -> dict[str, Any] | None:
+    """The most likely of `candidates` (the languages the server translates from into the
+    target) for the texts; None where there is no way to tell and no need to (one
+    candidate or none, and no py3langid)."""
     if html:  # the text between the tags, not the markup's names
         texts = [" ".join(parse_html(text).texts) for text in texts]
     try:
-        candidates = await asyncio.to_thread(detector.detect, texts)
+        found = await asyncio.to_thread(detector.detect, texts, candidates)
     except DetectionUnavailable as error:
-        if len(detector.languages) > 1:
+        if len(candidates) > 1:
             raise HTTPException(501, f"source=auto: {error}") from None
         return None
-    return candidates[0] if candidates else None
+    return found[0] if found else None
 
 
 def _translation_answer(single: bool, results: list[dict[str, Any]],
@@ -176,6 +210,7 @@ def _translation_answer(single: bool, results: list[dict[str, Any]],
     if settings.min_confidence is not None:
         answer["withheld"] = shaped([any(sentence.get("withheld")
                                          for sentence in result["sentences"])
+                                     or result.get("pivot", {}).get("withheld", False)
                                      for result in results])
     if alternatives:
         answer["alternatives"] = shaped([_alternative_texts(result, alternatives)
@@ -202,9 +237,11 @@ def _alternatives(value: Any, settings: ServeSettings) -> int:
 
 
 def _text_confidence(result: dict[str, Any]) -> float | None:
-    """A text's confidence: its least confident sentence's (None without sentences or
-    without confidences)."""
+    """A text's confidence: its least confident sentence's, through a pivot the lower of
+    both hops' (None without sentences or without confidences)."""
     found = [sentence["confidence"] for sentence in result["sentences"]]
+    if "pivot" in result:
+        found.append(result["pivot"]["confidence"])
     if not found or any(value is None for value in found):
         return None
     return min(found)

@@ -39,6 +39,12 @@ class ServerMetrics:
                                        "Target tokens per second of the last batch (or request piece, batched continuously)",
                                        registry=registry)
 
+        self.models_loaded = Gauge("nmt_models_loaded", "Models in memory",
+                                   registry=registry)
+        self.model_loads = Counter("nmt_model_loads", "Models loaded since the server "
+                                   "started (at start, or on demand after an unload)",
+                                   registry=registry)
+
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         """Count one answered request."""
         self.requests.labels(route, str(status)).inc()

@@ -33,23 +33,30 @@ def recorded_bleu(model_path: Path) -> dict[str, Any] | None:
     return None
 
 
-def model_card(inference_model: InferenceModel, precision: str) -> dict[str, Any]:
+def model_card(inference_model: InferenceModel, precision: str | None) -> dict[str, Any]:
     """The description of a loaded model, as GET /v1/model returns it.
 
     Read from what the file stores, never from the network: a Translator converts the
     network in place (int8 replaces its linear layers), which must not change the card,
-    whether it is made before or after."""
-    meta = inference_model.payload_meta
+    and the precision it decodes in is given."""
+    return file_card(inference_model.path, inference_model.payload_meta,
+                     len(inference_model.vocab), precision)
+
+
+def file_card(path: Path, meta: dict[str, Any], vocabulary_size: int,
+              precision: str | None) -> dict[str, Any]:
+    """The description of the model file at `path` from its stored fields (`meta`: all but
+    weights and vocabulary); `precision` None for a model not loaded yet."""
     architecture = config_from_dict(ModelConfig, meta["model_config"])
     languages = model_languages(meta) or (None, None)
-    evaluation = recorded_bleu(inference_model.path)
+    evaluation = recorded_bleu(path)
     return {
-        "name": inference_model.path.name,
+        "name": path.name,
         "source_language": languages[0],
         "target_language": languages[1],
         "preset": model_preset(meta)[0],
         "parameters": count_parameters(architecture, meta["vocab_size"]),
-        "vocabulary_size": len(inference_model.vocab),
+        "vocabulary_size": vocabulary_size,
         "training_steps": model_training_steps(meta),
         "bleu": evaluation["bleu"] if evaluation else None,
         "evaluation": evaluation,

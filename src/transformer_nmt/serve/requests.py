@@ -108,6 +108,10 @@ class TranslateRequest(BaseModel):
 
     text: str | list[str] = Field(description="a text or a list of texts; each may hold "
                                   "several sentences, lines and paragraphs")
+    source: str | None = Field(None, description="source language code (needed on a server "
+                               "with several models; GET /v1/models lists the pairs)")
+    target: str | None = Field(None, description="target language code (needed on a server "
+                               "with several models)")
     beam: int | None = Field(None, description="beam size, 1 for greedy search (default: "
                              "the server's)")
     alpha: float | None = Field(None, description="length penalty exponent (default: the "

@@ -1,4 +1,4 @@
-"""Running `nmt serve`: load the model once, build the app, and serve it with uvicorn
+"""Running `nmt serve`: read the models once, build the app, and serve it with uvicorn
 until SIGTERM or Ctrl+C, answering every request already accepted before exiting; a
 client that stalls while sending a request is cut off."""
 
@@ -8,18 +8,16 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
+from typing import Sequence
 
 import torch
 import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
-from transformer_nmt.model_file import load_for_inference
+from transformer_nmt.decode.translator import TranslatorOptions
 from transformer_nmt.serve.app import create_app
-from transformer_nmt.serve.batcher import Batcher
 from transformer_nmt.serve.metrics import ServerMetrics
-from transformer_nmt.serve.model_card import model_card
-from transformer_nmt.serve.service import TranslationService
+from transformer_nmt.serve.models import ModelPool, model_paths, scan_models
 from transformer_nmt.serve.settings import ServeSettings
 
 logger = logging.getLogger(__name__)
@@ -83,27 +81,27 @@ class HeadersDeadlineProtocol(AutoHTTPProtocol):  # httptools' or h11's, as uvic
             self.transport.close()
 
 
-def build_app(model_path: str | Path, options: TranslatorOptions, settings: ServeSettings):
-    """The app serving the model at `model_path` (UserError if it is not one)."""
-    inference_model = load_for_inference(model_path, "cpu")
-    translator = Translator(inference_model, options)
-    card = model_card(inference_model, translator.options.precision)
-    metrics = ServerMetrics()
-    batcher = Batcher(translator, metrics, max_batch_tokens=settings.max_batch_tokens,
-                      max_wait_s=settings.max_wait_ms / 1000, max_queue=settings.max_queue)
-    service = TranslationService(translator, batcher, settings, card["source_language"])
-    return create_app(service, card, metrics)
+def build_app(models: str | Path | Sequence[str | Path], options: TranslatorOptions,
+              settings: ServeSettings, directories: Sequence[str | Path] = ()):
+    """The app serving the model files `models` and those in `directories` (UserError
+    naming the first that is not a model, or two of one pair), the first ones loaded."""
+    paths = model_paths([models] if isinstance(models, (str, Path)) else models, directories)
+    pool = ModelPool(scan_models(paths), options, settings, ServerMetrics())
+    pool.load_at_start()
+    return create_app(pool)
 
 
-def serve(model_path: str | Path, options: TranslatorOptions, settings: ServeSettings,
-          log_level: str = "info") -> None:
-    """Serve the model at `model_path` on settings.host:settings.port until stopped."""
+def serve(models: str | Path | Sequence[str | Path], options: TranslatorOptions,
+          settings: ServeSettings, log_level: str = "info",
+          directories: Sequence[str | Path] = ()) -> None:
+    """Serve the model files `models` and those in `directories` on
+    settings.host:settings.port until stopped."""
     # The main thread runs the event loop and never decodes: kept to one thread, it
     # never starts OpenMP workers of its own, which would outnumber the cores and make
     # the lead slot's workers sleep between parallel regions instead of spinning (a lone
     # request then decodes at about half speed; bench/RESULTS.md, serve).
     torch.set_num_threads(1)
-    app = build_app(model_path, options, settings)
+    app = build_app(models, options, settings, directories)
     config = DeadlineConfig(app, host=settings.host, port=settings.port, log_level=log_level,
                             headers_timeout_s=settings.headers_timeout_s,
                             timeout_keep_alive=settings.keep_alive_s,

@@ -29,6 +29,11 @@ class ServeSettings:
     accident; 0.0.0.0 for every interface)."""
     port: int = 8080
     """TCP port to listen on."""
+    max_models_loaded: int | None = setting(None, group="models", metavar="N")
+    """Most models kept in memory at once (None: every model, loaded at start); with N,
+    the first N are loaded at start, others when first asked for, and the least recently
+    used idle one is unloaded beyond N (a pivot uses two at once, and a model that is
+    translating is never unloaded, so the count may pass N while they work)."""
     max_batch_tokens: int = setting(4096, group="batching")
     """Most source tokens (padding excluded) of one request taken into a decoder at once
     (a longer request is cut into pieces that several decoders share). Beam search and
@@ -79,6 +84,9 @@ class ServeSettings:
 
     def __post_init__(self) -> None:
         check_types(self)
+        if self.max_models_loaded is not None and self.max_models_loaded < 1:
+            raise UserError(f"max_models_loaded must be at least 1, not "
+                            f"{self.max_models_loaded!r}")
         for name in ("port", "max_batch_tokens", "max_characters", "max_sentences",
                      "max_queue", "max_beam", "max_nbest"):
             value = getattr(self, name)
