@@ -216,3 +216,26 @@ def test_nmt_serve_takes_several_models_and_directories(models, tmp_path):
     assert [(model["name"], model["loaded"]) for model in described["models"]] == [
         ("de-en.pt", True), ("en-de.pt", True), ("en-fr.pt", False)]
     assert described["max_models_loaded"] == 2
+
+
+def test_a_model_whose_file_went_away_after_start_is_a_503_naming_it(models, tmp_path):
+    for name in ("de-en.pt", "en-fr.pt"):
+        shutil.copy(models / name, tmp_path / name)
+    with TestClient(make_app(model_paths([], [tmp_path]), max_models_loaded=1)) as client:
+        (tmp_path / "en-fr.pt").unlink()
+        answer = lt_translate(client, "the dog runs", "en", "fr")
+        assert answer.status_code == 503
+        assert answer.json()["error"].startswith("the model for en-fr could not be loaded: ")
+        assert lt_translate(client, GERMAN, "de", "en").status_code == 200
+
+
+def test_the_slots_of_all_models_share_the_cores(models):
+    from transformer_nmt.decode.threads import decoding_threads
+
+    with TestClient(make_app(model_paths([], [models]))) as client:
+        first, second, _ = [model.service.batcher
+                            for model in client.app.state.pool.loaded.values()]
+        assert first._threads() == decoding_threads(1, "cpu")
+        second._free_slots = []  # its one slot at work
+        assert first._threads() == decoding_threads(2, "cpu")
+        second._free_slots = [0]

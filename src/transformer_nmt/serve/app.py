@@ -27,7 +27,7 @@ from transformer_nmt.serve.libretranslate import libretranslate_routes
 from transformer_nmt.serve.middleware import (BodyDeadline, BodyLimit, RequestMetrics,
                                                UnexpectedErrors, route_paths)
 from transformer_nmt.serve.metrics import ServerMetrics
-from transformer_nmt.serve.models import ModelPool
+from transformer_nmt.serve.models import ModelPool, ModelUnavailable
 from transformer_nmt.serve.pairs import NoRoute, PairRoutes, Route
 from transformer_nmt.serve.requests import CheckedJSONRoute, TranslateRequest
 from transformer_nmt.serve.service import CONFIDENCE_MEANING, BadOption, Search, TooLarge
@@ -171,6 +171,11 @@ def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(QueueFull)
     async def queue_full(request: Request, exc: QueueFull) -> JSONResponse:
         return error(429, f"the server is busy: {exc}; retry shortly")
+
+    @app.exception_handler(ModelUnavailable)
+    async def model_unavailable(request: Request, exc: ModelUnavailable) -> JSONResponse:
+        return error(503, f"{exc}; the server's operator must restore it or restart the "
+                     "server")
 
     @app.exception_handler(BadOption)
     async def bad_option(request: Request, exc: BadOption) -> JSONResponse:

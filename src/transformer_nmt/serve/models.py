@@ -102,6 +102,11 @@ class LoadedModel:
     last_used: float = field(default_factory=time.monotonic)
 
 
+class ModelUnavailable(Exception):
+    """A model read at start could not be loaded when it was needed (its file changed or
+    went away); the message names it and why."""
+
+
 class ModelPool:
     """The server's models, loaded on demand and unloaded least recently used first once
     more than settings.max_models_loaded are in memory (never one a request is using: a
@@ -178,7 +183,11 @@ class ModelPool:
         async with lock:  # two requests for one unloaded model load it once
             if entry.path not in self.loaded:
                 started = time.perf_counter()
-                model = await asyncio.to_thread(self._load, entry)
+                try:
+                    model = await asyncio.to_thread(self._load, entry)
+                except UserError as error:
+                    raise ModelUnavailable(f"the model for {entry.pair} could not be "
+                                           f"loaded: {error}") from None
                 if self._started:
                     model.service.batcher.start()
                 self.loaded[entry.path] = model

@@ -1,4 +1,4 @@
-// The server's API as the page uses it: GET /v1/model and POST /v1/translate.
+// The server's API as the page uses it: GET /v1/models and POST /v1/translate.
 
 /** The JSON body of a response, or an {error} saying it was not JSON. */
 async function readJson(response) {
@@ -30,22 +30,25 @@ export class ApiError extends Error {
   }
 }
 
-/** The served model's description; ApiError when the server refuses. */
-export async function fetchModel() {
-  const response = await fetch("/v1/model", { headers: { Accept: "application/json" } });
+/** Every model and language pair of the server, with its defaults and limits (one
+ *  answer for a server of one model or of many); ApiError when the server refuses. */
+export async function fetchModels() {
+  const response = await fetch("/v1/models", { headers: { Accept: "application/json" } });
   const body = await readJson(response);
   if (!response.ok) throw new ApiError(errorMessage(body, response), response.status);
   return body;
 }
 
-/** The translation of `text` with `options` (beam, alpha, nbest, attention), sent with
- *  the API key `key` when there is one: the server's whole answer; ApiError when it
+/** The translation of `text` along `pair` ({source, target}; null on a one-model server
+ *  whose model records no languages) with `options` (beam, alpha, nbest, attention), sent
+ *  with the API key `key` when there is one: the server's whole answer; ApiError when it
  *  refuses. */
-export async function requestTranslation(text, options, key) {
+export async function requestTranslation(text, pair, options, key) {
   const headers = { "Content-Type": "application/json", Accept: "application/json" };
   if (key) headers["X-API-Key"] = key;
+  const route = pair ? { source: pair.source, target: pair.target } : {};
   const response = await fetch("/v1/translate", {
-    method: "POST", headers, body: JSON.stringify({ text, ...options }),
+    method: "POST", headers, body: JSON.stringify({ text, ...route, ...options }),
   });
   const body = await readJson(response);
   if (!response.ok) throw new ApiError(errorMessage(body, response), response.status);

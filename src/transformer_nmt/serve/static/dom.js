@@ -12,6 +12,9 @@ export const els = {
   sourceLabel: $("source-label"), targetLabel: $("target-label"), charCount: $("char-count"),
   details: $("details"), sentences: $("sentences"), attentionControls: $("attention-controls"),
   attentionHint: $("attention-hint"), layerSelect: $("layer-select"), headSelect: $("head-select"),
+  pairPicker: $("pair-picker"), pairSelect: $("pair-select"), swap: $("swap-button"),
+  viaName: $("via-name"), attentionField: $("attention-field"), attentionNote: $("attention-note"),
+  pivotText: $("pivot-text"),
 };
 
 /** A new `tag` element: "class" and "text" set its class and text, other attributes are
