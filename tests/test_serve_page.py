@@ -1,5 +1,6 @@
 """The web page of `nmt serve` in a real headless browser: a real server on a free loopback
-port with a tiny model, Debian's chromium driven by Playwright.
+port with a tiny model (or three, one per language pair), Debian's chromium driven by
+Playwright.
 
 Skips, saying why, where no chromium is installed (`.ci/run` installs Debian's with
 apt-get) or the serve or test extras are missing. Playwright's own browser download is not
@@ -26,6 +27,8 @@ pytest.importorskip("fastapi", reason="the serve extra is not installed: pip ins
 pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e '.[serve]'")
 sync_api = pytest.importorskip("playwright.sync_api",
                                reason="playwright is not installed: pip install -e '.[test]'")
+
+from serve_fixtures import with_languages  # noqa: E402 (needs the serve extra)
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 BROWSER = next((path for path in map(shutil.which, BROWSERS) if path), None)
@@ -90,8 +93,22 @@ def server(model_file) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def keyed_server(model_file) -> Iterator[str]:
-    yield from start_server(model_file, "--api-key", API_KEY)
+def keyed_server(served_model) -> Iterator[str]:
+    """A server of one model that records its pair (en→de), which wants a key."""
+    yield from start_server(served_model, "--api-key", API_KEY)
+
+
+@pytest.fixture(scope="module")
+def pairs_server(model_file, tmp_path_factory) -> Iterator[str]:
+    """A server of three models made from the test model: de→en, en→fr and en→de; so
+    de→fr goes through English, and nothing translates from French."""
+    directory = tmp_path_factory.mktemp("pairs")
+    paths = []
+    for source, target in (("de", "en"), ("en", "fr"), ("en", "de")):
+        made = with_languages(model_file, tmp_path_factory.mktemp("one"), source, target)
+        paths.append(shutil.move(made, directory / f"{source}-{target}.pt"))
+    first, *others = paths
+    yield from start_server(first, *(part for path in others for part in ("--model", str(path))))
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +131,7 @@ def page(browser):
 
 def open_page(page, url: str) -> None:
     page.goto(url)
-    page.wait_for_selector("#model-info strong")  # /v1/model was read and shown
+    page.wait_for_selector("#model-info strong")  # /v1/models was read and shown
 
 
 def unauthorized_error(url: str) -> str:
@@ -129,16 +146,31 @@ def unauthorized_error(url: str) -> str:
 
 def translate(page) -> dict:
     """Type SENTENCE, press Ctrl+Enter, and return the server's JSON answer."""
-    page.fill("#source", SENTENCE)
+    return sent(page, lambda: page.press("#source", "Control+Enter"), SENTENCE)[1]
+
+
+def sent(page, action, text: str | None = None) -> tuple[dict, dict]:
+    """(request body, answer body) of the translation request `action` makes, after
+    typing `text` if given; once the page has shown the answer."""
+    if text is not None:
+        page.fill("#source", text)
     with page.expect_response(lambda r: r.url.endswith("/v1/translate")) as answer:
-        page.press("#source", "Control+Enter")
-    return answer.value.json()
+        action()
+    page.wait_for_function("document.querySelector('#translate-button').disabled === false")
+    return answer.value.request.post_data_json, answer.value.json()
+
+
+def options_of(page) -> dict[str, str]:
+    """The pair picker's options: value to label."""
+    return dict(page.eval_on_selector_all(
+        "#pair-select option", "options => options.map(o => [o.value, o.textContent])"))
 
 
 def test_typing_a_sentence_shows_its_translation_and_hovering_a_word_lights_the_source(
         page, server):
     open_page(page, server)
     assert page.is_hidden("#key-field")  # no key needed, none asked for
+    assert page.is_hidden("#pair-picker")  # its model records no pair: nothing to choose
 
     body = translate(page)
     page.wait_for_selector("#output .tw")
@@ -192,6 +224,10 @@ def test_a_server_with_a_key_asks_for_it_shows_its_error_and_remembers_the_key(
         page, keyed_server):
     open_page(page, keyed_server)
     assert page.is_visible("#key-field")
+    # One pair: no picker, but the labels name its languages and requests carry them.
+    assert page.is_hidden("#pair-picker")
+    assert page.title() == "English → German · transformer-nmt"
+    assert page.text_content("#source-label") == "English text"
 
     translate(page)
     page.wait_for_selector("#status.error")
@@ -200,8 +236,88 @@ def test_a_server_with_a_key_asks_for_it_shows_its_error_and_remembers_the_key(
 
     page.fill("#api-key", API_KEY)
     page.dispatch_event("#api-key", "change")
-    body = translate(page)
+    request, body = sent(page, lambda: page.press("#source", "Control+Enter"), SENTENCE)
+    assert (request["source"], request["target"]) == ("en", "de")
     page.wait_for_selector("#output .tw")
     assert page.inner_text("#output") == body["translations"][0]["text"]
     assert page.evaluate("localStorage.getItem('transformer-nmt.api-key')") == API_KEY
+    assert page.errors == []
+
+
+def test_the_picker_offers_every_pair_and_requests_carry_the_chosen_one(page, pairs_server):
+    open_page(page, pairs_server)
+    assert options_of(page) == {"de:en": "German → English",
+                                "de:fr": "German → French (via English)",
+                                "en:de": "English → German", "en:fr": "English → French"}
+    assert page.input_value("#pair-select") == "de:en"  # the first pair
+    assert page.title() == "German → English · transformer-nmt"
+
+    page.select_option("#pair-select", "en:fr")
+    assert page.title() == "English → French · transformer-nmt"
+    assert page.text_content("#target-label") == "French translation"
+    assert "en-fr.pt" in page.inner_text("#model-info")
+    request, body = sent(page, lambda: page.click("#translate-button"), SENTENCE)
+    assert (request["source"], request["target"]) == ("en", "fr")
+    assert body["models"] == ["en-fr.pt"] and body["pivot"] is None
+    # Nothing translates French back: the swap button is disabled, saying why.
+    assert page.is_disabled("#swap-button")
+    assert "does not translate French → English" in page.get_attribute("#swap-button", "title")
+    assert page.errors == []
+
+
+def test_the_swap_button_turns_the_pair_and_the_translation_around(page, pairs_server):
+    open_page(page, pairs_server)
+    assert page.get_attribute("#swap-button", "aria-label") == "Swap languages"
+    page.select_option("#pair-select", "en:de")
+    translation = translate(page)["translations"][0]["text"]
+    assert translation.strip(), "the test model translates SENTENCE into something"
+
+    page.focus("#swap-button")  # from the keyboard
+    request, _ = sent(page, lambda: page.keyboard.press("Enter"))
+    assert page.input_value("#pair-select") == "de:en"
+    assert page.input_value("#source") == translation
+    assert (request["text"], request["source"], request["target"]) == (translation, "de", "en")
+
+    page.click("#swap-button")  # and back, whatever the translation was
+    assert page.input_value("#pair-select") == "en:de"
+    page.wait_for_function("document.querySelector('#translate-button').disabled === false")
+    assert page.title() == "English → German · transformer-nmt"
+    assert page.errors == []
+
+
+def test_a_pair_through_a_pivot_shows_the_pivot_text_and_offers_no_attention(
+        page, pairs_server):
+    open_page(page, pairs_server)
+    page.select_option("#pair-select", "de:fr")
+    assert page.is_disabled("#want-attention") and not page.is_checked("#want-attention")
+    assert page.inner_text("#attention-note") == "not via English"
+    assert page.inner_text("#direction").split() == ["German", "→", "French", "via", "English"]
+    info = page.inner_text("#model-info")
+    assert "de-en.pt" in info and "en-fr.pt" in info
+
+    request, body = sent(page, lambda: page.click("#translate-button"), SENTENCE)
+    assert (request["source"], request["target"], request["attention"]) == ("de", "fr", False)
+    pivot = body["translations"][0]["pivot"]
+    assert body["pivot"] == pivot["language"] == "en"
+    assert page.inner_text("#pivot-text").split() == ["via", "English:", *pivot["text"].split()]
+    assert page.is_disabled("#swap-button")  # no fr→de either
+
+    # Back to a pair of one model: attention as it was, the translation asked for again.
+    request, body = sent(page, lambda: page.select_option("#pair-select", "de:en"))
+    assert (request["source"], request["target"], request["attention"]) == ("de", "en", True)
+    assert page.is_enabled("#want-attention") and page.is_checked("#want-attention")
+    assert page.is_hidden("#pivot-text") and page.is_hidden("#attention-note")
+    assert page.errors == []
+
+
+def test_the_chosen_pair_is_remembered_while_the_server_offers_it(page, pairs_server):
+    open_page(page, pairs_server)
+    page.select_option("#pair-select", "en:fr")
+    page.reload()
+    page.wait_for_selector("#model-info strong")
+    assert page.input_value("#pair-select") == "en:fr"
+    page.evaluate("localStorage.setItem('transformer-nmt.pair', 'fr:de')")  # not offered
+    page.reload()
+    page.wait_for_selector("#model-info strong")
+    assert page.input_value("#pair-select") == "de:en"
     assert page.errors == []

@@ -25,6 +25,8 @@ IMPORT = re.compile(r'^import\s*(?:\{([^}]*)\}\s*from\s*)?"([^"]+)";', re.MULTIL
 """An import statement of a module: the names it takes and the module it names."""
 EXPORT = re.compile(r"^export\s+(?:async\s+)?(?:function|const|let|class)\s+(\w+)",
                     re.MULTILINE)
+LOOKUP = re.compile(r'\$\("([^"]+)"\)')
+"""An element of index.html that dom.js looks up by id."""
 
 
 def static_dir():
@@ -46,14 +48,16 @@ PAGE_FILES = ("index.html", "style.css", *modules())
 
 
 class _References(HTMLParser):
-    """Every src and href attribute of a page."""
+    """Every src and href attribute of a page, and every id."""
 
     def __init__(self) -> None:
         super().__init__()
         self.urls: list[str] = []
+        self.ids: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.urls += [value for name, value in attrs if name in ("src", "href") and value]
+        self.ids += [value for name, value in attrs if name == "id" and value]
 
 
 @pytest.mark.parametrize("name", PAGE_FILES)
@@ -82,6 +86,18 @@ def test_the_page_loads_nothing_from_outside_the_server():
     for name in PAGE_FILES:
         text = (static_dir() / name).read_text(encoding="utf-8")
         assert not re.search(r"https?://|url\(\s*['\"]?//", text), f"{name} refers outside the server"
+
+
+def test_every_element_the_scripts_look_up_is_in_the_page_once():
+    # A missing id makes dom.js hand out null, which fails only when that element is used
+    # (the pair picker, say, only on a server of several models).
+    page = _References()
+    page.feed((static_dir() / "index.html").read_text(encoding="utf-8"))
+    looked_up = LOOKUP.findall((static_dir() / "dom.js").read_text(encoding="utf-8"))
+    assert "pair-select" in looked_up and "swap-button" in looked_up
+    for element in looked_up:
+        assert page.ids.count(element) == 1, f"dom.js looks up #{element}: in index.html " \
+                                             f"{page.ids.count(element)} times"
 
 
 def test_the_page_loads_its_entry_module_as_a_module():

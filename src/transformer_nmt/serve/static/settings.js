@@ -1,15 +1,18 @@
 // The search options (beam, alpha, n-best, attention), the API key and the character
-// count: their defaults and limits come from GET /v1/model.
+// count: their defaults and limits come from GET /v1/models.
 
 import { els } from "./dom.js";
+import { languageName } from "./format.js";
 import { state } from "./state.js";
 
 const KEY_STORAGE = "transformer-nmt.api-key";
+const ATTENTION_TITLE = els.attentionField.title;
+let attentionWanted = els.wantAttention.checked; // the user's choice, kept while a pair disables it
 
-/** The server's defaults and limits, from its model description, into the fields. */
-export function applyServerSettings(model) {
-  const defaults = model.defaults || {};
-  const limits = model.limits || {};
+/** The server's defaults and limits, from its description, into the fields. */
+export function applyServerSettings(server) {
+  const defaults = server.defaults || {};
+  const limits = server.limits || {};
   if (defaults.beam) els.beam.value = defaults.beam;
   if (defaults.alpha != null) els.alpha.value = defaults.alpha;
   if (defaults.nbest) els.nbest.value = defaults.nbest;
@@ -18,12 +21,30 @@ export function applyServerSettings(model) {
   if (limits.max_alpha != null) els.alpha.max = limits.max_alpha;
   syncNbestLimit();
   updateCharCount();
-  if (model.api_key_required) showKeyField(false);
+  if (server.api_key_required) showKeyField(false);
+}
+
+export function rememberAttention() {
+  attentionWanted = els.wantAttention.checked;
+}
+
+/** The attention box for `pair`: the user's choice for a pair one model translates;
+ *  disabled, saying why, for a pair through a pivot, which the server refuses attention
+ *  (neither model's attention runs from the source to the translation). */
+export function syncAttention(pair) {
+  const pivot = pair && pair.pivot ? languageName(pair.pivot) : null;
+  els.wantAttention.disabled = Boolean(pivot);
+  els.wantAttention.checked = pivot ? false : attentionWanted;
+  els.attentionNote.hidden = !pivot;
+  els.attentionNote.textContent = pivot ? `not via ${pivot}` : "";
+  els.attentionField.title = pivot ? `No attention for a pair translated by two models ` +
+    `through ${pivot}: neither model's attention runs from the source to the translation` :
+    ATTENTION_TITLE;
 }
 
 /** N-best may not exceed the beam (nor the server's limit). */
 export function syncNbestLimit() {
-  const limits = (state.model && state.model.limits) || {};
+  const limits = (state.server && state.server.limits) || {};
   const beam = parseInt(els.beam.value, 10) || 1;
   const max = Math.max(1, Math.min(beam, limits.max_nbest || beam));
   els.nbest.max = max;
@@ -64,7 +85,7 @@ export function readOptions() {
 
 export function updateCharCount() {
   const n = els.source.value.length;
-  const max = state.model && state.model.limits && state.model.limits.max_characters;
+  const max = state.server && state.server.limits && state.server.limits.max_characters;
   els.charCount.textContent = max ? `${n.toLocaleString("en")} / ${max.toLocaleString("en")}` :
     `${n.toLocaleString("en")} characters`;
   els.charCount.classList.toggle("over-limit", Boolean(max && n > max));

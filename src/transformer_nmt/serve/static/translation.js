@@ -1,9 +1,11 @@
 // A translation on the page: the translated document in the output pane, the source's
 // words under the editor, and a card per sentence with its words, n-best list and
 // heatmaps. Every word is a span that knows its sentence and index, for highlighting.
+// Through a pivot, the sentences are the pivot language's, and the text in it is shown
+// under the translation.
 
 import { el, els } from "./dom.js";
-import { confidenceBand, confidenceTitle, formatScore } from "./format.js";
+import { confidenceBand, confidenceTitle, formatScore, languageName } from "./format.js";
 import { prepareSentence, renderAttentionControls } from "./attention.js";
 import { heatmapSection } from "./heatmap.js";
 import { state } from "./state.js";
@@ -78,10 +80,27 @@ function confidenceNote(data) {
   return reasons.length ? el("p", { class: "confidence-note", text: `Low confidence: ${reasons.join("; ")}` }) : "";
 }
 
-function renderSentences(sentences) {
-  const model = state.model || {};
-  const sourceTag = model.source_language || "src";
-  const targetTag = model.target_language || "tgt";
+/** The text in the pivot language a translation went through, quietly under it; the
+ *  first model's confidence in its title, since a poor first hop spoils the second. */
+function renderPivot(pivot) {
+  els.pivotText.hidden = !pivot;
+  if (!pivot) {
+    els.pivotText.replaceChildren();
+    return;
+  }
+  const name = languageName(pivot.language);
+  const confidence = typeof pivot.confidence === "number" ?
+    `; the first model's confidence in it: ${Math.round(pivot.confidence * 100)}%` : "";
+  els.pivotText.title = `The text in ${name}, which the second model translated${confidence}`;
+  els.pivotText.replaceChildren(el("span", { class: "via-label", text: `via ${name}: ` }),
+    el("span", { lang: pivot.language, text: pivot.text }),
+    pivot.withheld ? el("em", { text: " (a sentence was withheld)" }) : "");
+}
+
+/** The sentence cards; `pair` names their languages (a pivot's sentences are in it). */
+function renderSentences(sentences, pair) {
+  const sourceTag = (pair && (pair.pivot || pair.source)) || "src";
+  const targetTag = (pair && pair.target) || "tgt";
   els.sentences.replaceChildren(...sentences.map((sentence) => {
     const card = el("li", { class: "sentence", id: `sentence-${sentence.index}` });
     const words = (kind, list) => {
@@ -123,17 +142,24 @@ export function syncBackdropScroll() {
   els.backdrop.scrollLeft = els.source.scrollLeft;
 }
 
-/** The server's translation `doc` of `sourceText` (one element of its "translations"). */
-export function showResult(sourceText, doc) {
+/** The server's translation `doc` of `sourceText` (one element of its "translations")
+ *  along `pair` (null on a one-model server whose model records no languages). */
+export function showResult(sourceText, doc, pair) {
   const sentences = doc.sentences.map(prepareSentence);
-  state.result = { sourceText, doc, sentences };
+  state.result = { sourceText, doc, pair, sentences };
   state.lit = [];
   renderDocument(els.output, doc.text, sentences, "tw");
-  if (els.source.value === sourceText) renderDocument(els.backdrop, sourceText, sentences, "sw");
+  // Through a pivot the sentences' sources are the pivot's words, not the editor's.
+  if (els.source.value === sourceText && !doc.pivot) {
+    renderDocument(els.backdrop, sourceText, sentences, "sw");
+  } else {
+    els.backdrop.replaceChildren();
+  }
   syncBackdropScroll();
+  renderPivot(doc.pivot);
   els.copy.disabled = !doc.text;
   renderAttentionControls(sentences);
-  renderSentences(sentences);
+  renderSentences(sentences, pair);
   els.details.hidden = sentences.length === 0;
 }
 
@@ -143,6 +169,7 @@ export function clearResult() {
   els.output.replaceChildren(el("p", { class: "placeholder",
     text: "The translation appears here. Hover a word to see which source words it attends to." }));
   els.backdrop.replaceChildren();
+  renderPivot(null);
   els.details.hidden = true;
   els.copy.disabled = true;
 }
