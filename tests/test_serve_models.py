@@ -235,7 +235,10 @@ def test_the_slots_of_all_models_share_the_cores(models):
     with TestClient(make_app(model_paths([], [models]))) as client:
         first, second, _ = [model.service.batcher
                             for model in client.app.state.pool.loaded.values()]
-        assert first._threads() == decoding_threads(1, "cpu")
-        second._free_slots = []  # its one slot at work
-        assert first._threads() == decoding_threads(2, "cpu")
-        second._free_slots = [0]
+        try:
+            first._free_slots = []  # its one slot at work: it asks for its threads
+            assert first._threads() == decoding_threads(1, "cpu")
+            second._free_slots = []  # another model's slot at work beside it
+            assert first._threads() == decoding_threads(2, "cpu")
+        finally:  # free again, or stopping the server would wait for them
+            first._free_slots = second._free_slots = [0]
