@@ -242,3 +242,18 @@ def test_the_slots_of_all_models_share_the_cores(models):
             assert first._threads() == decoding_threads(2, "cpu")
         finally:  # free again, or stopping the server would wait for them
             first._free_slots = second._free_slots = [0]
+
+
+def test_libretranslates_client_works_unchanged_against_two_models_and_a_pivot(models):
+    from libretranslatepy import LibreTranslateAPI
+
+    with running_server(models / "de-en.pt", "--model", str(models / "en-fr.pt")) as (url, _):
+        client = LibreTranslateAPI(url)
+        assert client.languages() == [
+            {"code": "de", "name": "German", "targets": ["en", "fr"]},
+            {"code": "en", "name": "English", "targets": ["fr"]},
+            {"code": "fr", "name": "French", "targets": []}]
+        assert client.detect(GERMAN)[0]["language"] == "de"
+        through = client.translate(GERMAN, "de", "fr")
+        assert through == client.translate(client.translate(GERMAN, "de", "en"), "en", "fr")
+        assert client.translate(GERMAN, "auto", "fr") == through
