@@ -25,7 +25,9 @@ S seconds the parent stops the training process (SIGSTOP), times a fixed referen
 fp32 and one bf16 2048x256x1024 product, in turn, for 3 s on the same threads), and lets
 it go on (SIGCONT). Each stretch of training between two references gets its own rate,
 paused time left out, and that rate over the mean of the two references around it; the
-summary's "normalised_last_over_first" is what the machine's own drift cannot explain.
+summary's "normalised_last_over_first" is what the machine's own drift cannot explain, and
+"normalised_last_third_over_first_third" the same over the first and last thirds of the
+stretches, which single stretches' ±12% swings cannot move much.
 (The per-minute lines then count the pauses as training time.)
 
 --data is a prepared data directory (`nmt prepare --corpus bible --src en --tgt de --out
@@ -129,6 +131,16 @@ def stretch_rates(records: list[dict], stretches: list[tuple[float, float, float
     return rows
 
 
+def thirds_ratio(values: list[float]) -> float | None:
+    """The mean of the last third of `values` over the mean of the first: single minutes
+    swing by about 12% with the machine's own speed, thirds much less."""
+    third = len(values) // 3
+    if third == 0:
+        return None
+    first, last = values[:third], values[-third:]
+    return round((sum(last) / third) / (sum(first) / third), 3)
+
+
 def busy_loop(niceness: int) -> None:
     os.nice(niceness)
     while True:
@@ -197,7 +209,11 @@ def _train(data: Path, out: Path, precision: str, minutes: float, reference_ever
             print(json.dumps({"precision": precision, **row}), flush=True)
         if len(rows) >= 3:  # the last stretch is cut short by the end of the run: leave it out
             first, last = rows[0], rows[-2]
-            normalised = {"stretch_last_over_first": round(last["tgt_tok_s"] / first["tgt_tok_s"], 3),
+            full = rows[:-1]
+            normalised = {"normalised_last_third_over_first_third":
+                          thirds_ratio([row["normalised"] for row in full]),
+                          "stretch_last_third_over_first_third":
+                          thirds_ratio([row["tgt_tok_s"] for row in full]),"stretch_last_over_first": round(last["tgt_tok_s"] / first["tgt_tok_s"], 3),
                           "reference_last_over_first": round(last["reference_it_s"]
                                                              / first["reference_it_s"], 3),
                           "normalised_last_over_first": round(last["normalised"]
@@ -206,6 +222,7 @@ def _train(data: Path, out: Path, precision: str, minutes: float, reference_ever
             "first_minute_tgt_tok_s": round(rates[0]) if rates else None,
             "last_minute_tgt_tok_s": round(rates[-1]) if rates else None,
             "last_over_first": round(rates[-1] / rates[0], 3) if len(rates) >= 2 else None,
+            "last_third_over_first_third": thirds_ratio(rates),
             "peak_rss_mb": peak_rss, "minor_faults": faults,
             "cpu_flags": cpu_flags(), "machine": platform.processor() or platform.machine()}
 
