@@ -257,3 +257,15 @@ def test_libretranslates_client_works_unchanged_against_two_models_and_a_pivot(m
         through = client.translate(GERMAN, "de", "fr")
         assert through == client.translate(client.translate(GERMAN, "de", "en"), "en", "fr")
         assert client.translate(GERMAN, "auto", "fr") == through
+
+
+def test_the_models_loaded_at_start_are_read_once(models, monkeypatch):
+    from transformer_nmt.serve import models as pool_module
+
+    reads = []
+    read = pool_module.read_model_file
+    monkeypatch.setattr(pool_module, "read_model_file",
+                        lambda path: reads.append(Path(path).name) or read(path))
+    monkeypatch.setattr(pool_module, "load_for_inference", None)  # never read again
+    make_app(model_paths([], [models]), max_models_loaded=2)
+    assert reads == ["de-en.pt", "en-de.pt", "en-fr.pt"]

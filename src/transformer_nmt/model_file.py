@@ -204,7 +204,13 @@ class InferenceModel:
 
 def load_for_inference(path: str | Path, device: str | torch.device = "cpu") -> InferenceModel:
     """Read a model file and return the model (eval mode, on `device`) with its vocabulary."""
-    payload = read_model_file(path)
+    return inference_model_of(read_model_file(path), path, device)
+
+
+def inference_model_of(payload: dict[str, Any], path: str | Path,
+                       device: str | torch.device = "cpu") -> InferenceModel:
+    """The model of a payload `read_model_file` read from `path`, as load_for_inference
+    gives it."""
     model = build_model(payload, path).to(device).eval()
     vocab = Vocab.from_bytes(payload["vocab"])
     meta = {key: value for key, value in payload.items() if key not in ("model", "vocab")}

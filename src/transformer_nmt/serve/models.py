@@ -18,7 +18,8 @@ from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model_dir import is_model_dir
-from transformer_nmt.model_file import load_for_inference, model_languages, read_model_file
+from transformer_nmt.model_file import (inference_model_of, load_for_inference, model_languages,
+                                        read_model_file)
 from transformer_nmt.serve.batcher import Batcher
 from transformer_nmt.serve.metrics import ServerMetrics
 from transformer_nmt.serve.model_card import file_card, model_card
@@ -57,24 +58,28 @@ def model_paths(models: Sequence[str | Path], directories: Sequence[str | Path])
 
 @dataclass
 class Scanned:
-    """A model file read at start: its entry and its description."""
+    """A model file read at start: its entry and its description, and its contents where
+    it is loaded at start (read once, not twice)."""
 
     entry: ModelEntry
     card: dict[str, Any]
+    payload: dict[str, Any] | None = None
 
 
-def scan_models(paths: Sequence[Path]) -> list[Scanned]:
+def scan_models(paths: Sequence[Path], keep: int | None = None) -> list[Scanned]:
     """Each file read and checked (a one-line UserError naming the first that is not a
-    model) for its language pair and description, then let go: only the models in use
-    stay in memory. Refuses two models of one pair, and, among several, a model that
+    model) for its language pair and description; the first `keep` (None: all) keep what
+    was read, for ModelPool.load_at_start, and the others let it go: only the models in
+    use stay in memory. Refuses two models of one pair, and, among several, a model that
     records no languages (nothing would say where to send a request)."""
     scanned = []
-    for path in paths:
+    for number, path in enumerate(paths):
         payload = read_model_file(path)
         languages = model_languages(payload) or (None, None)
         meta = {key: value for key, value in payload.items() if key not in ("model", "vocab")}
         card = file_card(path, meta, len(Vocab.from_bytes(payload["vocab"])), None)
-        scanned.append(Scanned(ModelEntry(path, path.name, *languages), card))
+        kept = payload if keep is None or number < keep else None
+        scanned.append(Scanned(ModelEntry(path, path.name, *languages), card, kept))
         del payload
     if len(scanned) > 1:
         pairs: dict[tuple[str | None, str | None], Path] = {}
@@ -115,6 +120,8 @@ class ModelPool:
     def __init__(self, scanned: Sequence[Scanned], options: TranslatorOptions,
                  settings: ServeSettings, metrics: ServerMetrics) -> None:
         self.routes = PairRoutes([item.entry for item in scanned])
+        self._read = {item.entry.path: item.payload for item in scanned
+                      if item.payload is not None}
         self.cards = {item.entry.path: item.card for item in scanned}
         self.options, self.settings, self.metrics = options, settings, metrics
         self.loaded: dict[Path, LoadedModel] = {}
@@ -128,6 +135,7 @@ class ModelPool:
         wanted = self.routes.entries[: self.settings.max_models_loaded]
         for entry in wanted:
             self.loaded[entry.path] = self._load(entry)
+        self._read.clear()  # what was read for them and not used is let go
 
     @property
     def alive(self) -> bool:
@@ -197,7 +205,10 @@ class ModelPool:
 
     def _load(self, entry: ModelEntry) -> LoadedModel:
         """`entry`'s model in memory with its translator, batcher and service."""
-        inference_model = load_for_inference(entry.path, "cpu")
+        payload = self._read.pop(entry.path, None)
+        inference_model = (load_for_inference(entry.path, "cpu") if payload is None
+                           else inference_model_of(payload, entry.path, "cpu"))
+        del payload
         translator = Translator(inference_model, self.options)
         card = model_card(inference_model, translator.options.precision)
         self.cards[entry.path] = card

@@ -86,7 +86,8 @@ def build_app(models: str | Path | Sequence[str | Path], options: TranslatorOpti
     """The app serving the model files `models` and those in `directories` (UserError
     naming the first that is not a model, or two of one pair), the first ones loaded."""
     paths = model_paths([models] if isinstance(models, (str, Path)) else models, directories)
-    pool = ModelPool(scan_models(paths), options, settings, ServerMetrics())
+    pool = ModelPool(scan_models(paths, keep=settings.max_models_loaded), options, settings,
+                     ServerMetrics())
     pool.load_at_start()
     return create_app(pool)
 
