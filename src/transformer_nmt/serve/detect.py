@@ -41,8 +41,9 @@ class LanguageDetector:
     def detect(self, texts: Sequence[str],
                among: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """LibreTranslate's answer for `texts`: up to MOST_CANDIDATES served languages
-        (those of `among` only, when given), best first, each {"language": code, "confidence": percent}, the percent being the
-        classifier's probability of that language averaged over the texts.
+        (those of `among` only, when given), best first, each {"language": code,
+        "confidence": percent}, the percent being the classifier's probability of that
+        language averaged over the texts.
         DetectionUnavailable without py3langid. Call it off the event loop: the first
         call loads the classifier (about a second)."""
         languages = self.languages if among is None else tuple(

@@ -45,8 +45,9 @@ def model_card(inference_model: InferenceModel, precision: str | None) -> dict[s
 
 def file_card(path: Path, meta: dict[str, Any], vocabulary_size: int,
               precision: str | None) -> dict[str, Any]:
-    """The description of the model file at `path` from its stored fields (`meta`: all but
-    weights and vocabulary); `precision` None for a model not loaded yet."""
+    """The description of the model file at `path` from its stored fields (`meta`: the
+    file's payload, weights and vocabulary included or not); `precision` None for a model
+    not loaded yet."""
     architecture = config_from_dict(ModelConfig, meta["model_config"])
     languages = model_languages(meta) or (None, None)
     evaluation = recorded_bleu(path)

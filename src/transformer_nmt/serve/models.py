@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
-from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
@@ -76,8 +75,8 @@ def scan_models(paths: Sequence[Path], keep: int | None = None) -> list[Scanned]
     for number, path in enumerate(paths):
         payload = read_model_file(path)
         languages = model_languages(payload) or (None, None)
-        meta = {key: value for key, value in payload.items() if key not in ("model", "vocab")}
-        card = file_card(path, meta, len(Vocab.from_bytes(payload["vocab"])), None)
+        # read_model_file checked that the vocabulary has vocab_size pieces
+        card = file_card(path, payload, payload["vocab_size"], None)
         kept = payload if keep is None or number < keep else None
         scanned.append(Scanned(ModelEntry(path, path.name, *languages), card, kept))
         del payload
@@ -135,6 +134,7 @@ class ModelPool:
         wanted = self.routes.entries[: self.settings.max_models_loaded]
         for entry in wanted:
             self.loaded[entry.path] = self._load(entry)
+        self.metrics.models_loaded.set(len(self.loaded))
         self._read.clear()  # what was read for them and not used is let go
 
     @property
@@ -146,10 +146,6 @@ class ModelPool:
         """What /v1/models says of `entry`: its card, whether it is loaded, and (once it
         was) the precision it decodes in."""
         return {**self.cards[entry.path], "loaded": entry.path in self.loaded}
-
-    def busy_slots(self) -> int:
-        """Decoding slots at work across every model: they share the cores."""
-        return sum(model.service.batcher.busy_slots for model in self.loaded.values())
 
     def start(self) -> None:
         """Start the loaded models' batchers on the running event loop."""
@@ -199,6 +195,7 @@ class ModelPool:
                 if self._started:
                     model.service.batcher.start()
                 self.loaded[entry.path] = model
+                self.metrics.models_loaded.set(len(self.loaded))
                 logger.info("loaded %s (%s) in %.1f s", entry.name, entry.pair,
                             time.perf_counter() - started)
             return self.loaded[entry.path]
@@ -216,7 +213,6 @@ class ModelPool:
                           max_wait_s=self.settings.max_wait_ms / 1000,
                           max_queue=self.settings.max_queue, busy_elsewhere=self._busy_beside)
         service = TranslationService(translator, batcher, self.settings, card["source_language"])
-        self.metrics.models_loaded.set(len(self.loaded) + 1)
         self.metrics.model_loads.inc()
         return LoadedModel(service, card)
 

@@ -30,8 +30,8 @@ async def translate_through(first: TranslationService, second: TranslationServic
                             texts: list[str], search: Search, html: bool,
                             pivot: str) -> list[dict[str, Any]]:
     """Each text translated by `first` into `pivot`, then by `second` with `search`
-    (the first hop takes its beam and alpha, one best translation)."""
-    check_pivot_search(search, pivot)
+    (the first hop takes its beam and alpha, one best translation). The caller has
+    checked `search` with check_pivot_search, before loading the models."""
     first_search = Search(beam=search.beam, alpha=search.alpha,
                           alignments=search.alignments and not html)
     through = await first.translate_texts(texts, first_search, html)
