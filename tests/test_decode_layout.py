@@ -1,17 +1,22 @@
-"""Linear layers stored transposed for decoding on a CPU (decode/layout.py)."""
+"""Linear layers laid out for decoding on a CPU (decode/layout.py): stored transposed in
+float32, their rows padded to a few sizes in bf16."""
 
 from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from search_fixtures import random_sources, tiny_transformer
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.layout import TransposedLinear, transpose_linear_layers
+from transformer_nmt.decode.layout import (RowPaddedLinear, TransposedLinear, pad_linear_rows,
+                                           padded_rows, transpose_linear_layers)
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import beam_search, greedy_search
+from transformer_nmt.runtime import bf16_supported
 
 
 def test_transposed_linear_computes_what_linear_does():
@@ -50,3 +55,57 @@ def test_fp32_decoding_on_a_cpu_uses_the_transposed_layout():
     model = prepare_model(tiny_transformer(), "cpu", "fp32")
     assert not [m for m in model.modules() if type(m) is nn.Linear]
     assert isinstance(model.output_proj, TransposedLinear)
+
+
+def test_padded_rows_come_in_few_sizes_and_add_at_most_an_eighth():
+    sizes = {padded_rows(count, 16) for count in range(1, 4097)}
+    assert len(sizes) <= 48  # against 4096 unpadded
+    for count in range(1, 4097):
+        padded = padded_rows(count, 16)
+        assert padded % 16 == 0 and count <= padded
+        assert padded - count < max(16, count / 8)
+
+
+def test_row_padded_linear_computes_what_linear_does_on_the_same_weights():
+    torch.manual_seed(0)
+    for linear in (nn.Linear(12, 7), nn.Linear(12, 7, bias=False)):
+        padded = RowPaddedLinear(linear.weight, linear.bias, 16)
+        assert padded.weight is linear.weight and padded.bias is linear.bias
+        for x in (torch.randn(5, 12), torch.randn(3, 7, 12), torch.randn(33, 12)):
+            torch.testing.assert_close(padded(x), linear(x))
+
+
+def test_a_row_padded_model_decodes_as_the_original():
+    model = tiny_transformer().eval()
+    reference = copy.deepcopy(model)
+    pad_linear_rows(model, 16)
+    assert not [m for m in model.modules() if type(m) is nn.Linear]
+    # The projection tied to the target embedding multiplies by the embedding itself.
+    assert model.output_proj.weight is model.tgt_embed.weight
+    src = random_sources(6, model.vocab_size, seed=1)
+    for cfg in (DecodeConfig(beam=1), DecodeConfig(beam=3)):
+        ours = (greedy_search(model, src, cfg) if cfg.beam == 1
+                else [best[0] for best in beam_search(model, src, cfg)])
+        theirs = (greedy_search(reference, src, cfg) if cfg.beam == 1
+                  else [best[0] for best in beam_search(reference, src, cfg)])
+        assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+
+
+@pytest.mark.skipif(not bf16_supported(torch.device("cpu")), reason="no native bf16")
+def test_bf16_decoding_on_a_cpu_multiplies_a_few_row_counts_only(monkeypatch):
+    model = prepare_model(tiny_transformer(), "cpu", "bf16")
+    assert isinstance(model.output_proj, RowPaddedLinear)
+    rows_seen = set()
+    linear = F.linear
+
+    def counting(x, weight, bias=None):
+        rows_seen.add(x.reshape(-1, x.size(-1)).size(0))
+        return linear(x, weight, bias)
+
+    monkeypatch.setattr(F, "linear", counting)
+    for seed, count in enumerate((1, 2, 3, 5, 7, 11, 13)):
+        greedy_search(model, random_sources(count, model.vocab_size, seed=seed),
+                      DecodeConfig(beam=1))
+        beam_search(model, random_sources(count, model.vocab_size, seed=seed),
+                    DecodeConfig(beam=3))
+    assert rows_seen and all(rows == padded_rows(rows, 16) for rows in rows_seen)

@@ -49,3 +49,25 @@ def test_a_spare_taken_for_fewer_rows_gives_the_rest_back():
     assert taken.shape == (8, 8, 128, 64) and taken.data_ptr() == spare.data_ptr()
     assert before - resident_bytes() >= 0.9 * 24 * 256 * 2**10
     assert bool(taken.eq(1).all())
+
+
+def test_kept_apart_maps_large_blocks_apart_and_trims_the_heap_after_even_on_error(
+        monkeypatch):
+    calls = []
+
+    class RecordingLibc:
+        def mallopt(self, parameter, value):
+            calls.append(("mallopt", parameter, value))
+
+        def malloc_trim(self, pad):
+            calls.append(("malloc_trim", pad))
+
+    monkeypatch.setattr(memory, "_LIBC", RecordingLibc())
+    with pytest.raises(RuntimeError):
+        with memory.kept_apart():
+            assert calls == [("mallopt", memory._M_MMAP_THRESHOLD, 256 << 10)]
+            raise RuntimeError
+    # Afterwards the heap serves blocks up to glibc's largest threshold again, as
+    # keep_freed_memory set it, and hands its free pages back.
+    assert calls[1:] == [("mallopt", memory._M_MMAP_THRESHOLD, memory._MMAP_THRESHOLD_MAX),
+                         ("malloc_trim", 0)]

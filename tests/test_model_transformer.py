@@ -86,6 +86,22 @@ def test_explicit_attention_equals_fused_attention():
     assert weights[0, ..., 5:].abs().max() == 0
 
 
+def test_the_weights_path_multiplies_bf16_on_a_cpu_in_float32(monkeypatch):
+    # bf16 products on a CPU keep a compiled kernel per pair of lengths; this path serves
+    # whole sentences of every length, so it multiplies in float32 and answers in bf16.
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 7, 8), torch.randn(2, 4, 7, 6)
+    expected, expected_weights = scaled_dot_product_attention(q, k, v)
+    dtypes = []
+    matmul = torch.Tensor.__matmul__
+    monkeypatch.setattr(torch.Tensor, "__matmul__",
+                        lambda a, b: dtypes.append(a.dtype) or matmul(a, b))
+    out, weights = scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
+    assert dtypes == [torch.float32, torch.float32]
+    assert out.dtype == weights.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), expected, atol=0.05, rtol=0.05)
+    torch.testing.assert_close(weights.float(), expected_weights, atol=0.02, rtol=0.02)
+
+
 def test_weights_path_equals_fused_path_through_the_model():
     torch.manual_seed(0)
     model = Transformer(tiny_config(), VOCAB).eval()

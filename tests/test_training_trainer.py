@@ -2,6 +2,7 @@
 leave nothing behind (non-finite, out of GPU memory, fp16 overflow), bf16 and fp16 keep
 float32 weights, evaluation keeps the model's mode, and the trainer's state round-trips."""
 
+import contextlib
 import dataclasses
 import math
 import weakref
@@ -16,6 +17,7 @@ from transformer_nmt.data.binarize import load_split
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runtime import bf16_supported
 from transformer_nmt.training.distributed import init_distributed
+from transformer_nmt.training import trainer as trainer_module
 from transformer_nmt.training.trainer import Trainer
 
 
@@ -67,6 +69,28 @@ def test_bf16_step_keeps_float32_weights_and_optimizer(tiny_data):
     assert all(p.dtype == torch.float32 for p in trainer.raw_model.parameters())
     state = next(iter(trainer.optimizer.state.values()))
     assert state["exp_avg"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_bf16_steps_that_meet_new_row_counts_keep_their_blocks_apart(tiny_data, monkeypatch,
+                                                                      precision):
+    # Each new shape of a bf16 product compiles a kernel on a CPU (trainer.kept_apart);
+    # fp32 keeps nothing per shape.
+    data = load_split(tiny_data, "train")
+    first, same, other = batches(data, 0, 0, 3)
+    assert first.tgt_in.numel() != other.tgt_in.numel()
+    trainer = tiny_trainer(precision=precision)
+    apart_at = []
+
+    @contextlib.contextmanager
+    def recording():
+        apart_at.append(trainer.step)
+        yield
+
+    monkeypatch.setattr(trainer_module, "kept_apart", recording)
+    for batch in (first, same, other):
+        assert trainer.train_step([batch]).updated
+    assert apart_at == ([0, 2] if precision == "bf16" else [])
 
 
 @pytest.mark.parametrize("training", [True, False])

@@ -229,6 +229,13 @@ SHAPE_MULTIPLE = 8
 """Tokens each side of a training batch is padded to a multiple of where new shapes cost."""
 
 
+def compiles_per_shape(device: torch.device, precision: str) -> bool:
+    """Whether matrix products on `device` in `precision` compile and keep a kernel for
+    every new shape: bf16 on a CPU (oneDNN, about a megabyte kept per shape). fp32
+    products there (MKL) and GPUs keep no per-shape state."""
+    return device.type == "cpu" and precision == "bf16"
+
+
 def length_multiple(device: torch.device, precision: str) -> int:
     """What a training batch's sequence lengths are padded to a multiple of on `device` in
     `precision`: SHAPE_MULTIPLE for bf16 on a CPU, else 1.
@@ -240,7 +247,7 @@ def length_multiple(device: torch.device, precision: str) -> int:
     keeps its speed"). fp32 products (MKL) and GPUs keep no per-shape state, and the
     padding would only cost.
     """
-    return SHAPE_MULTIPLE if device.type == "cpu" and precision == "bf16" else 1
+    return SHAPE_MULTIPLE if compiles_per_shape(device, precision) else 1
 
 
 def validation_search_precision(device: torch.device, precision: str) -> str:

@@ -1,4 +1,5 @@
-"""Weights laid out for decoding on a CPU: every linear layer's matrix stored transposed.
+"""Linear layers laid out for decoding on a CPU: in float32 every matrix stored
+transposed; in bf16 every product's rows padded to a few sizes.
 
 nn.Linear keeps its weight as (out, in) and multiplies by its transpose. MKL's products
 of the few dozen rows a decoding step has run faster when the matrix is stored
@@ -10,6 +11,7 @@ in another order for some shapes.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_nmt.model.transformer import Transformer
@@ -53,4 +55,64 @@ def transpose_linear_layers(model: nn.Module) -> nn.Module:
     for transformer in [m for m in model.modules() if isinstance(m, Transformer)]:
         if transformer.output_proj is None:
             transformer.output_proj = TransposedLinear(transformer.tgt_embed.weight, None)
+    return model
+
+
+DECODE_ROW_MULTIPLE = 16
+"""What decoding's bf16 products on a CPU pad their rows to a multiple of, at least."""
+
+
+def padded_rows(count: int, multiple: int) -> int:
+    """`count` rounded up to a multiple of `multiple`, or of an eighth of the power of two
+    at or below `count` where that is larger: at most 8 sizes per doubling, at most 1/8
+    of the rows added."""
+    step = max(multiple, 1 << max(count.bit_length() - 4, 0))
+    return -(-count // step) * step
+
+
+class RowPaddedLinear(nn.Module):
+    """y = x W^T + b, as nn.Linear (sharing its weight and bias), computed on the rows of x
+    padded with zeros to `padded_rows(rows, multiple)`.
+
+    A bf16 product on a CPU goes to oneDNN, which compiles a kernel for every new number
+    of rows and keeps it (half a megabyte or more) for the rest of the process; a decoding
+    step's rows change with every sentence that finishes or joins, so a long run met
+    hundreds of sizes and its memory grew with them. Padded, a run meets a few dozen; the
+    extra rows cost little where a step's few rows leave the product bound by reading
+    the weights (bench/RESULTS.md, "bf16 decoding's kernels").
+    """
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, multiple: int) -> None:
+        """weight (out, in) and bias (out,) or None, shared as they are."""
+        super().__init__()
+        self.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(
+            weight, requires_grad=False)
+        self.bias = bias
+        self.multiple = multiple
+        self.out_features, self.in_features = self.weight.shape
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., in) -> (..., out)."""
+        rows = x.reshape(-1, self.in_features)  # (positions, in)
+        count = rows.size(0)
+        padding = padded_rows(count, self.multiple) - count
+        if padding:
+            rows = F.pad(rows, (0, 0, 0, padding))  # (positions + padding, in)
+        out = F.linear(rows, self.weight, self.bias)[:count]  # (positions, out)
+        return out.view(*x.shape[:-1], self.out_features)  # (..., out)
+
+
+def pad_linear_rows(model: nn.Module, multiple: int) -> nn.Module:
+    """`model` with every nn.Linear replaced, in place, by a RowPaddedLinear of the same
+    weights, and each Transformer's pre-softmax projection tied to its target embedding
+    given one over the embedding's matrix (shared, not copied). For decoding in bf16 on
+    a CPU."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, RowPaddedLinear(child.weight, child.bias, multiple))
+    for transformer in [m for m in model.modules() if isinstance(m, Transformer)]:
+        if transformer.output_proj is None:
+            transformer.output_proj = RowPaddedLinear(transformer.tgt_embed.weight, None,
+                                                      multiple)
     return model

@@ -10,16 +10,18 @@ import warnings
 import torch
 from torch import nn
 
-from transformer_nmt.decode.layout import transpose_linear_layers
+from transformer_nmt.decode.layout import (DECODE_ROW_MULTIPLE, pad_linear_rows,
+                                          transpose_linear_layers)
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model.transformer import Transformer
-from transformer_nmt.runtime import bf16_supported, resolve_runtime
+from transformer_nmt.runtime import bf16_supported, compiles_per_shape, resolve_runtime
 
 
 def prepare_model(model: nn.Module, device: str | torch.device | None, precision: str
                   ) -> nn.Module:
     """`model` made ready to decode on `device` in `precision`, in eval mode, in place
     (so that two copies never need memory at once; pass a copy to keep the original).
+    On a CPU, bf16 products' rows are padded to a few sizes (layout.pad_linear_rows).
 
     fp32 on a CPU stores every linear layer's matrix transposed, which MKL multiplies
     faster at decoding's few rows (transformer_nmt.decode.layout). bf16 converts the
@@ -41,7 +43,10 @@ def prepare_model(model: nn.Module, device: str | torch.device | None, precision
             release_free_memory()
         return model
     if precision == "bf16":
-        return model.to(device=device, dtype=torch.bfloat16).eval()
+        model = model.to(device=device, dtype=torch.bfloat16).eval()
+        if compiles_per_shape(device, precision):
+            pad_linear_rows(model, DECODE_ROW_MULTIPLE)
+        return model
     qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
     with warnings.catch_warnings():
         # torch.ao.quantization is deprecated in favour of the separate torchao package,

@@ -29,6 +29,13 @@ def scaled_dot_product_attention(
     v: (batch, heads, src_len, d_v); mask: broadcastable to (batch, heads, tgt_len, src_len),
     True where attention is allowed. Illegal connections are set to -inf before the softmax.
     """
+    if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+        # A bf16 product on a CPU compiles and keeps a oneDNN kernel for every new pair of
+        # lengths, and this path serves whole sentences of every length (the weights of
+        # confidence and attention maps): in float32, MKL keeps nothing per shape.
+        output, weights = scaled_dot_product_attention(q.float(), k.float(), v.float(), mask,
+                                                       dropout)
+        return output.to(q.dtype), weights.to(q.dtype)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (batch, heads, tgt_len, src_len)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))

@@ -27,9 +27,10 @@ from torch.nn.parallel import DistributedDataParallel
 from transformer_nmt.config import TrainConfig
 from transformer_nmt.data.collate import Batch
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID
-from transformer_nmt.memory import keep_freed_memory
+from transformer_nmt.memory import keep_freed_memory, kept_apart
 from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.runtime import compiles_per_shape
 from transformer_nmt.training.distributed import Distributed
 from transformer_nmt.training.loss import perplexity, projected_label_smoothed_nll
 from transformer_nmt.training.precision import attention_kernels, autocast
@@ -72,6 +73,10 @@ class Trainer:
         self.raw_model = model.to(self.device)
         if self.device.type == "cpu":
             keep_freed_memory()
+        self._rows_seen: set[int] | None = (
+            set() if compiles_per_shape(self.device, precision) else None)
+        """Where products compile a kernel per shape, the row counts (batch x length) of
+        the batch sides trained on so far."""
         self.schedule = InverseSqrtSchedule(model.cfg.d_model, cfg.warmup_steps, cfg.lr_scale,
                                             cfg.lr_peak)
         # Fused Adam: one kernel over all parameters; on the CPU it is several times as fast
@@ -126,7 +131,8 @@ class Trainer:
         take one optimizer step, unless the loss or gradient is not finite or a batch ran
         out of GPU memory; then the update is skipped and the reason returned."""
         self.raw_model.train()
-        sums = self._accumulate(batches)
+        with kept_apart() if self._new_shapes(batches) else contextlib.nullcontext():
+            sums = self._accumulate(batches)
         loss_sum, nll_sum, tgt, src, sents, flops, ooms = \
             self.context.all_reduce_sum(sums).tolist()
         result = StepResult(loss_sum, nll_sum, int(tgt), int(src), int(sents), flops,
@@ -142,6 +148,17 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self._count(result)
         return result
+
+    def _new_shapes(self, batches: list[Batch | None]) -> bool:
+        """Whether `batches` have a side whose row count (batch x length, the rows of its
+        products) no step has met, where that compiles new kernels; it is then met."""
+        if self._rows_seen is None:
+            return False
+        rows = {side.numel() for batch in batches if batch is not None
+                for side in (batch.src, batch.tgt_in)}
+        new = rows - self._rows_seen
+        self._rows_seen |= new
+        return bool(new)
 
     def _accumulate(self, batches: list[Batch | None]) -> torch.Tensor:
         """Backpropagate every batch of a step; return this process's sums (loss, nll,
