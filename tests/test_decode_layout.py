@@ -12,8 +12,9 @@ from torch import nn
 
 from search_fixtures import random_sources, tiny_transformer
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.layout import (RowPaddedLinear, TransposedLinear, pad_linear_rows,
-                                           padded_rows, transpose_linear_layers)
+from transformer_nmt.decode.layout import (DECODE_ROW_MULTIPLE, RowPaddedLinear,
+                                           TransposedLinear, pad_linear_rows, padded_rows,
+                                           transpose_linear_layers)
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import beam_search, greedy_search
 from transformer_nmt.runtime import bf16_supported
@@ -108,4 +109,5 @@ def test_bf16_decoding_on_a_cpu_multiplies_a_few_row_counts_only(monkeypatch):
                       DecodeConfig(beam=1))
         beam_search(model, random_sources(count, model.vocab_size, seed=seed),
                     DecodeConfig(beam=3))
-    assert rows_seen and all(rows == padded_rows(rows, 16) for rows in rows_seen)
+    assert rows_seen and all(rows == padded_rows(rows, DECODE_ROW_MULTIPLE)
+                             for rows in rows_seen)
