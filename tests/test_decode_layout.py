@@ -20,6 +20,13 @@ from transformer_nmt.decode.search import beam_search, greedy_search
 from transformer_nmt.runtime import bf16_supported
 
 
+def best_hypotheses(model, src, cfg):
+    """Each source's best hypothesis: greedy for beam 1, else beam search's first."""
+    if cfg.beam == 1:
+        return greedy_search(model, src, cfg)
+    return [best[0] for best in beam_search(model, src, cfg)]
+
+
 def test_transposed_linear_computes_what_linear_does():
     torch.manual_seed(0)
     for linear in (nn.Linear(12, 7), nn.Linear(12, 7, bias=False)):
@@ -43,10 +50,7 @@ def test_a_transposed_model_decodes_as_the_original():
     with torch.inference_mode():
         torch.testing.assert_close(model(src, tgt), reference(src, tgt))
     for cfg in (DecodeConfig(beam=1), DecodeConfig(beam=3)):
-        ours = (greedy_search(model, src, cfg) if cfg.beam == 1
-                else [best[0] for best in beam_search(model, src, cfg)])
-        theirs = (greedy_search(reference, src, cfg) if cfg.beam == 1
-                  else [best[0] for best in beam_search(reference, src, cfg)])
+        ours, theirs = best_hypotheses(model, src, cfg), best_hypotheses(reference, src, cfg)
         assert [h.tokens for h in ours] == [h.tokens for h in theirs]
         for a, b in zip(ours, theirs):
             assert abs(a.score - b.score) < 1e-4
@@ -85,10 +89,7 @@ def test_a_row_padded_model_decodes_as_the_original():
     assert model.output_proj.weight is model.tgt_embed.weight
     src = random_sources(6, model.vocab_size, seed=1)
     for cfg in (DecodeConfig(beam=1), DecodeConfig(beam=3)):
-        ours = (greedy_search(model, src, cfg) if cfg.beam == 1
-                else [best[0] for best in beam_search(model, src, cfg)])
-        theirs = (greedy_search(reference, src, cfg) if cfg.beam == 1
-                  else [best[0] for best in beam_search(reference, src, cfg)])
+        ours, theirs = best_hypotheses(model, src, cfg), best_hypotheses(reference, src, cfg)
         assert [h.tokens for h in ours] == [h.tokens for h in theirs]
 
 

@@ -10,6 +10,8 @@ in another order for some shapes.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -48,13 +50,21 @@ def transpose_linear_layers(model: nn.Module) -> nn.Module:
     copy of its own (the embedding keeps its rows for looking tokens up: V × d_model more
     floats). For decoding on a CPU in float32.
     """
+    return _replace_linear_layers(model, TransposedLinear)
+
+
+def _replace_linear_layers(model: nn.Module,
+                           make: Callable[[Tensor, Tensor | None], nn.Module]) -> nn.Module:
+    """`model` with every nn.Linear replaced, in place, by make(weight, bias), and each
+    Transformer's pre-softmax projection tied to its target embedding given
+    make(embedding matrix, None)."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                setattr(parent, name, TransposedLinear(child.weight, child.bias))
+                setattr(parent, name, make(child.weight, child.bias))
     for transformer in [m for m in model.modules() if isinstance(m, Transformer)]:
         if transformer.output_proj is None:
-            transformer.output_proj = TransposedLinear(transformer.tgt_embed.weight, None)
+            transformer.output_proj = make(transformer.tgt_embed.weight, None)
     return model
 
 
@@ -87,9 +97,7 @@ class RowPaddedLinear(nn.Module):
     def __init__(self, weight: Tensor, bias: Tensor | None, multiple: int) -> None:
         """weight (out, in) and bias (out,) or None, shared as they are."""
         super().__init__()
-        self.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(
-            weight, requires_grad=False)
-        self.bias = bias
+        self.weight, self.bias = weight, bias
         self.multiple = multiple
         self.out_features, self.in_features = self.weight.shape
 
@@ -109,12 +117,5 @@ def pad_linear_rows(model: nn.Module, multiple: int) -> nn.Module:
     weights, and each Transformer's pre-softmax projection tied to its target embedding
     given one over the embedding's matrix (shared, not copied). For decoding in bf16 on
     a CPU."""
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear:
-                setattr(parent, name, RowPaddedLinear(child.weight, child.bias, multiple))
-    for transformer in [m for m in model.modules() if isinstance(m, Transformer)]:
-        if transformer.output_proj is None:
-            transformer.output_proj = RowPaddedLinear(transformer.tgt_embed.weight, None,
-                                                      multiple)
-    return model
+    return _replace_linear_layers(
+        model, lambda weight, bias: RowPaddedLinear(weight, bias, multiple))
