@@ -10,7 +10,7 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.runtime import (SHAPE_MULTIPLE, MatmulRates, bf16_supported,
                                      cached_matmul_rates, length_multiple, resolve_device,
                                      resolve_precision, resolve_runtime,
-                                     validation_search_precision)
+                                     validation_precision)
 
 CPU = torch.device("cpu")
 NATIVE_BF16 = bf16_supported(CPU)
@@ -144,7 +144,7 @@ def test_batch_lengths_are_padded_to_a_multiple_only_for_bf16_on_a_cpu():
     assert length_multiple(torch.device("cuda"), "fp16") == 1
 
 
-def test_validation_searches_run_in_fp32_on_a_cpu_and_in_the_training_precision_on_a_gpu():
-    assert validation_search_precision(CPU, "bf16") == "fp32"
-    assert validation_search_precision(CPU, "fp32") == "fp32"
-    assert validation_search_precision(torch.device("cuda"), "bf16") == "bf16"
+def test_validation_runs_in_fp32_on_a_cpu_and_in_the_training_precision_on_a_gpu():
+    assert validation_precision(CPU, "bf16") == "fp32"
+    assert validation_precision(CPU, "fp32") == "fp32"
+    assert validation_precision(torch.device("cuda"), "bf16") == "bf16"

@@ -12,6 +12,7 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import read_model_file
 from transformer_nmt.training import metrics as metrics_module
+from transformer_nmt.training import session as session_module
 from transformer_nmt.training import trainer as trainer_module
 from transformer_nmt.training.checkpoint import LAST, numbered_checkpoints
 from transformer_nmt.training.session import train
@@ -114,6 +115,27 @@ def test_validation_bleu_hook_and_greedy_default(tiny_data, tmp_path):
     assert 0 <= record["bleu"] <= 100 and 0 <= record["chrf"] <= 100
 
 
+def test_the_validation_loss_runs_in_the_validation_precision(tiny_data, tmp_path,
+                                                            monkeypatch):
+    # runtime.validation_precision decides (fp32 on a CPU); a fake rule naming another
+    # precision than the training's shows the session follows it.
+    asked, used = [], []
+    real_evaluate = trainer_module.Trainer.evaluate
+
+    def rule(device, precision):
+        asked.append((device.type, precision))
+        return "bf16"
+
+    def recording(self, batches, precision=None):
+        used.append(precision)
+        return real_evaluate(self, batches, precision)
+
+    monkeypatch.setattr(session_module, "validation_precision", rule)
+    monkeypatch.setattr(trainer_module.Trainer, "evaluate", recording)
+    run(tiny_data, tmp_path / "run", max_steps=2, valid_every=1)
+    assert used == ["bf16", "bf16"] and ("cpu", "fp32") in asked
+
+
 def test_mfu_recovers_from_a_peak_measured_while_the_cpu_was_busy(tiny_data, tmp_path,
                                                                   monkeypatch):
     # The first measurement is far too low (as when another process held the cores); the
@@ -190,8 +212,6 @@ def test_batches_are_padded_to_the_length_multiple_the_runtime_asks_for(tiny_dat
                                                                       monkeypatch):
     # bf16 on a CPU asks for multiples of 8 (runtime.length_multiple); faked here for fp32
     # so that any CPU runs the test.
-    from transformer_nmt.training import session as session_module
-
     monkeypatch.setattr(session_module, "length_multiple", lambda device, precision: 8)
     shapes = []
     real_step = trainer_module.Trainer.train_step

@@ -103,6 +103,17 @@ def test_evaluation_leaves_the_models_mode_as_it_found_it(tiny_data, training):
     assert all(module.training == training for module in trainer.raw_model.modules())
 
 
+def test_evaluation_runs_in_the_precision_it_is_given(tiny_data):
+    # Validation on a CPU runs in fp32 whatever the training's precision
+    # (runtime.validation_precision): a bf16 trainer evaluates in fp32 when asked.
+    batch = collate(load_split(tiny_data, "valid"), [0, 1, 2])
+    trainer = tiny_trainer(precision="bf16")
+    own, asked = trainer.evaluate([batch]), trainer.evaluate([batch], "fp32")
+    trainer.precision = "fp32"
+    assert asked == trainer.evaluate([batch])
+    assert own["nll"] != asked["nll"]
+
+
 def snapshot(trainer):
     return [p.detach().clone() for p in trainer.parameters]
 

@@ -250,15 +250,18 @@ def length_multiple(device: torch.device, precision: str) -> int:
     return SHAPE_MULTIPLE if compiles_per_shape(device, precision) else 1
 
 
-def validation_search_precision(device: torch.device, precision: str) -> str:
-    """The precision of the searches that score a training run's validation translations:
-    fp32 on a CPU, else the training's own.
+def validation_precision(device: torch.device, precision: str) -> str:
+    """The precision of a training run's validation, its loss and the searches that score
+    its translations: fp32 on a CPU, else the training's own.
 
-    Under bf16 autocast on a CPU every decoding step's products have a new number of rows
-    as sentences finish, and oneDNN compiled and kept a kernel for each (about 400 over a
-    few validations of the quickstart, on top of training's own); fp32 decoded the same
-    split faster (2.1 s against 2.4 s) to within 0.1 BLEU (bench/RESULTS.md, "Training
-    that keeps its speed").
+    On a CPU, bf16 products compile and keep a kernel for every new shape. The validation
+    loss's batches met about a hundred shapes that training had not (on top of
+    training's own 250: 60-90 MiB more resident memory after the quickstart's first
+    validation), and under autocast every decoding step's products have a new number of
+    rows as sentences finish (about 400 kernels over a few validations). fp32 keeps
+    nothing per shape, decoded the quickstart's validation split faster (2.1 s against
+    2.4 s) to within 0.1 BLEU, and its loss is the more exact (bench/RESULTS.md, "Training
+    that keeps its speed" and "Validation in float32").
     """
     return "fp32" if device.type == "cpu" else precision
 

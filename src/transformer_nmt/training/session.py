@@ -29,7 +29,7 @@ from transformer_nmt.files import atomic_link
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, save_model_file
 from transformer_nmt.runtime import (length_multiple, resolve_precision,
-                                     validation_search_precision)
+                                     validation_precision)
 from transformer_nmt.training.batch_size import describe_batch, plan_batch
 from transformer_nmt.training.cadence import Cadence
 from transformer_nmt.training.checkpoint import (BEST, check_resumable, read_newest_checkpoint,
@@ -158,7 +158,7 @@ class _Session:
         cfg = self.cfg
         if not cfg.valid_bleu and cfg.valid_metric == "loss":
             return None
-        precision = validation_search_precision(self.context.device, self.precision)
+        precision = validation_precision(self.context.device, self.precision)
         return given or (lambda model: translation_scores(
             model, self.valid_data, self.vocab, self.batch.per_batch_tokens,
             self.context.device, precision, cfg.valid_beam, cfg.valid_sentences))
@@ -340,7 +340,8 @@ class _Session:
         cfg, progress, step = self.cfg, self.progress, self.trainer.step
         result = self.trainer.evaluate(validation_batches(
             self.valid_data, self.batch.per_batch_tokens, self.plan.model.max_positions,
-            seed=cfg.seed, rank=self.context.rank, world_size=self.context.world_size))
+            seed=cfg.seed, rank=self.context.rank, world_size=self.context.world_size),
+            validation_precision(self.context.device, self.precision))
         scores: dict[str, float] = {}
         if self.valid_scores is not None:
             scores = self.valid_scores(self.trainer.raw_model) if self.main else None

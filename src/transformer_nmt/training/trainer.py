@@ -244,9 +244,12 @@ class Trainer:
             result.updated = True
 
     @torch.no_grad()
-    def evaluate(self, batches: Iterable[Batch | None]) -> dict[str, float]:
-        """Loss, NLL and perplexity per target token over `batches` and every process;
-        the model's training mode is left as it was found."""
+    def evaluate(self, batches: Iterable[Batch | None], precision: str | None = None
+                 ) -> dict[str, float]:
+        """Loss, NLL and perplexity per target token over `batches` and every process, in
+        `precision` (None: the training's); the model's training mode is left as it was
+        found."""
+        precision = precision or self.precision
         was_training = self.raw_model.training
         model = self.raw_model.eval()
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss, nll, tokens
@@ -255,8 +258,8 @@ class Trainer:
                 continue
             batch = batch.to(self.device)
             length = max(batch.src.size(1), batch.tgt_in.size(1))
-            with autocast(self.device, self.precision), \
-                    attention_kernels(self.device, self.precision, length):
+            with autocast(self.device, precision), \
+                    attention_kernels(self.device, precision, length):
                 states = model(batch.src, batch.tgt_in, project=False)  # (batch, tgt_len, d_model)
                 loss, nll = projected_label_smoothed_nll(
                     states, model.projection_weight, batch.tgt_out, self.cfg.label_smoothing,
