@@ -255,13 +255,12 @@ def validation_precision(device: torch.device, precision: str) -> str:
     its translations: fp32 on a CPU, else the training's own.
 
     On a CPU, bf16 products compile and keep a kernel for every new shape. The validation
-    loss's batches met about a hundred shapes that training had not (on top of
-    training's own 250: 60-90 MiB more resident memory after the quickstart's first
-    validation), and under autocast every decoding step's products have a new number of
-    rows as sentences finish (about 400 kernels over a few validations). fp32 keeps
+    loss's batches met about a hundred shapes that training had not (on top of training's
+    own few hundred), and under autocast every decoding step's products have a new number
+    of rows as sentences finish (about 400 kernels over a few validations). fp32 keeps
     nothing per shape, decoded the quickstart's validation split faster (2.1 s against
     2.4 s) to within 0.1 BLEU, and its loss is the more exact (bench/RESULTS.md, "Training
-    that keeps its speed" and "Validation in float32").
+    that keeps its speed" and "Validation's memory in a bf16 run").
     """
     return "fp32" if device.type == "cpu" else precision
 
