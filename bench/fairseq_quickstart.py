@@ -25,7 +25,8 @@ It prints one JSON line. Nothing else may run on the machine meanwhile: the budg
 fairseq 0.12.2 predates Python 3.11, which refuses a dataclass field whose default is an
 instance of another (non-frozen) dataclass, as fairseq's and Hydra 1.0's configurations
 have; the installation rewrites those defaults as `field(default_factory=...)`, which
-means the same. Its C++ extensions (edit distances for non-autoregressive models, BLEU
+means the same (and fairseq's registration of its configuration groups to read them), and
+turns off its fast inference path, written for PyTorch 1.12-1.13's fused encoder layer. Its C++ extensions (edit distances for non-autoregressive models, BLEU
 in C) are not built: translation does not use them. Its checkpoints hold Python objects,
 which PyTorch 2.6 and later load only with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1; it is set
 for fairseq's processes.
@@ -58,14 +59,15 @@ REQUIREMENTS = [
     "pip<24.1",  # omegaconf 2.0.6's metadata ("PyYAML (>=5.1.*)") is refused by later pips
 ]
 DEPENDENCIES = [
-    f"torch=={torch.__version__.split('+')[0]}", "numpy<1.24", "cython<3", "setuptools<70",
+    f"torch=={torch.__version__.split('+')[0]}", "numpy<1.24", "cython<3", "setuptools",
     "wheel", "cffi", "regex", "tqdm", "bitarray", "sacrebleu", "hydra-core==1.0.7",
     "omegaconf==2.0.6",
 ]
 """fairseq 0.12.2's requirements without torchaudio (speech only, imported lazily; its
 releases pin a torch of their own), and what building it from source needs."""
 
-DATACLASS_FILES = ("fairseq/dataclass/configs.py", "fairseq/models/transformer/transformer_config.py")
+DATACLASS_FILES = ("fairseq/dataclass/configs.py",
+                   "fairseq/models/transformer/transformer_config.py", "hydra/conf/__init__.py")
 INSTANCE_DEFAULT = re.compile(r"^(\s+\w+: [^=\n]+?) = ([A-Z]\w*)\(\)\s*$", re.MULTILINE)
 FIELD_INSTANCE_DEFAULT = re.compile(r"field\(default=([A-Z]\w*)\(\)")
 
@@ -113,12 +115,28 @@ def install(work: Path, python: str) -> Path:
     setup.write_text(setup.read_text(encoding="utf-8").replace(
         "from torch.utils import cpp_extension", "raise ImportError  # no C++ extensions"),
         encoding="utf-8")
-    for name in DATACLASS_FILES:
-        default_factories(tree / name)
     run(pip + ["--no-build-isolation", "--no-deps", str(tree)], "building fairseq")
-    site = run([str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-               "finding fairseq's site-packages").stdout.strip()
-    default_factories(Path(site) / "hydra" / "conf" / "__init__.py")
+    site = Path(run([str(bin_dir / "python"), "-c",
+                     "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                    "finding fairseq's site-packages").stdout.strip())
+    for name in DATACLASS_FILES:
+        default_factories(site / name)
+    # hydra_init registers each configuration group by its field's default, which a
+    # default factory leaves MISSING: the factory's product is the same default.
+    initialize = site / "fairseq" / "dataclass" / "initialize.py"
+    initialize.write_text("from dataclasses import MISSING\n" + initialize.read_text(
+        encoding="utf-8").replace(
+        "v = FairseqConfig.__dataclass_fields__[k].default",
+        "v = FairseqConfig.__dataclass_fields__[k]\n"
+        "        v = v.default if v.default_factory is MISSING else v.default_factory()"),
+        encoding="utf-8")
+    # Its fast inference path calls torch._transformer_encoder_layer_fwd as PyTorch
+    # 1.12-1.13 defined it; later versions ask for a mask type it does not pass.
+    for name in ("fairseq/modules/transformer_layer.py",
+                 "fairseq/models/transformer/transformer_encoder.py"):
+        path = site / name
+        path.write_text(path.read_text(encoding="utf-8").replace(
+            "BT_version = True", "BT_version = False"), encoding="utf-8")
     return bin_dir
 
 
