@@ -229,9 +229,9 @@ def main() -> None:
     started = time.monotonic()
     bin_dir = install(args.work, args.python)
     installed = time.monotonic() - started
-    text = pieces(args.data, args.work, languages)
     binarized = args.work / "binarized"
-    if not (binarized / "train.bin").exists() and not any(binarized.glob("train.*.bin")):
+    if not any(binarized.glob("train.*.bin")):  # a rerun in the same --work reuses them
+        text = pieces(args.data, args.work, languages)
         run([str(bin_dir / "fairseq-preprocess"), "--source-lang", languages[0],
              "--target-lang", languages[1], "--trainpref", str(text / "train"),
              "--validpref", str(text / "valid"), "--testpref", str(text / "test"),

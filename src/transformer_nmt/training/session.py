@@ -75,6 +75,7 @@ class _Session:
             model.load_state_dict(self._read_init_weights()["model"])
         self.trainer = Trainer(model, self.cfg, context, self.precision, self.cfg.compile)
         self.length_multiple = length_multiple(context.device, self.precision)
+        self.valid_precision = validation_precision(context.device, self.precision)
         self.sampler = TokenBatchSampler(
             self.train_data.src_lengths, self.train_data.tgt_lengths,
             self.batch.per_batch_tokens, seed=self.cfg.seed, rank=context.rank,
@@ -158,10 +159,9 @@ class _Session:
         cfg = self.cfg
         if not cfg.valid_bleu and cfg.valid_metric == "loss":
             return None
-        precision = validation_precision(self.context.device, self.precision)
         return given or (lambda model: translation_scores(
             model, self.valid_data, self.vocab, self.batch.per_batch_tokens,
-            self.context.device, precision, cfg.valid_beam, cfg.valid_sentences))
+            self.context.device, self.valid_precision, cfg.valid_beam, cfg.valid_sentences))
 
     @property
     def epoch(self) -> float:
@@ -341,7 +341,7 @@ class _Session:
         result = self.trainer.evaluate(validation_batches(
             self.valid_data, self.batch.per_batch_tokens, self.plan.model.max_positions,
             seed=cfg.seed, rank=self.context.rank, world_size=self.context.world_size),
-            validation_precision(self.context.device, self.precision))
+            self.valid_precision)
         scores: dict[str, float] = {}
         if self.valid_scores is not None:
             scores = self.valid_scores(self.trainer.raw_model) if self.main else None
