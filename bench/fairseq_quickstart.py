@@ -35,11 +35,13 @@ for fairseq's processes.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -230,17 +232,25 @@ def main() -> None:
     bin_dir = install(args.work, args.python)
     installed = time.monotonic() - started
     binarized = args.work / "binarized"
-    if not any(binarized.glob("train.*.bin")):  # a rerun in the same --work reuses them
+    # A rerun in the same --work reuses the binarized splits of the same prepared data.
+    stamp = binarized / "prepared-from.txt"
+    vocabulary = hashlib.sha256((args.data / SPM_MODEL).read_bytes()).hexdigest()
+    source = f"{args.data.resolve()} {vocabulary}"
+    if not any(binarized.glob("train.*.bin")) or not stamp.exists() or stamp.read_text() != source:
+        shutil.rmtree(binarized, ignore_errors=True)
         text = pieces(args.data, args.work, languages)
         run([str(bin_dir / "fairseq-preprocess"), "--source-lang", languages[0],
              "--target-lang", languages[1], "--trainpref", str(text / "train"),
              "--validpref", str(text / "valid"), "--testpref", str(text / "test"),
              "--destdir", str(binarized), "--joined-dictionary", "--workers", "2"],
             "fairseq-preprocess")
+        stamp.write_text(source)
 
     environment = dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
     settings = recipe(args.minutes)
     checkpoints = args.work / "checkpoints"
+    # fairseq-train resumes from a checkpoint_last.pt it finds: every run starts afresh.
+    shutil.rmtree(checkpoints, ignore_errors=True)
     command = train_command(bin_dir, binarized, checkpoints, settings, args.minutes,
                             args.save_every, max(args.average_last, 5))
     started = time.monotonic()
