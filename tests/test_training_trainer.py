@@ -93,6 +93,36 @@ def test_bf16_steps_that_meet_new_row_counts_keep_their_blocks_apart(tiny_data, 
     assert apart_at == ([0, 2] if precision == "bf16" else [])
 
 
+def test_a_bf16_step_of_known_row_counts_but_new_lengths_keeps_its_blocks_apart(tiny_data,
+                                                                              monkeypatch):
+    # Attention's products are per sentence: 2 sentences of twice the length have the
+    # linear layers' row counts of 4 sentences, and new attention shapes all the same.
+    data = load_split(tiny_data, "train")
+    four = collate(data, [0, 1, 2, 3])
+    trainer = tiny_trainer(precision="bf16")
+    pad = trainer.raw_model.pad_id
+
+    def widened(tensor):  # rows 0-1 of `tensor`, padded to twice its length
+        return torch.nn.functional.pad(tensor[:2], (0, tensor.size(1)), value=pad)
+
+    two = dataclasses.replace(four, src=widened(four.src), tgt_in=widened(four.tgt_in),
+                              tgt_out=widened(four.tgt_out), indices=four.indices[:2],
+                              tgt_tokens=int((widened(four.tgt_out) != pad).sum()),
+                              src_tokens=int((widened(four.src) != pad).sum()))
+    assert (two.src.numel(), two.tgt_in.numel()) == (four.src.numel(), four.tgt_in.numel())
+    apart_at = []
+
+    @contextlib.contextmanager
+    def recording():
+        apart_at.append(trainer.step)
+        yield
+
+    monkeypatch.setattr(trainer_module, "kept_apart", recording)
+    for batch in (four, two, two):
+        assert trainer.train_step([batch]).updated
+    assert apart_at == [0, 1]
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_evaluation_leaves_the_models_mode_as_it_found_it(tiny_data, training):
     data = load_split(tiny_data, "valid")

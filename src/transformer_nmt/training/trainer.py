@@ -73,10 +73,10 @@ class Trainer:
         self.raw_model = model.to(self.device)
         if self.device.type == "cpu":
             keep_freed_memory()
-        self._rows_seen: set[int] | None = (
+        self._shapes_seen: set[tuple[int, int, int]] | None = (
             set() if compiles_per_shape(self.device, precision) else None)
-        """Where products compile a kernel per shape, the row counts (batch x length) of
-        the batch sides trained on so far."""
+        """Where products compile a kernel per shape, the (sentences, source length, target
+        length) of the batches trained on so far."""
         self.schedule = InverseSqrtSchedule(model.cfg.d_model, cfg.warmup_steps, cfg.lr_scale,
                                             cfg.lr_peak)
         # Fused Adam: one kernel over all parameters; on the CPU it is several times as fast
@@ -150,14 +150,20 @@ class Trainer:
         return result
 
     def _new_shapes(self, batches: list[Batch | None]) -> bool:
-        """Whether `batches` have a side whose row count (batch x length, the rows of its
-        products) no step has met, where that compiles new kernels; it is then met."""
-        if self._rows_seen is None:
+        """Whether `batches` have a shape (sentences, source length, target length) no step
+        has met, where that compiles new kernels; it is then met.
+
+        The whole shape, not only the rows of the linear layers' products (sentences x
+        length): attention's products are per sentence and head, so a batch of known row
+        count but new lengths still compiles kernels (31 MB of them in the quickstart's
+        first epoch, outside `kept_apart` when only row counts were keyed).
+        """
+        if self._shapes_seen is None:
             return False
-        rows = {side.numel() for batch in batches if batch is not None
-                for side in (batch.src, batch.tgt_in)}
-        new = rows - self._rows_seen
-        self._rows_seen |= new
+        shapes = {(batch.src.size(0), batch.src.size(1), batch.tgt_in.size(1))
+                  for batch in batches if batch is not None}
+        new = shapes - self._shapes_seen
+        self._shapes_seen |= new
         return bool(new)
 
     def _accumulate(self, batches: list[Batch | None]) -> torch.Tensor:
