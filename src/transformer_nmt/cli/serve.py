@@ -67,12 +67,21 @@ SERVER_OMP_WAIT_POLICY = "PASSIVE"
 sleep instead of spinning. Measured with bench/serve_load.py (bench/RESULTS.md): with two
 busy processes beside it, spinning made one client's sentences cost 3.4x the CPU of a quiet
 machine and 6.7x the time; passive threads cost 1.3x, and the quiet server was no slower."""
+SERVER_GOMP_SPINCOUNT = "30000"
+"""How long (GNU OpenMP's spins, about 0.3 ms by its own estimate) a thread waits awake
+after a parallel region before it sleeps, unless the user sets OMP_WAIT_POLICY or
+GOMP_SPINCOUNT: a decoding step's regions follow each other within microseconds, and a
+thread woken from sleep for each of them made a lone sentence 1.6x as slow (239 against
+145 ms); a spin this short still sleeps between requests and beside busy neighbours
+(bench/RESULTS.md, "A short spin before the server's threads sleep")."""
 
 
 def run_serve(args: argparse.Namespace) -> None:
     from transformer_nmt.errors import UserError
 
     # Read by OpenMP when torch loads it, which the import below does first.
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = SERVER_GOMP_SPINCOUNT
     os.environ.setdefault("OMP_WAIT_POLICY", SERVER_OMP_WAIT_POLICY)
     try:
         from transformer_nmt.serve.server import serve
