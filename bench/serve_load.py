@@ -70,10 +70,17 @@ def percentile(values: list[float], share: float) -> float:
 def offline(model: Path, lines: list[str], decode: DecodeConfig) -> tuple[dict, list[str]]:
     """Throughput of the whole list through the Translator, as `nmt translate` runs it."""
     translator = Translator(load_for_inference(model), TranslatorOptions(decode))
-    started = time.perf_counter()
+    started, cpu_before = time.perf_counter(), process_cpu_seconds()
     outputs = list(translator.translate(lines))
-    seconds = time.perf_counter() - started
-    return {"sentences_per_s": len(lines) / seconds, "seconds": seconds}, outputs
+    seconds, cpu = time.perf_counter() - started, process_cpu_seconds() - cpu_before
+    return {"sentences_per_s": len(lines) / seconds, "seconds": seconds,
+            "cpu_s_per_sentence": cpu / len(lines)}, outputs
+
+
+def process_cpu_seconds() -> float:
+    """User + system CPU seconds of this process (all its threads) so far."""
+    times = os.times()
+    return times.user + times.system
 
 
 def alone_latencies(model: Path, lines: list[str], decode: DecodeConfig) -> list[float]:
@@ -164,15 +171,18 @@ def load_level(url: str, lines: list[str], clients: int, max_seconds: float,
 def serve_level(url: str, lines: list[str], clients: int, args: argparse.Namespace,
                 count_tokens, alone: list[float], speed: dict, pid: int, hogs: int) -> None:
     """One load level against the running server, printed as one JSON line."""
-    cpu_before = server_cpu_seconds(pid)
+    cpu_before, clients_cpu_before = server_cpu_seconds(pid), process_cpu_seconds()
     latencies, result = load_level(url, lines, clients, args.max_seconds, count_tokens)
     cpu = server_cpu_seconds(pid) - cpu_before
+    clients_cpu = process_cpu_seconds() - clients_cpu_before
     if clients == 1:
         # The same sentences' latency through the server and decoded alone.
         extra = [latencies[i] - alone[i] for i in range(len(alone)) if i in latencies]
         result["median_extra_ms_vs_alone"] = round(statistics.median(extra), 1)
     figure(case="serve", beam=args.beam, hogs=hogs, **result,
            cpu_s_per_sentence=round(cpu / max(result["answered"], 1), 4),
+           # The load generator runs on the same cores: what it took from the server.
+           clients_cpu_s_per_sentence=round(clients_cpu / max(result["answered"], 1), 4),
            vs_offline=round(result["sentences_per_s"] / speed["sentences_per_s"], 3),
            **server_rss_mb(pid))
 
@@ -223,7 +233,8 @@ def main() -> None:
         offline_tokens = sum(count_tokens(text) for text in outputs)
         figure(case="offline", sentences=len(lines), beam=args.beam,
                sentences_per_s=round(speed["sentences_per_s"], 2),
-               target_tokens_per_s=round(offline_tokens / speed["seconds"], 1))
+               target_tokens_per_s=round(offline_tokens / speed["seconds"], 1),
+               cpu_s_per_sentence=round(speed["cpu_s_per_sentence"], 4))
         url = f"http://127.0.0.1:{args.port}"
         command = [sys.executable, "-m", "transformer_nmt.cli", "serve", "--model",
                    str(model), "--port", str(args.port), "--beam", str(args.beam),
