@@ -2,9 +2,9 @@
 CTranslate2 export (`nmt export --to ctranslate2`), in one run on one machine.
 
 Protocol, the same for both: the model file's split (default the quickstart's
-bible-en-de test split), beam 4, float32 weights, the longest output floor(source
-subwords + 50) per sentence as `nmt evaluate`'s defaults, two batches of 16 sentences
-decoded at once on one thread each (ours: `nmt evaluate`'s default --workers 2;
+bible-en-de test split), beam 4, one precision (--precision, float32 by default), the
+longest output floor(source subwords + 50) per sentence as `nmt evaluate`'s defaults, two
+batches of 16 sentences decoded at once on one thread each (ours: `nmt evaluate`'s default --workers 2;
 CTranslate2: inter_threads 2, intra_threads 1, sentences sorted by length as ours are),
 PAD and BOS never generated. Both sets of translations are scored by the same command,
 `nmt evaluate --hyp ... --ref ...` (sacreBLEU, chrF, tokenized BLEU). Speed is lines and
@@ -43,6 +43,11 @@ def figure(**values) -> None:
     print(json.dumps(values), flush=True)
 
 
+COMPUTE_TYPES = {"fp32": "float32", "int8": "int8_float32"}
+"""CTranslate2's compute type for each of `nmt evaluate`'s precisions that it has on a CPU
+(its CPU build refuses bfloat16 even on AMX). Ours decodes in `auto` unless told (bf16 on
+a CPU that measured it faster), so the precision is always given."""
+
 def nmt(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "transformer_nmt.cli", *args],
                           capture_output=True, text=True, check=True)
@@ -53,6 +58,7 @@ def ours(args: argparse.Namespace, alpha: float, work: Path) -> tuple[Path, dict
     hyp, scores = work / f"ours-{alpha}.hyp", work / f"ours-{alpha}.json"
     done = nmt("evaluate", "--model", str(args.model), "--data", str(args.data), "--split",
                args.split, "--beam", "4", "--alpha", str(alpha), "--workers", str(WORKERS),
+               "--precision", args.precision, *(["--no-guard"] if args.no_guard else []),
                "--batch-size", str(BATCH), "--output", str(hyp), "--json", str(scores))
     match = re.search(r"translated (\d+) lines \((\d+) subword tokens\).* in ([\d.]+) s",
                       done.stderr)
@@ -70,7 +76,8 @@ def ctranslate2_side(args: argparse.Namespace, model_dir: Path, alpha: float,
     processor = sentencepiece.SentencePieceProcessor(model_file=str(args.data / "spm.model"))
     lines = (args.data / f"{args.split}.{src_lang}").read_text(encoding="utf-8").splitlines()
     pieces = [processor.encode(normalize(line), out_type=str) for line in lines]
-    translator = ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32",
+    translator = ctranslate2.Translator(str(model_dir), device="cpu",
+                                        compute_type=COMPUTE_TYPES[args.precision],
                                         inter_threads=WORKERS, intra_threads=1)
     never = [[processor.id_to_piece(processor.pad_id())],
              [processor.id_to_piece(processor.bos_id())]]
@@ -103,6 +110,12 @@ def main() -> None:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--split", default="test")
     parser.add_argument("--alphas", default="0.6,0", help="comma-separated length penalties")
+    parser.add_argument("--precision", choices=sorted(COMPUTE_TYPES), default="fp32",
+                        help="both sides' precision (ours: nmt evaluate --precision; "
+                        "CTranslate2: the same compute type)")
+    parser.add_argument("--no-guard", action="store_true",
+                        help="ours without the guard's second searches, which CTranslate2 "
+                        "does not have")
     parser.add_argument("--repeats", type=int, default=3,
                         help="back-to-back pairs of runs per alpha (default 3)")
     args = parser.parse_args()
