@@ -4,9 +4,9 @@ CTranslate2 export (`nmt export --to ctranslate2`), in one run on one machine.
 Protocol, the same for both: the model file's split (default the quickstart's
 bible-en-de test split), beam 4, one precision (--precision, float32 by default), the
 longest output floor(source subwords + 50) per sentence as `nmt evaluate`'s defaults, two
-batches of 16 sentences decoded at once on one thread each (ours: `nmt evaluate`'s default --workers 2;
-CTranslate2: inter_threads 2, intra_threads 1, sentences sorted by length as ours are),
-PAD and BOS never generated. Both sets of translations are scored by the same command,
+batches of 16 sentences decoded at once on one thread each (ours: `nmt evaluate`'s default
+--workers 2; CTranslate2: inter_threads 2, intra_threads 1, sentences sorted by length as
+ours are), PAD and BOS never generated. Both sets of translations are scored by the same command,
 `nmt evaluate --hyp ... --ref ...` (sacreBLEU, chrF, tokenized BLEU). Speed is lines and
 subword tokens per second of translation, model loading excluded on both sides (ours:
 the line `nmt evaluate` prints; CTranslate2: around its translate calls). On a machine
@@ -47,6 +47,7 @@ COMPUTE_TYPES = {"fp32": "float32", "int8": "int8_float32"}
 """CTranslate2's compute type for each of `nmt evaluate`'s precisions that it has on a CPU
 (its CPU build refuses bfloat16 even on AMX). Ours decodes in `auto` unless told (bf16 on
 a CPU that measured it faster), so the precision is always given."""
+
 
 def nmt(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "transformer_nmt.cli", *args],

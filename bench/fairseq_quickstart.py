@@ -26,8 +26,9 @@ fairseq 0.12.2 predates Python 3.11, which refuses a dataclass field whose defau
 instance of another (non-frozen) dataclass, as fairseq's and Hydra 1.0's configurations
 have; the installation rewrites those defaults as `field(default_factory=...)`, which
 means the same (and fairseq's registration of its configuration groups to read them), and
-turns off its fast inference path, written for PyTorch 1.12-1.13's fused encoder layer. Its C++ extensions (edit distances for non-autoregressive models, BLEU
-in C) are not built: translation does not use them. Its checkpoints hold Python objects,
+turns off its fast inference path, written for PyTorch 1.12-1.13's fused encoder layer.
+Its C++ extensions (edit distances for non-autoregressive models, BLEU in C) are not
+built: translation does not use them. Its checkpoints hold Python objects,
 which PyTorch 2.6 and later load only with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1; it is set
 for fairseq's processes.
 """

@@ -179,10 +179,11 @@ def serve_level(url: str, lines: list[str], clients: int, args: argparse.Namespa
         # The same sentences' latency through the server and decoded alone.
         extra = [latencies[i] - alone[i] for i in range(len(alone)) if i in latencies]
         result["median_extra_ms_vs_alone"] = round(statistics.median(extra), 1)
+    answered = max(result["answered"], 1)
     figure(case="serve", beam=args.beam, hogs=hogs, **result,
-           cpu_s_per_sentence=round(cpu / max(result["answered"], 1), 4),
+           cpu_s_per_sentence=round(cpu / answered, 4),
            # The load generator runs on the same cores: what it took from the server.
-           clients_cpu_s_per_sentence=round(clients_cpu / max(result["answered"], 1), 4),
+           clients_cpu_s_per_sentence=round(clients_cpu / answered, 4),
            vs_offline=round(result["sentences_per_s"] / speed["sentences_per_s"], 3),
            **server_rss_mb(pid))
 

@@ -71,15 +71,9 @@ def test_bf16_step_keeps_float32_weights_and_optimizer(tiny_data):
     assert state["exp_avg"].dtype == torch.float32
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp32"])
-def test_bf16_steps_that_meet_new_row_counts_keep_their_blocks_apart(tiny_data, monkeypatch,
-                                                                      precision):
-    # Each new shape of a bf16 product compiles a kernel on a CPU (trainer.kept_apart);
-    # fp32 keeps nothing per shape.
-    data = load_split(tiny_data, "train")
-    first, same, other = batches(data, 0, 0, 3)
-    assert first.tgt_in.numel() != other.tgt_in.numel()
-    trainer = tiny_trainer(precision=precision)
+def steps_kept_apart(monkeypatch, trainer: Trainer) -> list[int]:
+    """The steps (trainer.step before each) that `trainer` runs inside kept_apart, filled
+    in as it trains."""
     apart_at = []
 
     @contextlib.contextmanager
@@ -88,6 +82,19 @@ def test_bf16_steps_that_meet_new_row_counts_keep_their_blocks_apart(tiny_data, 
         yield
 
     monkeypatch.setattr(trainer_module, "kept_apart", recording)
+    return apart_at
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_bf16_steps_that_meet_new_shapes_keep_their_blocks_apart(tiny_data, monkeypatch,
+                                                                  precision):
+    # Each new shape of a bf16 product compiles a kernel on a CPU (trainer.kept_apart);
+    # fp32 keeps nothing per shape.
+    data = load_split(tiny_data, "train")
+    first, same, other = batches(data, 0, 0, 3)
+    assert first.tgt_in.numel() != other.tgt_in.numel()
+    trainer = tiny_trainer(precision=precision)
+    apart_at = steps_kept_apart(monkeypatch, trainer)
     for batch in (first, same, other):
         assert trainer.train_step([batch]).updated
     assert apart_at == ([0, 2] if precision == "bf16" else [])
@@ -105,19 +112,12 @@ def test_a_bf16_step_of_known_row_counts_but_new_lengths_keeps_its_blocks_apart(
     def widened(tensor):  # rows 0-1 of `tensor`, padded to twice its length
         return torch.nn.functional.pad(tensor[:2], (0, tensor.size(1)), value=pad)
 
-    two = dataclasses.replace(four, src=widened(four.src), tgt_in=widened(four.tgt_in),
-                              tgt_out=widened(four.tgt_out), indices=four.indices[:2],
-                              tgt_tokens=int((widened(four.tgt_out) != pad).sum()),
-                              src_tokens=int((widened(four.src) != pad).sum()))
+    src, tgt_out = widened(four.src), widened(four.tgt_out)
+    two = dataclasses.replace(four, src=src, tgt_in=widened(four.tgt_in), tgt_out=tgt_out,
+                              indices=four.indices[:2], tgt_tokens=int((tgt_out != pad).sum()),
+                              src_tokens=int((src != pad).sum()))
     assert (two.src.numel(), two.tgt_in.numel()) == (four.src.numel(), four.tgt_in.numel())
-    apart_at = []
-
-    @contextlib.contextmanager
-    def recording():
-        apart_at.append(trainer.step)
-        yield
-
-    monkeypatch.setattr(trainer_module, "kept_apart", recording)
+    apart_at = steps_kept_apart(monkeypatch, trainer)
     for batch in (four, two, two):
         assert trainer.train_step([batch]).updated
     assert apart_at == [0, 1]
