@@ -15,6 +15,7 @@ quickstart's then: the same dropout kernels run at either rate.)
     python bench/train_long.py --data DIR [--minutes 10] [--precisions fp32,bf16]
                                [--work DIR] [--neighbour-nice 19]
                                [--reference-every 60]
+                               [--preset base --set batch_tokens=4000]
 
 --neighbour-nice N runs one busy-loop process at that niceness beside each training run,
 as a shared machine's background job would (OMP_WAIT_POLICY and other variables of
@@ -48,17 +49,20 @@ import tempfile
 import time
 from pathlib import Path
 
-def quickstart_settings(minutes: float) -> list[str]:
+def quickstart_settings(minutes: float, preset: str | None = None,
+                        overrides: tuple[str, ...] = ()) -> list[str]:
     """`nmt train` arguments of the quickstart's training (quickstart.training_overrides:
     its batch, warm-up and recipe) for `minutes`, without its validation and checkpoints,
-    logging every 10 steps for a fine-grained rate."""
+    logging every 10 steps for a fine-grained rate; `preset` instead of the quickstart's
+    and `overrides` (NAME=VALUE) after its settings."""
     from transformer_nmt.quickstart import QuickstartOptions, training_overrides
 
     settings = training_overrides(QuickstartOptions(minutes=minutes)) + [
         ("valid_every", "0"), ("valid_bleu", "false"), ("save_every_minutes", "0"),
         ("log_every", "10"),
         ("max_steps", "1000000")]
-    return ["--preset", QuickstartOptions.preset,
+    settings += [tuple(override.split("=", 1)) for override in overrides]
+    return ["--preset", preset or QuickstartOptions.preset,
             *(arg for name, value in settings for arg in ("--set", f"{name}={value}"))]
 
 
@@ -148,23 +152,26 @@ def busy_loop(niceness: int) -> None:
 
 
 def run_one(data: Path, out: Path, precision: str, minutes: float,
-            neighbour_nice: int | None = None, reference_every: float = 0) -> dict:
+            neighbour_nice: int | None = None, reference_every: float = 0,
+            training: list[str] | None = None) -> dict:
     neighbour = None
     if neighbour_nice is not None:
         neighbour = multiprocessing.Process(target=busy_loop, args=(neighbour_nice,),
                                             daemon=True)
         neighbour.start()
     try:
-        return (_train(data, out, precision, minutes, reference_every)
+        return (_train(data, out, precision, minutes, reference_every,
+                       training or quickstart_settings(minutes))
                 | {"neighbour_nice": neighbour_nice})
     finally:
         if neighbour is not None:
             neighbour.terminate()
 
 
-def _train(data: Path, out: Path, precision: str, minutes: float, reference_every: float) -> dict:
+def _train(data: Path, out: Path, precision: str, minutes: float, reference_every: float,
+           training: list[str]) -> dict:
     command = [sys.executable, "-m", "transformer_nmt.cli", "train", "--data", str(data),
-               "--out", str(out), *quickstart_settings(minutes), "--set", f"precision={precision}"]
+               "--out", str(out), *training, "--set", f"precision={precision}"]
     # stderr goes to a file: a pipe nobody reads until the end fills with the progress
     # bar's updates and then blocks the training process.
     errors = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
@@ -238,14 +245,22 @@ def main() -> None:
                         help="run a busy loop at this niceness beside each training run")
     parser.add_argument("--reference-every", type=float, default=0, metavar="SECONDS",
                         help="pause the training this often to time a fixed reference (0: never)")
+    parser.add_argument("--preset", default=None,
+                        help="train this preset (default: the quickstart's, small)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="NAME=VALUE",
+                        help="a training setting after the quickstart's (repeatable), "
+                             "e.g. --set batch_tokens=4000")
     args = parser.parse_args()
+    training = quickstart_settings(args.minutes, args.preset, tuple(args.overrides))
     with tempfile.TemporaryDirectory() as temporary:
         work = args.work or Path(temporary)
         for precision in args.precisions.split(","):
             out = work / f"run-{precision}"
             print(json.dumps(run_one(args.data, out, precision, args.minutes,
-                                     args.neighbour_nice, args.reference_every)
-                             | {"omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}),
+                                     args.neighbour_nice, args.reference_every, training)
+                             | {"omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                                "preset": args.preset, "overrides": args.overrides}),
                   flush=True)
 
 
