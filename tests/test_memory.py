@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import mmap
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from transformer_nmt import memory
 from transformer_nmt.model.cache import SparePool
+from transformer_nmt.runtime import bf16_supported
 
 pytestmark = pytest.mark.skipif(memory._LIBC is None, reason="needs Linux with glibc")
 
@@ -71,3 +75,69 @@ def test_kept_apart_maps_large_blocks_apart_and_trims_the_heap_after_even_on_err
     # keep_freed_memory set it, and hands its free pages back.
     assert calls[1:] == [("mallopt", memory._M_MMAP_THRESHOLD, memory._MMAP_THRESHOLD_MAX),
                          ("malloc_trim", 0)]
+
+
+KERNELS_KEPT_PER_SHAPE = """
+import ctypes, sys
+import torch
+import torch.nn.functional as F
+from transformer_nmt import memory
+
+if sys.argv[1] == "once":
+    memory.keep_kernels_once()
+
+
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Mallinfo2
+
+
+def in_use():
+    info = libc.mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+torch.set_num_threads(1)
+weight = torch.randn(64, 64, requires_grad=True)
+
+
+def step(rows):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = F.linear(torch.randn(rows, 64, requires_grad=True), weight)
+    out.float().sum().backward()
+
+
+step(100)
+before = in_use()
+for rows in range(200, 240):
+    step(rows)
+print((in_use() - before) / 40)
+"""
+
+
+@pytest.mark.skipif(not bf16_supported(torch.device("cpu")), reason="no native bf16")
+def test_kernels_kept_once_keep_less_memory_per_new_bf16_shape(monkeypatch):
+    # ideep's own cache copies what oneDNN's keeps: about 0.8 of 1.9 MB a shape.
+    monkeypatch.delenv(memory.IDEEP_CACHE_VARIABLE, raising=False)
+
+    def bytes_per_shape(mode: str) -> float:
+        run = subprocess.run([sys.executable, "-c", KERNELS_KEPT_PER_SHAPE, mode],
+                             capture_output=True, text=True, check=True)
+        return float(run.stdout)
+
+    both, once = bytes_per_shape("both"), bytes_per_shape("once")
+    assert once < both - 0.3 * 2**20, (once, both)
+
+
+def test_keep_kernels_once_leaves_the_users_setting(monkeypatch):
+    monkeypatch.setenv(memory.IDEEP_CACHE_VARIABLE, "64")
+    memory.keep_kernels_once()
+    assert os.environ[memory.IDEEP_CACHE_VARIABLE] == "64"
+    monkeypatch.delenv(memory.IDEEP_CACHE_VARIABLE)
+    memory.keep_kernels_once()
+    assert os.environ[memory.IDEEP_CACHE_VARIABLE] == "1"

@@ -3,6 +3,7 @@ limits, divergence, validation hooks and the MFU's measured peak."""
 
 import json
 import math
+import os
 import shutil
 
 import pytest
@@ -224,3 +225,12 @@ def test_batches_are_padded_to_the_length_multiple_the_runtime_asks_for(tiny_dat
     summary = run(tiny_data, tmp_path / "run", max_steps=6)
     assert summary.step == 6 and shapes
     assert all(source % 8 == 0 and target % 8 == 0 for source, target in shapes)
+
+
+def test_training_on_a_cpu_keeps_each_bf16_kernel_once(tiny_data, tmp_path, monkeypatch):
+    # Set before the run's first product: ideep reads it once per process (memory.py).
+    from transformer_nmt import memory
+
+    monkeypatch.delenv(memory.IDEEP_CACHE_VARIABLE, raising=False)
+    run(tiny_data, tmp_path / "run", max_steps=1)
+    assert os.environ[memory.IDEEP_CACHE_VARIABLE] == "1"

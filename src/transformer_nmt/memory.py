@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import mmap
+import os
 import sys
 from typing import Iterator
 
@@ -22,6 +23,8 @@ _MMAP_THRESHOLD_MAX = 32 << 20  # glibc's largest on 64-bit systems
 _MMAP_THRESHOLD_APART = 256 << 10  # blocks this large or larger are mapped on their own
 _NEVER_TRIM = (1 << 31) - 1  # mallopt takes an int: 2 GB free at the top before a trim
 _MIN_RELEASE = 1 << 20  # smaller tails are not worth a system call
+IDEEP_CACHE_VARIABLE = "LRU_CACHE_CAPACITY"
+"""How many kernels ideep, PyTorch's layer over oneDNN, keeps of its own (default 1024)."""
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -65,6 +68,22 @@ def keep_freed_memory() -> None:
     if _LIBC is not None:
         _LIBC.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
         _LIBC.mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM)
+
+
+def keep_kernels_once() -> None:
+    """Let oneDNN's cache alone keep the kernels of a CPU's bf16 products, for the rest of
+    the process, unless the user set LRU_CACHE_CAPACITY. Only the process's first bf16
+    product reads it: call this before.
+
+    Every new shape of a bf16 product keeps about 1.9 MB: 1.1 in oneDNN's cache of
+    compiled kernels and 0.8 in ideep's cache of its own, which only saves describing
+    again a kernel that oneDNN's cache still holds. Training meets a new shape at nearly
+    every step of its first epoch: without ideep's copies the quickstart's training peaked
+    114 MB lower at the same speed (bench/RESULTS.md, "ideep's second copy of every
+    kernel"). Decoding's small products do pay for the description (a file took 1.16x as
+    long in bf16), so training calls this, and decoding does not.
+    """
+    os.environ.setdefault(IDEEP_CACHE_VARIABLE, "1")  # 0 crashes PyTorch 2.13
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import atomic_link
+from transformer_nmt.memory import keep_kernels_once
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, save_model_file
 from transformer_nmt.runtime import (length_multiple, resolve_precision,
@@ -435,6 +436,8 @@ def train(*, out: str | Path | None = None, resume: str | Path | None = None,
     Returns the summary, whose `lines` the main process should print.
     """
     context = init_distributed(device)
+    if context.device.type == "cpu":
+        keep_kernels_once()
     lock = None
 
     def lock_and_plan() -> RunPlan:
