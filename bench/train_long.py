@@ -151,17 +151,15 @@ def busy_loop(niceness: int) -> None:
         pass
 
 
-def run_one(data: Path, out: Path, precision: str, minutes: float,
-            neighbour_nice: int | None = None, reference_every: float = 0,
-            training: list[str] | None = None) -> dict:
+def run_one(data: Path, out: Path, precision: str, minutes: float, training: list[str],
+            neighbour_nice: int | None = None, reference_every: float = 0) -> dict:
     neighbour = None
     if neighbour_nice is not None:
         neighbour = multiprocessing.Process(target=busy_loop, args=(neighbour_nice,),
                                             daemon=True)
         neighbour.start()
     try:
-        return (_train(data, out, precision, minutes, reference_every,
-                       training or quickstart_settings(minutes))
+        return (_train(data, out, precision, minutes, reference_every, training)
                 | {"neighbour_nice": neighbour_nice})
     finally:
         if neighbour is not None:
@@ -257,8 +255,8 @@ def main() -> None:
         work = args.work or Path(temporary)
         for precision in args.precisions.split(","):
             out = work / f"run-{precision}"
-            print(json.dumps(run_one(args.data, out, precision, args.minutes,
-                                     args.neighbour_nice, args.reference_every, training)
+            print(json.dumps(run_one(args.data, out, precision, args.minutes, training,
+                                     args.neighbour_nice, args.reference_every)
                              | {"omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                                 "preset": args.preset, "overrides": args.overrides}),
                   flush=True)

@@ -9,6 +9,7 @@ import shutil
 import pytest
 import torch
 
+from transformer_nmt import memory
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import read_model_file
@@ -229,8 +230,6 @@ def test_batches_are_padded_to_the_length_multiple_the_runtime_asks_for(tiny_dat
 
 def test_training_on_a_cpu_keeps_each_bf16_kernel_once(tiny_data, tmp_path, monkeypatch):
     # Set before the run's first product: ideep reads it once per process (memory.py).
-    from transformer_nmt import memory
-
     monkeypatch.delenv(memory.IDEEP_CACHE_VARIABLE, raising=False)
     run(tiny_data, tmp_path / "run", max_steps=1)
     assert os.environ[memory.IDEEP_CACHE_VARIABLE] == "1"
