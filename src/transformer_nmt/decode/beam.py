@@ -20,6 +20,7 @@ from torch import Tensor
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.search_base import (Hypothesis, Seq2Seq, SpecialIds, Stepper,
                                                 length_penalty)
+from transformer_nmt.decode.search_features import FeatureTrack, probe_layer
 from transformer_nmt.decode.selection import top_k
 from transformer_nmt.decode.step_rules import Step, StepProcessor, apply_processors
 
@@ -118,18 +119,22 @@ def best_first(pair: tuple[bool, Hypothesis]) -> tuple[bool, float]:
 @torch.inference_mode()
 def beam_loop(model: Seq2Seq, src: Tensor, limits: Tensor, cfg: DecodeConfig,
               special: SpecialIds, processors: list[StepProcessor], selection: Selection,
-              use_cache: bool = True, early_stop: bool = True) -> list[list[Hypothesis]]:
+              use_cache: bool = True, early_stop: bool = True,
+              features: bool = False) -> list[list[Hypothesis]]:
     """Beam search of width cfg.beam for a batch of sources (batch, src_len) with maximum
     output lengths `limits` (batch,): per sentence its cfg.nbest best finished hypotheses
     (those meeting the selection's requirements first), best first. early_stop: stop a
     sentence once no open hypothesis can beat its nbest-th finished one (a bound that
-    only holds for `TopK`)."""
+    only holds for `TopK`). features: each hypothesis gets Hypothesis.features (the model
+    a Transformer)."""
     k = cfg.beam
     batch, device = src.size(0), src.device
     # Every sentence starts with one empty prefix: step 0 decodes one row per sentence
     # (and computes the encoder-decoder keys/values once), later steps k rows.
     longest = int(limits.max())
-    stepper = Stepper(model, model.encode(src), use_cache, longest + 1)
+    track = FeatureTrack(src.ne(special.pad).sum(1) - 1) if features else None
+    stepper = Stepper(model, model.encode(src), use_cache, longest + 1,
+                      probe_layer(len(model.decoder_layers)) if features else None)
     width = 1  # rows per sentence in the current step
     # (active * width, BOS + tokens + EOS), row = sentence * width + beam
     tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long, device=device)
@@ -140,6 +145,8 @@ def beam_loop(model: Seq2Seq, src: Tensor, limits: Tensor, cfg: DecodeConfig,
     while active.numel():
         n = active.numel()
         log_probs = stepper.log_probs(tokens, step, special)  # (n * width, vocab)
+        if track is not None:
+            track.observe(log_probs, stepper.probed)
         apply_processors(processors, log_probs, Step(
             step, tokens[:, : step + 1], active, width, limits.repeat_interleave(width) == step))
         ranked = selection.rank(scores, log_probs, width, k)
@@ -149,12 +156,16 @@ def beam_loop(model: Seq2Seq, src: Tensor, limits: Tensor, cfg: DecodeConfig,
         finishing = is_eos[:, :k] & ranked.scores[:, :k].isfinite()  # (n, k)
         if finishing.any():
             normalized = ranked.scores[:, :k] / length_penalty(step + 1, cfg.alpha)
-            for i, rank in finishing.nonzero().tolist():
-                row = i * width + int(ranked.beams[i, rank])
+            pairs = finishing.nonzero()  # (finishing, 2): sentence, rank
+            ending_rows = pairs[:, 0] * width + ranked.beams[pairs[:, 0], pairs[:, 1]]
+            gathered = [None] * pairs.size(0) if track is None else track.ended(
+                ending_rows, log_probs[ending_rows, special.eos],
+                torch.full_like(ending_rows, step + 1))
+            for (i, rank), row, found in zip(pairs.tolist(), ending_rows.tolist(), gathered):
                 complete = ranked.complete is None or bool(ranked.complete[i, rank])
                 count = finished.add(int(active[i]), i, complete, Hypothesis(
                     tokens[row, 1: step + 1].tolist(), float(normalized[i, rank]),
-                    float(ranked.scores[i, rank])))
+                    float(ranked.scores[i, rank]), features=found))
                 if count >= k:
                     done[i] = True
 
@@ -172,6 +183,8 @@ def beam_loop(model: Seq2Seq, src: Tensor, limits: Tensor, cfg: DecodeConfig,
         keep = (~done).nonzero().squeeze(1)  # (n_next,)
         selection.keep(keep, keep_rank[keep])
         rows = ((keep * width).unsqueeze(1) + next_beam[keep]).view(-1)  # (n_next * k,) source rows
+        if track is not None:
+            track.advance(rows, log_probs[rows, next_token[keep].view(-1)])
         tokens = tokens[rows]
         tokens[:, step + 1] = next_token[keep].view(-1)
         scores, limits, active = scores[keep], limits[keep], active[keep]

@@ -3,8 +3,9 @@ gives about it (`sentence_features`), and the calibration that turns them into t
 probability that the sentence is acceptable (`Calibration`, fitted by `nmt calibrate`,
 transformer_nmt.calibrate).
 
-The features of a translation Y of a source X, all from one decoder pass over the chosen
-output, so that the search itself stays as it is:
+The features of a translation Y of a source X, from one teacher-forced decoder pass over
+the chosen output (or, the same numbers up to rounding, gathered by the search that made it:
+transformer_nmt.decode.search_features):
 
 - mean_log_prob, min_log_prob: the mean and the lowest log P of Y's tokens (EOS included);
 - mean_entropy: the mean entropy of the next-token distributions along Y;
@@ -36,6 +37,7 @@ from torch import Tensor
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.search import teacher_forced_pass
 from transformer_nmt.decode.search_base import Seq2Seq, SpecialIds
+from transformer_nmt.decode.search_features import ATTENDED, ATTENTION_LAYER
 from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import InferenceModel
 
@@ -46,12 +48,6 @@ FEATURES = ("mean_log_prob", "min_log_prob", "mean_entropy", "log_length_ratio",
 CALIBRATION_VERSION = 1
 """Bumped when the features or their definitions change: a model calibrated for others
 must be calibrated again."""
-ATTENDED = 0.5
-"""Attention a source token must receive, summed over the output's tokens, to count as
-attended (each output token spreads 1 over the source)."""
-ATTENTION_LAYER = -2
-"""The decoder layer whose cross-attention tells coverage: the penultimate, which aligns
-best (as for word alignments, transformer_nmt.decode.search)."""
 LOW_CONFIDENCE = 0.5
 """Below this, a translation says why (Translation.confidence_reasons)."""
 REASON_MARGIN = 0.5
@@ -200,14 +196,22 @@ def sentence_features(model: Seq2Seq, src: Tensor, sequences: list[list[int]],
     for row, tokens in enumerate(sequences):
         steps, source_tokens = len(tokens) + 1, src_lengths[row] - 1
         received = attention[row, :steps, :source_tokens].sum(0)  # (source tokens,)
-        ratio = math.log(steps / src_lengths[row])
-        features.append([
-            float(picked[row, :steps].mean()), float(picked[row, :steps].min()),
-            float(entropy[row, :steps].mean()), ratio, ratio * ratio,
-            float(received.lt(ATTENDED).float().mean()) if source_tokens else 0.0,
-            repeated_bigrams(tokens),
-            copied_tokens(tokens, src[row, :source_tokens].tolist())])
+        from_states = [float(picked[row, :steps].mean()), float(picked[row, :steps].min()),
+                       float(entropy[row, :steps].mean()),
+                       float(received.lt(ATTENDED).float().mean()) if source_tokens else 0.0]
+        features.append(all_features(from_states, tokens, src[row, :source_tokens].tolist()))
     return features
+
+
+def all_features(from_states: Sequence[float], tokens: Sequence[int],
+                 source: Sequence[int]) -> list[float]:
+    """FEATURES of output `tokens` (without EOS) as a translation of source ids `source`
+    (without EOS), given the four that come from the model's states: mean_log_prob,
+    min_log_prob, mean_entropy and unattended_source (Hypothesis.features)."""
+    mean_log_prob, min_log_prob, mean_entropy, unattended_source = from_states
+    ratio = math.log((len(tokens) + 1) / (len(source) + 1))
+    return [mean_log_prob, min_log_prob, mean_entropy, ratio, ratio * ratio,
+            unattended_source, repeated_bigrams(tokens), copied_tokens(tokens, source)]
 
 
 def repeated_bigrams(tokens: Sequence[int]) -> float:
@@ -247,21 +251,31 @@ class ConfidenceEstimator:
     def assess(self, src: Tensor, sequences: list[list[int]]) -> list[Assessment]:
         """The confidence, and its reasons when low, of each output `sequences[i]` as a
         translation of source row i of src (len(sequences), src_len)."""
-        found = []
-        for values in sentence_features(self.model, src, sequences, self.special):
-            found.append(Assessment(round(self.calibration.probability(values), 4),
-                                    self.calibration.reasons(values)))
-        return found
+        return [self._assessment(values)
+                for values in sentence_features(self.model, src, sequences, self.special)]
+
+    def _assessment(self, values: Sequence[float]) -> Assessment:
+        return Assessment(round(self.calibration.probability(values), 4),
+                          self.calibration.reasons(values))
 
     def attach(self, sources: list[list[int]], translations: list[list[Any]],
-               source_tensor: Callable[[list[list[int]]], Tensor]) -> None:
+               source_tensor: Callable[[list[list[int]]], Tensor],
+               gathered: list[list[list[float] | None]] | None = None) -> None:
         """Set the `confidence` and `confidence_reasons` of every Translation in
         translations[i], the translations of source ids sources[i]; source_tensor makes
-        the padded source batch (Translator.source_tensor)."""
-        pairs = [(source, translation) for source, found in zip(sources, translations)
-                 for translation in found]
-        assessed = self.assess(source_tensor([source for source, _ in pairs]),
-                               [translation.tokens for _, translation in pairs])
-        for (_, translation), assessment in zip(pairs, assessed):
+        the padded source batch (Translator.source_tensor). gathered[i][j]: what the search
+        gathered for translations[i][j] (Hypothesis.features); those without are decoded
+        once more, teacher-forced."""
+        pairs = [(source, translation, None if gathered is None else gathered[i][j])
+                 for i, (source, found) in enumerate(zip(sources, translations))
+                 for j, translation in enumerate(found)]
+        unknown = [(source, translation) for source, translation, known in pairs
+                   if known is None]
+        if unknown:
+            assessed = iter(self.assess(source_tensor([source for source, _ in unknown]),
+                                        [translation.tokens for _, translation in unknown]))
+        for source, translation, known in pairs:
+            assessment = next(assessed) if known is None else self._assessment(
+                all_features(known, translation.tokens, source))
             translation.confidence = assessment.confidence
             translation.confidence_reasons = assessment.reasons

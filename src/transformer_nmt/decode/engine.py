@@ -32,6 +32,7 @@ from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.beam import TopK, best_first, best_possible_scores
 from transformer_nmt.decode.search_base import (Hypothesis, SpecialIds, length_penalty,
                                                 max_lengths, next_token_log_probs)
+from transformer_nmt.decode.search_features import FeatureTrack, probe_layer
 from transformer_nmt.decode.step_rules import ForceEos, Step
 
 
@@ -57,7 +58,8 @@ class Engine:
     between steps, on `model` (which has `decode_rows`, see model/transformer.py)."""
 
     def __init__(self, model: Any, cfg: DecodeConfig, special: SpecialIds = SpecialIds(),
-                 max_len_limit: int | None = None) -> None:
+                 max_len_limit: int | None = None, features: bool = False) -> None:
+        """features: each hypothesis gets Hypothesis.features, what the confidence needs."""
         self.model, self.cfg, self.special = model, cfg, special
         self.max_len_limit = max_len_limit
         self.k = cfg.beam
@@ -74,6 +76,8 @@ class Engine:
         self._nbest_scores = torch.zeros(0, device=device)  # (sentences,)
         # Per row (sentences * k): BOS, the tokens so far, room for the rest.
         self._tokens = torch.zeros(0, 2, dtype=torch.long, device=device)
+        self._probe = probe_layer(len(model.decoder_layers)) if features else None
+        self._track = FeatureTrack(self._steps.clone()) if features else None
 
     @property
     def rows(self) -> int:
@@ -94,6 +98,9 @@ class Engine:
         new = src.size(0)
         limits = max_lengths(src, self.cfg, self.special.pad, self.max_len_limit)
         self.model.join_rows(self._cache, self.model.encode(src))
+        if self._track is not None:
+            source_tokens = src.ne(self.special.pad).sum(1) - 1  # (new,)
+            self._track.add_rows(source_tokens.repeat_interleave(self.k))
         self._sentences += [_Sentence(ticket, []) for ticket in tickets]
         self._limits = torch.cat([self._limits, limits])
         self._steps = torch.cat([self._steps, self._steps.new_zeros(new)])
@@ -116,14 +123,17 @@ class Engine:
         k, n = self.k, len(self._sentences)
         row_steps = self._steps.repeat_interleave(k)  # (rows,)
         rows = torch.arange(n * k, device=row_steps.device)
-        logits = self.model.decode_rows(self._tokens[rows, row_steps], row_steps, self._cache)
-        log_probs = next_token_log_probs(logits, self.special)  # (rows, vocab)
+        out = self.model.decode_rows(self._tokens[rows, row_steps], row_steps, self._cache,
+                                     self._probe)
+        log_probs = next_token_log_probs(out.logits[:, 0], self.special)  # (rows, vocab)
+        if self._track is not None:
+            self._track.observe(log_probs, out.probed)
         self._force_eos(log_probs, Step(0, self._tokens, rows, k,
                                         (self._limits == self._steps).repeat_interleave(k)))
         ranked = self._selection.rank(self._scores, log_probs, k, k)
         is_eos = ranked.tokens.eq(self.special.eos)
         done = self._limits.le(self._steps)
-        self._finish_hypotheses(ranked, is_eos, done)
+        self._finish_hypotheses(ranked, is_eos, done, log_probs)
 
         # The first k candidates not ending in EOS stay open; EOS ones sort last.
         rank = torch.arange(2 * k, device=is_eos.device) + is_eos * (2 * k)  # (n, 2k)
@@ -139,6 +149,8 @@ class Engine:
                  for sentence, over in zip(self._sentences, done.tolist()) if over]
         keep = (~done).nonzero().squeeze(1)  # (n_next,)
         next_rows = ((keep * k).unsqueeze(1) + next_beam[keep]).view(-1)  # (n_next * k,)
+        if self._track is not None:
+            self._track.advance(next_rows, log_probs[next_rows, next_token[keep].view(-1)])
         self._scores = scores[keep]
         self._keep(keep, next_rows, n)
         written = torch.arange(next_rows.numel(), device=next_rows.device)
@@ -155,12 +167,16 @@ class Engine:
             return
         keep = torch.tensor(stay, dtype=torch.long, device=self._limits.device)
         rows = ((keep * self.k).unsqueeze(1) + torch.arange(self.k, device=keep.device)).view(-1)
+        if self._track is not None:
+            self._track.keep(rows)
         self._scores = self._scores[keep]
         self._keep(keep, rows, len(self._sentences))
 
-    def _finish_hypotheses(self, ranked: Any, is_eos: Tensor, done: Tensor) -> None:
+    def _finish_hypotheses(self, ranked: Any, is_eos: Tensor, done: Tensor,
+                           log_probs: Tensor) -> None:
         """EOS within the first k ranks finishes a hypothesis; a sentence with k finished
-        ones is done (marked in `done` (n,), in place)."""
+        ones is done (marked in `done` (n,), in place). log_probs (rows, vocab): this
+        step's."""
         k = self.k
         finishing = is_eos[:, :k] & ranked.scores[:, :k].isfinite()  # (n, k)
         if not finishing.any():
@@ -168,13 +184,16 @@ class Engine:
         # The penalty in double, then float32, as the searches divide by a Python float.
         penalty = length_penalty((self._steps + 1).double(), self.cfg.alpha).float()
         normalized = ranked.scores[:, :k] / penalty.unsqueeze(1)
-        for i, rank in finishing.nonzero().tolist():
-            row = i * k + int(ranked.beams[i, rank])
+        pairs = finishing.nonzero()  # (finishing, 2): sentence, rank
+        ending_rows = pairs[:, 0] * k + ranked.beams[pairs[:, 0], pairs[:, 1]]
+        gathered = [None] * pairs.size(0) if self._track is None else self._track.ended(
+            ending_rows, log_probs[ending_rows, self.special.eos], self._steps[pairs[:, 0]] + 1)
+        for (i, rank), row, features in zip(pairs.tolist(), ending_rows.tolist(), gathered):
             step = int(self._steps[i])
             found = self._sentences[i].found
             found.append((True, Hypothesis(self._tokens[row, 1: step + 1].tolist(),
                                            float(normalized[i, rank]),
-                                           float(ranked.scores[i, rank]))))
+                                           float(ranked.scores[i, rank]), features=features)))
             if len(found) >= self.cfg.nbest:
                 found.sort(key=best_first)  # stable, as the searches sort
                 self._nbest_scores[i] = found[self.cfg.nbest - 1][1].score

@@ -46,6 +46,7 @@ from transformer_nmt.decode.beam import (  # noqa: F401 (tests check the bound)
 from transformer_nmt.decode.search_base import (EncoderState, Hypothesis, Seq2Seq,
                                                 SpecialIds, Stepper, length_penalty,
                                                 max_lengths)
+from transformer_nmt.decode.search_features import FeatureTrack, probe_layer
 from transformer_nmt.decode.selection import row_max
 from transformer_nmt.decode.step_rules import (Step, StepProcessor, apply_processors,
                                                fit_prefixes, prefix_tensor, step_processors)
@@ -74,31 +75,33 @@ def _sample(log_probs: Tensor, uniforms: Tensor, cfg: DecodeConfig) -> Tensor:
 @torch.inference_mode()
 def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
                   special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
-                  use_cache: bool = True, prefixes: list[list[int]] | None = None
-                  ) -> list[Hypothesis]:
+                  use_cache: bool = True, prefixes: list[list[int]] | None = None,
+                  features: bool = False) -> list[Hypothesis]:
     """The most probable next token at every step, for a batch of sources (batch, src_len).
 
     Returns one Hypothesis per sentence, in order, scored like beam search's. Each
     output starts with the sentence's token ids in `prefixes`, when given (at most
-    max_len_limit each).
+    max_len_limit each). features: each gets Hypothesis.features (a Transformer's).
     """
     prefix = prefix_tensor(prefixes, src.device)
     limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
     return _token_by_token(model, model.encode(src), limits, cfg, special, use_cache,
-                           step_processors(cfg, special.eos, prefix))
+                           step_processors(cfg, special.eos, prefix),
+                           source_tokens=_source_tokens(src, special) if features else None)
 
 
 @torch.inference_mode()
 def sample(model: Seq2Seq, src: Tensor, cfg: DecodeConfig, seeds: list[int],
            special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
-           prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+           prefixes: list[list[int]] | None = None, features: bool = False
+           ) -> list[list[Hypothesis]]:
     """cfg.nbest random outputs per source sentence of src (batch, src_len), each token
     drawn from the model's distribution as cfg's temperature, top-k and top-p shape it.
 
     Sentence i draws from its own generator seeded with (cfg.seed, seeds[i]), so its
     samples do not depend on the other sentences of the batch. Scores are the model's
     own (untempered) log-probabilities, normalized as beam search's; each sentence's
-    samples come best first. `prefixes` as in greedy_search.
+    samples come best first. `prefixes` and `features` as in greedy_search.
     """
     batch, count = src.size(0), cfg.nbest
     owner = torch.arange(batch, device=src.device).repeat_interleave(count)  # (batch * count,)
@@ -114,7 +117,8 @@ def sample(model: Seq2Seq, src: Tensor, cfg: DecodeConfig, seeds: list[int],
                    generator=torch.Generator().manual_seed(_sentence_seed(cfg.seed, seed))).T
         for seed in seeds]).to(src.device)  # (batch * count, longest + 1)
     found = _token_by_token(model, model.encode(src).select(owner), limits, cfg, special,
-                            True, step_processors(cfg, special.eos, prefix), uniforms)
+                            True, step_processors(cfg, special.eos, prefix), uniforms,
+                            _source_tokens(src, special)[owner] if features else None)
     return [sorted(found[i * count: (i + 1) * count], key=lambda hyp: -hyp.score)
             for i in range(batch)]
 
@@ -129,13 +133,17 @@ def _sentence_seed(seed: int, sentence: int) -> int:
 
 def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: DecodeConfig,
                     special: SpecialIds, use_cache: bool, processors: list[StepProcessor],
-                    uniforms: Tensor | None = None) -> list[Hypothesis]:
+                    uniforms: Tensor | None = None, source_tokens: Tensor | None = None
+                    ) -> list[Hypothesis]:
     """One output per encoder row, token by token: the likeliest, or with uniforms
-    (rows, longest + 1) drawn as `_sample` does."""
+    (rows, longest + 1) drawn as `_sample` does; with source_tokens (rows,), each row's
+    source length, the outputs' Hypothesis.features too."""
     batch, device = limits.size(0), limits.device
     longest = int(limits.max())
+    track = None if source_tokens is None else FeatureTrack(source_tokens)
     # The decoder sees BOS and every token but the last (EOS): at most longest + 1 positions.
-    stepper = Stepper(model, enc, use_cache, longest + 1)
+    stepper = Stepper(model, enc, use_cache, longest + 1,
+                      None if track is None else probe_layer(len(model.decoder_layers)))
     tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long,
                         device=device)  # (active, BOS + tokens + EOS)
     log_prob = torch.zeros(batch, device=device)  # (active,)
@@ -144,6 +152,8 @@ def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: Deco
     step = 0
     while active.numel():
         log_probs = stepper.log_probs(tokens, step, special)  # (active, vocab)
+        if track is not None:
+            track.observe(log_probs, stepper.probed)
         apply_processors(processors, log_probs,
                          Step(step, tokens[:, : step + 1], active, 1, limits == step))
         if uniforms is None:
@@ -156,16 +166,24 @@ def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: Deco
         done = best.eq(special.eos)
         if done.any():
             scores = log_prob / length_penalty(step + 1, cfg.alpha)
-            for row in done.nonzero().squeeze(1).tolist():
+            ending = done.nonzero().squeeze(1)
+            gathered = [None] * ending.numel() if track is None else track.ended(
+                ending, best_log_prob[ending], torch.full_like(ending, step + 1))
+            for row, found in zip(ending.tolist(), gathered):
                 results[int(active[row])] = Hypothesis(
-                    tokens[row, 1: step + 1].tolist(), float(scores[row]), float(log_prob[row]))
+                    tokens[row, 1: step + 1].tolist(), float(scores[row]), float(log_prob[row]),
+                    features=found)
             keep = (~done).nonzero().squeeze(1)
+            if track is not None:
+                track.advance(keep, best_log_prob[keep])
             tokens, log_prob = tokens[keep], log_prob[keep]
             limits, active = limits[keep], active[keep]
             if uniforms is not None:
                 uniforms = uniforms[keep]
             if active.numel():
                 stepper.reorder(keep, keep)
+        elif track is not None:
+            track.advance(torch.arange(best.numel(), device=device), best_log_prob)
         step += 1
     return results  # type: ignore[return-value]  # every sentence ends by its maximum length
 
@@ -173,24 +191,26 @@ def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: Deco
 def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
                 special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
                 use_cache: bool = True, early_stop: bool = True,
-                prefixes: list[list[int]] | None = None) -> list[list[Hypothesis]]:
+                prefixes: list[list[int]] | None = None, features: bool = False
+                ) -> list[list[Hypothesis]]:
     """Beam search of width cfg.beam for a batch of sources (batch, src_len).
 
     Returns, per sentence in order, its cfg.nbest best finished hypotheses, best first.
     early_stop=False runs every sentence until it is complete (see the module docstring);
-    the result is the same, which the tests check. `prefixes` as in greedy_search.
+    the result is the same, which the tests check. `prefixes` and `features` as in
+    greedy_search.
     """
     prefix = prefix_tensor(prefixes, src.device)
     limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
     return beam_loop(model, src, limits, cfg, special, step_processors(cfg, special.eos, prefix),
-                     TopK(), use_cache, early_stop)
+                     TopK(), use_cache, early_stop, features)
 
 
 def search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
            special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
            need_attention: bool = False, attention_layer: int = -2,
            need_token_scores: bool = False, prefixes: list[list[int]] | None = None,
-           seeds: list[int] | None = None) -> list[list[Hypothesis]]:
+           seeds: list[int] | None = None, features: bool = False) -> list[list[Hypothesis]]:
     """Translate a batch of sources (batch, src_len): greedy for beam 1, else beam search,
     or with cfg.sampling, cfg.nbest samples (`sample`, seeded per sentence with `seeds`,
     default its row number).
@@ -199,20 +219,27 @@ def search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
     when given (token ids per sentence, at most max_len_limit each). With need_attention,
     each hypothesis gets the encoder-decoder attention of decoder layer `attention_layer`
     (default: the penultimate, which aligns best in Garg et al. 2019), averaged over heads;
-    with need_token_scores, the log-probability of each of its tokens.
+    with need_token_scores, the log-probability of each of its tokens; with features, what
+    the confidence needs (Hypothesis.features; a Transformer's only).
     """
     if cfg.sampling:
         seeds = list(range(src.size(0))) if seeds is None else seeds
-        results = sample(model, src, cfg, seeds, special, max_len_limit, prefixes)
+        results = sample(model, src, cfg, seeds, special, max_len_limit, prefixes, features)
     elif cfg.beam == 1:
         results = [[hyp] for hyp in greedy_search(model, src, cfg, special, max_len_limit,
-                                                  prefixes=prefixes)]
+                                                  prefixes=prefixes, features=features)]
     else:
-        results = beam_search(model, src, cfg, special, max_len_limit, prefixes=prefixes)
+        results = beam_search(model, src, cfg, special, max_len_limit, prefixes=prefixes,
+                              features=features)
     if need_attention or need_token_scores:
         attach_details(model, src, results, special, attention_layer, need_attention,
                        need_token_scores)
     return results
+
+
+def _source_tokens(src: Tensor, special: SpecialIds) -> Tensor:
+    """(batch,) each source's length without EOS, of src (batch, src_len) (ids, EOS, PAD)."""
+    return src.ne(special.pad).sum(1) - 1
 
 
 def _target_batch(sequences: list[list[int]], special: SpecialIds, device: torch.device

@@ -86,6 +86,9 @@ class Hypothesis:
     token_scores: list[float] | None = None
     """log P of each token given the ones before it, EOS last (len(tokens) + 1 values
     summing to log_prob); only when asked for."""
+    features: list[float] | None = None
+    """mean_log_prob, min_log_prob, mean_entropy and unattended_source of the confidence's
+    features, gathered by the search (transformer_nmt.decode.search_features) when asked."""
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
@@ -123,20 +126,28 @@ class Stepper:
     """
 
     def __init__(self, model: Seq2Seq, enc: EncoderState, use_cache: bool,
-                 max_length: int) -> None:
+                 max_length: int, probe_layer: int | None = None) -> None:
+        """probe_layer: a decoder layer whose encoder-decoder attention each step keeps in
+        `probed` (a Transformer's only)."""
         self.model, self.enc = model, enc
         self.cache = model.new_cache(max_length) if use_cache else None
+        self.probe_layer = probe_layer
+        self.probed: Tensor | None = None
+        """(batch, heads, 1, src_len) the probed layer's attention at the last step."""
         # The encoder's working memory is free by now: hand it back before the caches
         # grow, or the allocator keeps it for the whole batch, part of a beam search's peak.
         release_free_memory()
 
     def log_probs(self, tokens: Tensor, step: int, special: SpecialIds) -> Tensor:
         """float32 (batch, vocab) log P(next | tokens[:, :step + 1]); PAD and BOS at -inf."""
+        probe = {} if self.probe_layer is None else {"probe_layer": self.probe_layer}
         if self.cache is None:
-            logits = self.model.decode(tokens[:, : step + 1], self.enc).logits[:, -1]
+            out = self.model.decode(tokens[:, : step + 1], self.enc, **probe)
         else:
-            logits = self.model.decode(tokens[:, step: step + 1], self.enc, self.cache).logits[:, 0]
-        return next_token_log_probs(logits, special)
+            out = self.model.decode(tokens[:, step: step + 1], self.enc, self.cache, **probe)
+        if self.probe_layer is not None:
+            self.probed = out.probed[:, :, -1:]
+        return next_token_log_probs(out.logits[:, -1], special)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None) -> None:
         """Continue with prefix rows `rows`; sentences: the encoder rows to keep if

@@ -297,7 +297,8 @@ class Translator:
 
     def new_engine(self, decode: DecodeConfig) -> Engine:
         """A continuous-batching engine searching with `decode` on this model."""
-        return Engine(self.model, decode, self.special, self.max_len_limit)
+        return Engine(self.model, decode, self.special, self.max_len_limit,
+                      features=self.confidence is not None)
 
     def suspect(self, job: TranslationJob, rows: list[int], found: list[list[Hypothesis]]
                 ) -> bool:
@@ -331,8 +332,10 @@ class Translator:
                            attention=settings.alignments, token_scores=settings.token_scores)
         translations = [[self._translation(source, hyp, result) for hyp in result.hypotheses]
                         for source, result in zip(ids, guarded)]
-        if self.confidence is not None:  # one more decoder pass, calibrated models only
-            self.confidence.attach(ids, translations, self.source_tensor)
+        if self.confidence is not None:  # from what the search gathered, calibrated models only
+            self.confidence.attach(ids, translations, self.source_tensor,
+                                   [[hyp.features for hyp in result.hypotheses]
+                                    for result in guarded])
         for row, found_for_row in zip(rows, translations):
             job.results[row] = found_for_row
 
@@ -395,7 +398,8 @@ class Translator:
                                             prefixes=prefixes, word_pieces=self.word_pieces)
         else:
             found = search(self.model, src, call.decode, self.special, self.max_len_limit,
-                           prefixes=prefixes, seeds=seeds)
+                           prefixes=prefixes, seeds=seeds,
+                           features=self.confidence is not None)
         release_free_memory()
         return found
 

@@ -36,12 +36,19 @@ def scaled_dot_product_attention(
         output, weights = scaled_dot_product_attention(q.float(), k.float(), v.float(), mask,
                                                        dropout)
         return output.to(q.dtype), weights.to(q.dtype)
+    weights = attention_weights(q, k, mask).to(q.dtype)
+    output = bool_mask_dropout(weights, dropout, dropout > 0) @ v  # (batch, heads, tgt_len, d_v)
+    return output, weights
+
+
+def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)) of eq. (1), float32 (batch, heads, tgt_len, src_len), for
+    q (batch, heads, tgt_len, d_k) and k (batch, heads, src_len, d_k) in one dtype; mask as
+    in scaled_dot_product_attention."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (batch, heads, tgt_len, src_len)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    output = bool_mask_dropout(weights, dropout, dropout > 0) @ v  # (batch, heads, tgt_len, d_v)
-    return output, weights
+    return torch.softmax(scores.float(), dim=-1)
 
 
 class MultiHeadAttention(nn.Module):
@@ -73,6 +80,7 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        probe: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from x (batch, tgt_len, d_model) to itself or to memory (batch, src_len, d_model).
 
@@ -83,7 +91,8 @@ class MultiHeadAttention(nn.Module):
         Encoder-decoder attention accepts x with a batch `group` times memory's: rows
         r * group .. r * group + group - 1 attend to memory row r (beams of one sentence).
         Returns the output (batch, tgt_len, d_model) and, if need_weights, the weights
-        (batch, heads, tgt_len, src_len).
+        (batch, heads, tgt_len, src_len); with probe instead, the output is the fused
+        kernel's, exactly as without weights, and the weights (float32) are computed beside.
         """
         if self.self_attention:
             q, k, v = self._self_projections(x, cache)
@@ -91,7 +100,7 @@ class MultiHeadAttention(nn.Module):
                 mask, causal = _causal_mask(mask, q.size(2), k.size(2), need_weights, x.device)
         else:
             q, k, v = self._cross_projections(x, memory, cache)
-        out, weights = self._attend(q, k, v, mask, causal, need_weights)
+        out, weights = self._attend(q, k, v, mask, causal, need_weights, probe)
         out = out.transpose(1, 2).flatten(2)  # (batch, tgt_len, heads * d_v)
         return self.out_proj(out), weights
 
@@ -130,9 +139,9 @@ class MultiHeadAttention(nn.Module):
         return self._split_heads(k, self.d_k), self._split_heads(v, self.d_v)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool,
-                need_weights: bool) -> tuple[Tensor, Tensor | None]:
+                need_weights: bool, probe: bool = False) -> tuple[Tensor, Tensor | None]:
         """Eq. (1) on every head: the output (batch, heads, tgt_len, d_v) in q's dtype and,
-        if need_weights, the weights (batch, heads, tgt_len, src_len)."""
+        if need_weights or probe, the weights (batch, heads, tgt_len, src_len)."""
         out_dtype = q.dtype
         q = q.to(k.dtype)  # a cache may store keys and values in a narrower dtype
         group = q.size(0) // k.size(0)
@@ -147,6 +156,10 @@ class MultiHeadAttention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
                                                  is_causal=causal)
+            if probe:  # float32: bf16 products compile a CPU kernel for every new length
+                weights = attention_weights(q.float(), k.float(),
+                                            _causal_mask(mask, q.size(2), k.size(2), True,
+                                                         q.device)[0] if causal else mask)
         if group > 1:
             out = _unfold_group(out, group)
             weights = None if weights is None else _unfold_group(weights, group)

@@ -94,6 +94,7 @@ class DecoderLayer(nn.Module):
         cross_cache: KVCache | None = None,
         need_weights: bool = False,
         self_mask: Tensor | None = None,
+        probe: bool = False,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """x: (batch, tgt_len, d_model); memory: (batch, src_len, d_model) from the encoder
         (None when cross_cache holds its keys and values).
@@ -102,11 +103,13 @@ class DecoderLayer(nn.Module):
         query may attend besides the causal rule (rows at their own positions, model/rows.py).
 
         Returns the output and, if need_weights, the self- and encoder-decoder attention
-        weights, (batch, heads, tgt_len, tgt_len) and (batch, heads, tgt_len, src_len).
+        weights, (batch, heads, tgt_len, tgt_len) and (batch, heads, tgt_len, src_len);
+        probe: the encoder-decoder weights alone, computed beside the fused kernel.
         """
         x, self_weights = self.self_attn_block(x, lambda h: self.self_attn(
             h, mask=self_mask, causal=True, cache=self_cache, need_weights=need_weights))
         x, cross_weights = self.cross_attn_block(x, lambda h: self.cross_attn(
-            h, memory, mask=memory_mask, cache=cross_cache, need_weights=need_weights))
+            h, memory, mask=memory_mask, cache=cross_cache, need_weights=need_weights,
+            probe=probe))
         x, _ = self.ffn_block(x, lambda h: (self.ffn(h), None))
         return x, self_weights, cross_weights

@@ -63,6 +63,9 @@ class DecoderOut:
     """Per layer (batch, heads, tgt_len, tgt_len)."""
     cross_attention: list[Tensor] = field(default_factory=list)
     """Per layer (batch, heads, tgt_len, src_len)."""
+    probed: Tensor | None = None
+    """float32 (batch, heads, tgt_len, src_len) the encoder-decoder attention of the layer
+    `probe_layer` asked for, computed beside the fused kernel (the output unchanged)."""
 
 
 class Transformer(nn.Module):
@@ -151,7 +154,7 @@ class Transformer(nn.Module):
         return DecoderCache(len(self.decoder_layers), max_length, self.cache_dtype)
 
     def decode(self, tgt: Tensor, enc: EncoderOut, cache: DecoderCache | None = None,
-               need_weights: bool = False) -> DecoderOut:
+               need_weights: bool = False, probe_layer: int | None = None) -> DecoderOut:
         """Next-token logits for target prefixes tgt (batch, tgt_len) given the encoder output.
 
         Without a cache, tgt is the whole prefix (teacher forcing). With a cache, tgt holds
@@ -159,10 +162,11 @@ class Transformer(nn.Module):
         updated in place, and encoder-decoder keys/values are computed on the first call only.
         tgt's batch may be a multiple g of the encoder's: rows r * g .. r * g + g - 1 are
         hypotheses (beams) of encoder row r, and share its states without copies.
+        probe_layer: a decoder layer whose encoder-decoder attention to return as `probed`.
         """
-        states, self_attention, cross_attention = self._decoder_states(tgt, enc, cache,
-                                                                       need_weights)
-        return DecoderOut(self.project(states), self_attention, cross_attention)
+        states, self_attention, cross_attention, probed = self._decoder_states(
+            tgt, enc, cache, need_weights, probe_layer)
+        return DecoderOut(self.project(states), self_attention, cross_attention, probed)
 
     def new_row_cache(self, group: int) -> RowCache:
         """An empty cache for `decode_rows`, `group` rows per sentence (the beam)."""
@@ -174,24 +178,29 @@ class Transformer(nn.Module):
         cache.join([layer.cross_attn.memory_keys_values(enc.states)
                     for layer in self.decoder_layers], enc.src_mask)
 
-    def decode_rows(self, tokens: Tensor, positions: Tensor, cache: RowCache) -> Tensor:
-        """Next-token logits (rows, vocab) of rows that each sit at their own position:
+    def decode_rows(self, tokens: Tensor, positions: Tensor, cache: RowCache,
+                    probe_layer: int | None = None) -> DecoderOut:
+        """Next-token logits (rows, 1, vocab) of rows that each sit at their own position:
         row r feeds tokens[r] at target position positions[r] (both (rows,)), after the
         positions 0 .. positions[r] - 1 it decoded before into `cache` (model/rows.py).
 
         Each row's result is the one `decode` with a cache gives it in a batch of its own:
         the same embedding, the same layers, its keys masked beyond its position.
+        probe_layer as in `decode`.
         """
         cache.start_step(positions)
         x = self.tgt_embed(tokens.unsqueeze(1)) * self.embed_scale  # (rows, 1, d_model)
         x = x + self._positional_rows(positions).unsqueeze(1)
         memory_mask = cache.src_mask[:, None, None, :]  # (sentences, 1, 1, src_len)
+        probed = None
         for i, layer in enumerate(self.decoder_layers):
-            x, _, _ = layer(x, None, memory_mask, self_cache=cache.self_attention[i],
-                            cross_cache=cache.cross_attention[i], self_mask=cache.self_mask)
+            x, _, weights = layer(x, None, memory_mask, self_cache=cache.self_attention[i],
+                                  cross_cache=cache.cross_attention[i], self_mask=cache.self_mask,
+                                  probe=i == probe_layer)
+            probed = weights if i == probe_layer else probed
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self.project(x)[:, 0]
+        return DecoderOut(self.project(x), probed=probed)
 
     def _positional_rows(self, positions: Tensor) -> Tensor:
         """Positional encodings (rows, d_model) of positions (rows,), within the table."""
@@ -199,27 +208,31 @@ class Transformer(nn.Module):
         return table[positions]
 
     def _decoder_states(self, tgt: Tensor, enc: EncoderOut, cache: DecoderCache | None = None,
-                        need_weights: bool = False
-                        ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+                        need_weights: bool = False, probe_layer: int | None = None
+                        ) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None]:
         """The decoder stack's output (batch, tgt_len, d_model) and, with need_weights, its
-        layers' self- and encoder-decoder attention weights (as in DecoderOut)."""
+        layers' self- and encoder-decoder attention weights; the probed layer's encoder-
+        decoder weights (as in DecoderOut)."""
         start = 0 if cache is None else cache.length
         memory_mask = enc.src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
         x = self._embed(self.tgt_embed, tgt, start)  # (batch, tgt_len, d_model)
         self_attention: list[Tensor] = []
         cross_attention: list[Tensor] = []
+        probed = None
         for i, layer in enumerate(self.decoder_layers):
             x, self_weights, cross_weights = layer(
                 x, enc.states, memory_mask,
                 self_cache=None if cache is None else cache.self_attention[i],
                 cross_cache=None if cache is None else cache.cross_attention[i],
-                need_weights=need_weights)
+                need_weights=need_weights, probe=i == probe_layer and not need_weights)
             if need_weights:
                 self_attention.append(self_weights)
                 cross_attention.append(cross_weights)
+            if i == probe_layer:
+                probed = cross_weights.float()
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return x, self_attention, cross_attention
+        return x, self_attention, cross_attention, probed
 
     @property
     def projection_weight(self) -> Tensor:
