@@ -12,6 +12,7 @@ from search_fixtures import SPECIAL, random_sources, tiny_transformer
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode import confidence
 from transformer_nmt.decode.confidence import all_features, sentence_features
+from transformer_nmt.decode.constrained import constrained_beam_search
 from transformer_nmt.decode.continuous import decode_continuously
 from transformer_nmt.decode.engine import Engine
 from transformer_nmt.decode.search import search
@@ -51,6 +52,19 @@ def test_every_search_gathers_the_teacher_forced_features_and_finds_the_same(cfg
     assert [[(h.tokens, h.score, h.log_prob) for h in hyps] for hyps in gathered] == \
         [[(h.tokens, h.score, h.log_prob) for h in hyps] for hyps in plain]
     assert all(h.features is None for hyps in plain for h in hyps)
+    assert_like_the_teacher_forced_pass(model, src, gathered)
+
+
+def test_a_constrained_search_gathers_them_too():
+    model = tiny_transformer()
+    src = random_sources(4, 40, seed=7)
+    constraints = [[[9, 10]], [], [[12]], [[5], [30, 31]]]
+    cfg = DecodeConfig(beam=4, max_len_b=8)
+    with torch.inference_mode():
+        gathered = constrained_beam_search(model, src, constraints, cfg, SPECIAL, features=True)
+        plain = constrained_beam_search(model, src, constraints, cfg, SPECIAL)
+    assert [[h.tokens for h in hyps] for hyps in gathered] == [[h.tokens for h in hyps]
+                                                               for hyps in plain]
     assert_like_the_teacher_forced_pass(model, src, gathered)
 
 

@@ -203,7 +203,8 @@ def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[
                             special: SpecialIds = SpecialIds(),
                             max_len_limit: int | None = None, use_cache: bool = True,
                             prefixes: list[list[int]] | None = None,
-                            word_pieces: Tensor | None = None) -> list[list[Hypothesis]]:
+                            word_pieces: Tensor | None = None, features: bool = False
+                            ) -> list[list[Hypothesis]]:
     """Beam search of width cfg.beam for a batch of sources (batch, src_len) whose outputs
     must contain constraints[i] (phrases of token ids) for sentence i.
 
@@ -212,7 +213,7 @@ def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[
     total length where that is longer (capped by max_len_limit: phrases that cannot fit
     are missed, which the caller should warn about). `prefixes` as in beam_search.
     word_pieces (vocab,) bool marks the tokens that continue a word (None: phrases may
-    end inside a word).
+    end inside a word). features as in beam_search.
     """
     phrases, lengths = phrase_tensors(constraints, src.device)  # (batch, M, L), (batch, M)
     prefix = prefix_tensor(prefixes, src.device)
@@ -226,4 +227,4 @@ def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[
         own.append(WordEnds(selection, word_pieces))
     return beam_loop(model, src, limits, cfg, special,
                      step_processors(cfg, special.eos, prefix, own), selection,
-                     use_cache=use_cache, early_stop=False)
+                     use_cache=use_cache, early_stop=False, features=features)

@@ -395,7 +395,8 @@ class Translator:
         if constraints is not None and any(constraints):
             found = constrained_beam_search(self.model, src, constraints, call.decode,
                                             self.special, self.max_len_limit,
-                                            prefixes=prefixes, word_pieces=self.word_pieces)
+                                            prefixes=prefixes, word_pieces=self.word_pieces,
+                                            features=self.confidence is not None)
         else:
             found = search(self.model, src, call.decode, self.special, self.max_len_limit,
                            prefixes=prefixes, seeds=seeds,

@@ -208,8 +208,7 @@ class Driver:
         for piece in self._ready(complete):
             by_key.setdefault(piece.key, []).append(piece)
         for pieces in by_key.values():
-            # Finished together: the guard's second searches and the confidence's
-            # decoder pass run once for all of them.
+            # Finished together: the guard's second searches run once for all of them.
             job, rows, found = merged(pieces)
             self.translator.finish(job, rows, found)
             start = 0
