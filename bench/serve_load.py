@@ -9,6 +9,9 @@ latency, errors, the server's CPU seconds (user + system) per answered sentence,
 peak RSS; before that, in the same run, the offline throughput of the same
 sentences through the Translator with the same settings (what `nmt translate` does), and
 each sentence's latency decoded alone (batch of one), for the one-client comparison.
+With --paired N, the server's added latency is measured without the machine's drift
+between the two: N sentences, each decoded alone in this process and then sent to the
+idle server, one after the other (after 5 of each to warm both up).
 
 Without --model, the model is a random one of the base shape with the vocabulary of
 --vocab-from (a model file). A random model never predicts EOS, so both sides decode
@@ -83,16 +86,43 @@ def process_cpu_seconds() -> float:
     return times.user + times.system
 
 
-def alone_latencies(model: Path, lines: list[str], decode: DecodeConfig) -> list[float]:
-    """Milliseconds to translate each line by itself, with every core (interactive use)."""
-    translator = Translator(load_for_inference(model),
-                            TranslatorOptions(decode, buffer_size=1, workers=1))
-    times = []
-    for line in lines:
-        started = time.perf_counter()
-        next(translator.translate([line]))
-        times.append((time.perf_counter() - started) * 1000)
-    return times
+def alone_translator(model: Path, decode: DecodeConfig) -> Translator:
+    """A Translator that decodes one line at a time with every core (interactive use)."""
+    return Translator(load_for_inference(model),
+                      TranslatorOptions(decode, buffer_size=1, workers=1))
+
+
+def alone_latency(translator: Translator, line: str) -> float:
+    """Milliseconds to translate `line` by itself."""
+    started = time.perf_counter()
+    next(translator.translate([line]))
+    return (time.perf_counter() - started) * 1000
+
+
+def served_latency(url: str, line: str) -> float:
+    """Milliseconds for the server to answer `line` as one request."""
+    body = json.dumps({"text": line}).encode()
+    request = urllib.request.Request(url + "/v1/translate", data=body,
+                                     headers={"Content-Type": "application/json"})
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=120) as response:
+        response.read()
+    return (time.perf_counter() - started) * 1000
+
+
+def paired_level(url: str, translator: Translator, lines: list[str]) -> None:
+    """Each line decoded alone here, then answered by the idle server, back to back."""
+    for line in lines[:5]:
+        alone_latency(translator, line), served_latency(url, line)
+    alone, served = [], []
+    for line in lines[5:]:
+        alone.append(alone_latency(translator, line))
+        served.append(served_latency(url, line))
+    extra = [s - a for s, a in zip(served, alone)]
+    figure(case="paired", sentences=len(extra), alone_p50_ms=round(statistics.median(alone), 1),
+           served_p50_ms=round(statistics.median(served), 1),
+           median_extra_ms=round(statistics.median(extra), 1),
+           extra_p25_p75_ms=[round(percentile(extra, 0.25), 1), round(percentile(extra, 0.75), 1)])
 
 
 def server_rss_mb(pid: int) -> dict:
@@ -211,6 +241,8 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=120)
     parser.add_argument("--alone", type=int, default=50,
                         help="sentences decoded alone for the one-client comparison")
+    parser.add_argument("--paired", type=int, default=0,
+                        help="sentences decoded alone and served alternately (0: none)")
     parser.add_argument("--port", type=int, default=18187)
     parser.add_argument("--no-guard", action="store_true",
                         help="decode without the guard on both sides (offline and served)")
@@ -227,7 +259,8 @@ def main() -> None:
                               max_len_b=0 if not args.model else 50)
         vocab = load_for_inference(model).vocab
         count_tokens = lambda text: len(vocab.encode(text)) + 1  # noqa: E731 (EOS)
-        alone = alone_latencies(model, lines[: args.alone], decode)
+        translator = alone_translator(model, decode)
+        alone = [alone_latency(translator, line) for line in lines[: args.alone]]
         figure(case="alone", sentences=len(alone), p50_ms=round(percentile(alone, 0.5), 1),
                mean_ms=round(statistics.mean(alone), 1))
         speed, outputs = offline(model, lines, decode)
@@ -245,6 +278,8 @@ def main() -> None:
         process = subprocess.Popen(command, stderr=subprocess.PIPE)
         try:
             wait_ready(url, process)
+            if args.paired:
+                paired_level(url, translator, lines[: args.paired + 5])
             for hog_count in (int(h) for h in args.hogs.split(",")):
                 hogs = start_hogs(hog_count)
                 try:
