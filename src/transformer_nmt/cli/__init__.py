@@ -16,6 +16,7 @@ import signal
 import sys
 
 from transformer_nmt.version import __version__
+from transformer_nmt.cli.allocator import start_again_with_tcmalloc
 from transformer_nmt.cli.calibrate import add_calibrate_parser
 from transformer_nmt.cli.decode import (add_attention_parser, add_evaluate_parser,
                                         add_translate_parser)
@@ -65,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `nmt` console script; returns the process exit status."""
+    if argv is None:  # the command line itself, not a caller's list
+        start_again_with_tcmalloc()
     try:
         # Slow enough (every setting's help is read from its source) to meet a Ctrl-C.
         parser = build_parser()
