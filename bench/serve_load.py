@@ -99,13 +99,16 @@ def alone_latency(translator: Translator, line: str) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+def translate_request(url: str, line: str) -> urllib.request.Request:
+    """POST /v1/translate of `line` alone."""
+    return urllib.request.Request(url + "/v1/translate", data=json.dumps({"text": line}).encode(),
+                                  headers={"Content-Type": "application/json"})
+
+
 def served_latency(url: str, line: str) -> float:
     """Milliseconds for the server to answer `line` as one request."""
-    body = json.dumps({"text": line}).encode()
-    request = urllib.request.Request(url + "/v1/translate", data=body,
-                                     headers={"Content-Type": "application/json"})
     started = time.perf_counter()
-    with urllib.request.urlopen(request, timeout=120) as response:
+    with urllib.request.urlopen(translate_request(url, line), timeout=120) as response:
         response.read()
     return (time.perf_counter() - started) * 1000
 
@@ -113,7 +116,8 @@ def served_latency(url: str, line: str) -> float:
 def paired_level(url: str, translator: Translator, lines: list[str]) -> None:
     """Each line decoded alone here, then answered by the idle server, back to back."""
     for line in lines[:5]:
-        alone_latency(translator, line), served_latency(url, line)
+        alone_latency(translator, line)
+        served_latency(url, line)
     alone, served = [], []
     for line in lines[5:]:
         alone.append(alone_latency(translator, line))
@@ -169,12 +173,9 @@ def load_level(url: str, lines: list[str], clients: int, max_seconds: float,
                 index, line = next(remaining, (None, None))
             if line is None:
                 return
-            body = json.dumps({"text": line}).encode()
-            request = urllib.request.Request(url + "/v1/translate", data=body,
-                                             headers={"Content-Type": "application/json"})
             started = time.perf_counter()
             try:
-                with urllib.request.urlopen(request, timeout=120) as response:
+                with urllib.request.urlopen(translate_request(url, line), timeout=120) as response:
                     text = json.loads(response.read())["translations"][0]["text"]
             except Exception as error:  # noqa: BLE001 (counted, the load goes on)
                 with lock:

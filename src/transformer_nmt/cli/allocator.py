@@ -15,11 +15,15 @@ GPU_DRIVERS = ("/proc/driver/nvidia", "/dev/kfd")
 """Present where a CUDA (NVIDIA) or ROCm (AMD) driver is loaded."""
 
 
+def _command(arguments: list[str]) -> str | None:
+    """The subcommand of the command line `arguments` (without the program)."""
+    return next((argument for argument in arguments if not argument.startswith("-")), None)
+
+
 def trains_on_cpu(arguments: list[str]) -> bool:
     """Whether the command line `arguments` (without the program) trains, and on a CPU:
     its --device, else where no GPU is present."""
-    command = next((argument for argument in arguments if not argument.startswith("-")), None)
-    if command not in TRAINING_COMMANDS or "-h" in arguments or "--help" in arguments:
+    if _command(arguments) not in TRAINING_COMMANDS or "-h" in arguments or "--help" in arguments:
         return False
     device = "auto"
     for i, argument in enumerate(arguments):
@@ -44,8 +48,7 @@ def start_again_with_tcmalloc() -> None:
     environment = training_allocator(os.environ)
     if environment is None or not trains_on_cpu(sys.argv[1:]):
         return
-    command = next(argument for argument in sys.argv[1:] if not argument.startswith("-"))
-    print(f"nmt {command}: memory allocator tcmalloc ({environment['LD_PRELOAD']}; "
+    print(f"nmt {_command(sys.argv[1:])}: memory allocator tcmalloc ({environment['LD_PRELOAD']}; "
           f"{ALLOCATOR_VARIABLE}=system keeps the C library's)", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable, "-m", "transformer_nmt.cli", *sys.argv[1:]],

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.search_base import (Hypothesis, Seq2Seq, SpecialIds, Stepper,
-                                                length_penalty)
+                                                length_penalty, source_lengths)
 from transformer_nmt.decode.search_features import FeatureTrack, probe_layer
 from transformer_nmt.decode.selection import top_k
 from transformer_nmt.decode.step_rules import Step, StepProcessor, apply_processors
@@ -132,7 +132,7 @@ def beam_loop(model: Seq2Seq, src: Tensor, limits: Tensor, cfg: DecodeConfig,
     # Every sentence starts with one empty prefix: step 0 decodes one row per sentence
     # (and computes the encoder-decoder keys/values once), later steps k rows.
     longest = int(limits.max())
-    track = FeatureTrack(src.ne(special.pad).sum(1) - 1) if features else None
+    track = FeatureTrack(source_lengths(src, special.pad)) if features else None
     stepper = Stepper(model, model.encode(src), use_cache, longest + 1,
                       probe_layer(len(model.decoder_layers)) if features else None)
     width = 1  # rows per sentence in the current step

@@ -271,9 +271,9 @@ class ConfidenceEstimator:
                  for j, translation in enumerate(found)]
         unknown = [(source, translation) for source, translation, known in pairs
                    if known is None]
-        if unknown:
-            assessed = iter(self.assess(source_tensor([source for source, _ in unknown]),
-                                        [translation.tokens for _, translation in unknown]))
+        assessed = iter(self.assess(source_tensor([source for source, _ in unknown]),
+                                    [translation.tokens for _, translation in unknown])
+                        if unknown else [])
         for source, translation, known in pairs:
             assessment = next(assessed) if known is None else self._assessment(
                 all_features(known, translation.tokens, source))

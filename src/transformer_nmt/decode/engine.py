@@ -31,7 +31,8 @@ from torch import Tensor
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.beam import TopK, best_first, best_possible_scores
 from transformer_nmt.decode.search_base import (Hypothesis, SpecialIds, length_penalty,
-                                                max_lengths, next_token_log_probs)
+                                                max_lengths, next_token_log_probs,
+                                                source_lengths)
 from transformer_nmt.decode.search_features import FeatureTrack, probe_layer
 from transformer_nmt.decode.step_rules import ForceEos, Step
 
@@ -77,7 +78,8 @@ class Engine:
         # Per row (sentences * k): BOS, the tokens so far, room for the rest.
         self._tokens = torch.zeros(0, 2, dtype=torch.long, device=device)
         self._probe = probe_layer(len(model.decoder_layers)) if features else None
-        self._track = FeatureTrack(self._steps.clone()) if features else None
+        self._track = FeatureTrack(torch.zeros(0, dtype=torch.long, device=device)) \
+            if features else None
 
     @property
     def rows(self) -> int:
@@ -99,8 +101,8 @@ class Engine:
         limits = max_lengths(src, self.cfg, self.special.pad, self.max_len_limit)
         self.model.join_rows(self._cache, self.model.encode(src))
         if self._track is not None:
-            source_tokens = src.ne(self.special.pad).sum(1) - 1  # (new,)
-            self._track.add_rows(source_tokens.repeat_interleave(self.k))
+            self._track.add_rows(
+                source_lengths(src, self.special.pad).repeat_interleave(self.k))
         self._sentences += [_Sentence(ticket, []) for ticket in tickets]
         self._limits = torch.cat([self._limits, limits])
         self._steps = torch.cat([self._steps, self._steps.new_zeros(new)])

@@ -45,7 +45,7 @@ from transformer_nmt.decode.beam import (  # noqa: F401 (tests check the bound)
     best_possible_scores as _best_possible_scores)
 from transformer_nmt.decode.search_base import (EncoderState, Hypothesis, Seq2Seq,
                                                 SpecialIds, Stepper, length_penalty,
-                                                max_lengths)
+                                                max_lengths, source_lengths)
 from transformer_nmt.decode.search_features import FeatureTrack, probe_layer
 from transformer_nmt.decode.selection import row_max
 from transformer_nmt.decode.step_rules import (Step, StepProcessor, apply_processors,
@@ -87,7 +87,7 @@ def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(
     limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
     return _token_by_token(model, model.encode(src), limits, cfg, special, use_cache,
                            step_processors(cfg, special.eos, prefix),
-                           source_tokens=_source_tokens(src, special) if features else None)
+                           source_tokens=source_lengths(src, special.pad) if features else None)
 
 
 @torch.inference_mode()
@@ -118,7 +118,7 @@ def sample(model: Seq2Seq, src: Tensor, cfg: DecodeConfig, seeds: list[int],
         for seed in seeds]).to(src.device)  # (batch * count, longest + 1)
     found = _token_by_token(model, model.encode(src).select(owner), limits, cfg, special,
                             True, step_processors(cfg, special.eos, prefix), uniforms,
-                            _source_tokens(src, special)[owner] if features else None)
+                            source_lengths(src, special.pad)[owner] if features else None)
     return [sorted(found[i * count: (i + 1) * count], key=lambda hyp: -hyp.score)
             for i in range(batch)]
 
@@ -183,7 +183,7 @@ def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: Deco
             if active.numel():
                 stepper.reorder(keep, keep)
         elif track is not None:
-            track.advance(torch.arange(best.numel(), device=device), best_log_prob)
+            track.advance(None, best_log_prob)
         step += 1
     return results  # type: ignore[return-value]  # every sentence ends by its maximum length
 
@@ -235,11 +235,6 @@ def search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
         attach_details(model, src, results, special, attention_layer, need_attention,
                        need_token_scores)
     return results
-
-
-def _source_tokens(src: Tensor, special: SpecialIds) -> Tensor:
-    """(batch,) each source's length without EOS, of src (batch, src_len) (ids, EOS, PAD)."""
-    return src.ne(special.pad).sum(1) - 1
 
 
 def _target_batch(sequences: list[list[int]], special: SpecialIds, device: torch.device

@@ -96,13 +96,18 @@ def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
     return ((5 + length) / 6) ** alpha
 
 
+def source_lengths(src: Tensor, pad_id: int) -> Tensor:
+    """(batch,) each source's length without EOS, of src (batch, src_len) (ids, EOS, PAD)."""
+    return src.ne(pad_id).sum(1) - 1
+
+
 def max_lengths(src: Tensor, cfg: DecodeConfig, pad_id: int, limit: int | None = None) -> Tensor:
     """Per-sentence maximum output length (batch,) before EOS: floor(a * src_len + b).
 
     src (batch, src_len) holds ids + EOS + padding; src_len excludes EOS and padding.
     `limit` caps the length, e.g. so that BOS and the tokens fit the model's positions.
     """
-    src_len = src.ne(pad_id).sum(1) - 1  # (batch,)
+    src_len = source_lengths(src, pad_id)  # (batch,)
     lengths = torch.floor(cfg.max_len_a * src_len.double() + cfg.max_len_b).long().clamp(min=0)
     return lengths if limit is None else lengths.clamp(max=limit)
 

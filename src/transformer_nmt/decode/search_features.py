@@ -86,17 +86,20 @@ class FeatureTrack:
         return torch.stack([mean_log_prob, lowest, mean_entropy, unattended.float()],
                            dim=1).tolist()
 
-    def advance(self, rows: Tensor, log_probs: Tensor) -> None:
-        """Go on with rows `rows` (next_rows,) of this step, each extended by a token of log
-        P log_probs (next_rows,)."""
-        self.source_tokens = self.source_tokens[rows]
-        self.log_prob_sum = self.log_prob_sum[rows] + log_probs
-        self.lowest = torch.minimum(self.lowest[rows], log_probs)
-        self.entropy_sum = self.entropy_sum[rows] + self._entropy[rows]
-        self.received = self._received_now[rows]
+    def advance(self, rows: Tensor | None, log_probs: Tensor) -> None:
+        """Go on with rows `rows` (next_rows,) of this step (None: every row, in place),
+        each extended by a token of log P log_probs (next_rows,)."""
+        self.received, entropy = self._received_now, self._entropy
+        if rows is not None:
+            self.keep(rows)
+            entropy = entropy[rows]
+        self.log_prob_sum = self.log_prob_sum + log_probs
+        self.lowest = torch.minimum(self.lowest, log_probs)
+        self.entropy_sum = self.entropy_sum + entropy
 
     def keep(self, rows: Tensor) -> None:
-        """Go on with rows `rows` between steps, adding nothing (sentences withdrawn)."""
+        """Go on with rows `rows` (new_rows,), adding nothing (between steps: sentences
+        withdrawn)."""
         self.source_tokens, self.log_prob_sum = self.source_tokens[rows], self.log_prob_sum[rows]
         self.lowest, self.entropy_sum = self.lowest[rows], self.entropy_sum[rows]
         self.received = self.received[rows]

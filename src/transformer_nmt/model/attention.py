@@ -91,9 +91,12 @@ class MultiHeadAttention(nn.Module):
         Encoder-decoder attention accepts x with a batch `group` times memory's: rows
         r * group .. r * group + group - 1 attend to memory row r (beams of one sentence).
         Returns the output (batch, tgt_len, d_model) and, if need_weights, the weights
-        (batch, heads, tgt_len, src_len); with probe instead, the output is the fused
-        kernel's, exactly as without weights, and the weights (float32) are computed beside.
+        (batch, heads, tgt_len, src_len); with probe instead (encoder-decoder attention:
+        no causal rule), the output is the fused kernel's, exactly as without weights, and
+        the weights (float32) are computed beside.
         """
+        if probe and causal:
+            raise ValueError("probe serves encoder-decoder attention, not a causal one")
         if self.self_attention:
             q, k, v = self._self_projections(x, cache)
             if causal:
@@ -157,9 +160,7 @@ class MultiHeadAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
                                                  is_causal=causal)
             if probe:  # float32: bf16 products compile a CPU kernel for every new length
-                weights = attention_weights(q.float(), k.float(),
-                                            _causal_mask(mask, q.size(2), k.size(2), True,
-                                                         q.device)[0] if causal else mask)
+                weights = attention_weights(q.float(), k.float(), mask)
         if group > 1:
             out = _unfold_group(out, group)
             weights = None if weights is None else _unfold_group(weights, group)
