@@ -146,6 +146,19 @@ def server_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def batch_sentences(url: str) -> tuple[float, float]:
+    """The server's count and sum of sentences per decoded batch or engine step so far
+    (the histogram nmt_batch_sentences of /metrics)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("nmt_batch_sentences_count", "nmt_batch_sentences_sum"):
+            values[name] = float(value)
+    return values.get("nmt_batch_sentences_count", 0.0), values.get("nmt_batch_sentences_sum", 0.0)
+
+
 def busy_loop() -> None:
     while True:
         pass
@@ -203,7 +216,10 @@ def serve_level(url: str, lines: list[str], clients: int, args: argparse.Namespa
                 count_tokens, alone: list[float], speed: dict, pid: int, hogs: int) -> None:
     """One load level against the running server, printed as one JSON line."""
     cpu_before, clients_cpu_before = server_cpu_seconds(pid), process_cpu_seconds()
+    steps_before, sentences_before = batch_sentences(url)
     latencies, result = load_level(url, lines, clients, args.max_seconds, count_tokens)
+    steps, sentences = (after - before for after, before
+                        in zip(batch_sentences(url), (steps_before, sentences_before)))
     cpu = server_cpu_seconds(pid) - cpu_before
     clients_cpu = process_cpu_seconds() - clients_cpu_before
     if clients == 1:
@@ -215,6 +231,8 @@ def serve_level(url: str, lines: list[str], clients: int, args: argparse.Namespa
            cpu_s_per_sentence=round(cpu / answered, 4),
            # The load generator runs on the same cores: what it took from the server.
            clients_cpu_s_per_sentence=round(clients_cpu / answered, 4),
+           # How full the engines' steps (or the batches) were: sentences decoded at once.
+           sentences_per_step=round(sentences / steps, 2) if steps else None,
            vs_offline=round(result["sentences_per_s"] / speed["sentences_per_s"], 3),
            **server_rss_mb(pid))
 

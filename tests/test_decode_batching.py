@@ -34,5 +34,9 @@ def test_an_interrupt_waits_for_the_running_batches_and_cancels_the_others():
     with pytest.raises(KeyboardInterrupt):
         run_in_order([[i] for i in range(8)], work, [None] * 8, workers=2)
     assert sorted(finished) == sorted(started) and len(started) < 8
-    time.sleep(0.05)  # the signalling thread returns
+    # The signalling thread and the workers return (within moments, even on a busy
+    # machine: a fixed 50 ms once failed in a full run of the suite).
+    deadline = time.monotonic() + 5
+    while threading.active_count() > threads_before and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert threading.active_count() == threads_before

@@ -19,6 +19,7 @@ from transformer_nmt.decode.engine import Engine, serves
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.search import search
 from transformer_nmt.decode.translator import Translator, TranslationRequest
+from transformer_nmt.model.rows import SPANS, row_spans
 from transformer_nmt.model_file import load_for_inference
 
 SOURCES = random_sources(10, 40, seed=3, max_len=9)
@@ -115,6 +116,37 @@ def test_a_sentence_that_joins_late_takes_the_steps_it_takes_alone(name):
     # The short sentence arrives while the long one is half done.
     _, took = run(Engine(MODEL, cfg, SPECIAL), [(0, [long]), (lengths[long] // 2, [short])])
     assert took[short] == took_alone[short]
+
+
+@given(st.lists(st.integers(1, 60), min_size=1, max_size=40), st.integers(1, 4))
+def test_row_spans_cover_every_row_and_read_what_each_row_needs(lengths, group):
+    for order in (sorted(lengths, reverse=True), lengths):
+        spans = row_spans(order, group)
+        assert spans[0][0] == 0 and spans[-1][1] == len(order) * group
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous
+        for first, end, length in spans:
+            assert first % group == 0 and end % group == 0
+            assert length == max(order[first // group: end // group])
+    descending = row_spans(sorted(lengths, reverse=True), group)
+    assert len(descending) <= min(SPANS, len(set(lengths)))
+
+
+def test_staggered_arrivals_read_in_several_spans():
+    """The interleavings above also run through spans: sentences that joined at
+    different steps read their keys and values as far as their own span needs."""
+    cfg = SETTINGS["beam"]
+    engine = Engine(MODEL, cfg, SPECIAL)
+    spans_seen, found = [], {}
+    for row in range(5):  # one sentence joins at each step
+        engine.add(padded([row]), [row])
+        found.update(dict(engine.step()))
+        spans_seen.append(engine._cache.self_attention[0].spans)
+    assert max(len(spans) for spans in spans_seen) > 1
+    while engine.rows:
+        found.update(dict(engine.step()))
+    assert sorted(found) == list(range(5))
+    for row in found:
+        assert_same(found[row], alone(cfg, row))
 
 
 def test_dropped_sentences_leave_and_the_others_are_unchanged():

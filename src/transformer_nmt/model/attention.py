@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from transformer_nmt.model.cache import KVCache
 from transformer_nmt.model.dropout import bool_mask_dropout
+from transformer_nmt.model.rows import RowSelfCache
 
 
 def scaled_dot_product_attention(
@@ -103,7 +104,10 @@ class MultiHeadAttention(nn.Module):
                 mask, causal = _causal_mask(mask, q.size(2), k.size(2), need_weights, x.device)
         else:
             q, k, v = self._cross_projections(x, memory, cache)
-        out, weights = self._attend(q, k, v, mask, causal, need_weights, probe)
+        if isinstance(cache, RowSelfCache) and len(cache.spans) > 1 and not need_weights:
+            out, weights = self._attend_spans(q, k, v, mask, cache.spans), None
+        else:
+            out, weights = self._attend(q, k, v, mask, causal, need_weights, probe)
         out = out.transpose(1, 2).flatten(2)  # (batch, tgt_len, heads * d_v)
         return self.out_proj(out), weights
 
@@ -165,6 +169,17 @@ class MultiHeadAttention(nn.Module):
             out = _unfold_group(out, group)
             weights = None if weights is None else _unfold_group(weights, group)
         return out.to(out_dtype), weights
+
+
+    def _attend_spans(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
+                      spans: list[tuple[int, int, int]]) -> Tensor:
+        """Rows at their own positions (model/rows.py) attending span by span, each span
+        only as far as it reads: q (rows, heads, 1, d_k), k and v (rows, heads, end, d),
+        mask (rows, 1, 1, end); the output (rows, heads, 1, d_v)."""
+        return torch.cat([
+            self._attend(q[first:end], k[first:end, :, :length], v[first:end, :, :length],
+                         mask[first:end, :, :, :length], False, False)[0]
+            for first, end, length in spans])
 
 
 def _causal_mask(mask: Tensor | None, tgt_len: int, src_len: int, need_weights: bool,
