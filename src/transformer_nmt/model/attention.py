@@ -170,7 +170,6 @@ class MultiHeadAttention(nn.Module):
             weights = None if weights is None else _unfold_group(weights, group)
         return out.to(out_dtype), weights
 
-
     def _attend_spans(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
                       spans: list[tuple[int, int, int]]) -> Tensor:
         """Rows at their own positions (model/rows.py) attending span by span, each span

@@ -169,6 +169,8 @@ class RowCache:
         """(rows, 1, 1, end) True at the positions each row may attend to this step."""
         self._written: list[int] = []
         """Positions each sentence's rows have written, by sentence."""
+        self._spans: list[tuple[int, int, int]] = []
+        """`row_spans` of `_written`: the step's, and its gathers' while no sentence leaves."""
 
     @property
     def sentences(self) -> int:
@@ -195,9 +197,9 @@ class RowCache:
         # After this step each sentence's rows have written up to their position.
         self._written = [position + 1 for position in positions[:: self.group].tolist()]
         end = max(self._written)
-        spans = row_spans(self._written, self.group)
+        self._spans = row_spans(self._written, self.group)
         for cache in self.self_attention:
-            cache.positions, cache.end, cache.spans = positions, end, spans
+            cache.positions, cache.end, cache.spans = positions, end, self._spans
         seen = torch.arange(end, device=positions.device) <= positions.unsqueeze(1)
         self.self_mask = seen[:, None, None, :]  # (rows, 1, 1, end)
 
@@ -206,9 +208,9 @@ class RowCache:
         sentences leave (None: every one stays)."""
         if sentences is not None:
             self._written = [self._written[i] for i in sentences.tolist()]
-        spans = row_spans(self._written, self.group)
+            self._spans = row_spans(self._written, self.group)
         for cache in self.self_attention:
-            cache.keep(rows, spans)
+            cache.keep(rows, self._spans)
         if sentences is None:
             return
         self.src_mask = self.src_mask.index_select(0, sentences)
