@@ -53,11 +53,12 @@ def url_of(port: int) -> str:
 @contextmanager
 def running_server(model_file: Path, *arguments: str,
                    env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
-    """(base URL, process) of `nmt serve` on a free port, ready; stopped afterwards."""
+    """(base URL, process) of `nmt serve` on a free port, ready; stopped afterwards. In
+    fp32, as FAST decodes, so that answers compare exactly on every CPU class."""
     port = free_port()
     command = [sys.executable, "-m", "transformer_nmt.cli", "serve", "--model",
                str(model_file), "--port", str(port), "--beam", "2", "--max-len-b", "6",
-               "--workers", "1", "--log-level", "warning", *arguments]
+               "--workers", "1", "--precision", "fp32", "--log-level", "warning", *arguments]
     process = subprocess.Popen(command, env={**os.environ, **(env or {})},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

@@ -16,7 +16,8 @@ from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import read_model_file
 
-OPTIONS = TranslatorOptions(workers=1)
+OPTIONS = TranslatorOptions(workers=1, precision="fp32")
+"""fp32: the tests compare confidences across runs, exactly."""
 
 
 def test_the_fit_finds_the_feature_that_decides():

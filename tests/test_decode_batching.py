@@ -10,9 +10,11 @@ import time
 
 import pytest
 
+from signal_fixtures import default_sigint
 from transformer_nmt.decode.batching import run_in_order
 
 
+@pytest.mark.sigint
 def test_an_interrupt_waits_for_the_running_batches_and_cancels_the_others():
     started, finished = [], []
     running = threading.Barrier(3)
@@ -31,7 +33,7 @@ def test_an_interrupt_waits_for_the_running_batches_and_cancels_the_others():
 
     threads_before = threading.active_count()
     threading.Thread(target=ctrl_c_once_both_run).start()
-    with pytest.raises(KeyboardInterrupt):
+    with default_sigint(), pytest.raises(KeyboardInterrupt):
         run_in_order([[i] for i in range(8)], work, [None] * 8, workers=2)
     assert sorted(finished) == sorted(started) and len(started) < 8
     # The signalling thread and the workers return (within moments, even on a busy

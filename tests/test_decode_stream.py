@@ -20,7 +20,7 @@ from transformer_nmt.model_file import load_for_inference
 
 @pytest.fixture(scope="module")
 def translator(model_file) -> Translator:
-    return Translator(load_for_inference(model_file), TranslatorOptions(SHORT))
+    return Translator(load_for_inference(model_file), TranslatorOptions(SHORT, precision="fp32"))
 
 
 class FlushCounter(io.StringIO):

@@ -23,7 +23,7 @@ from transformer_nmt.export.safetensors import export_safetensors  # noqa: E402
 def translate(model, source, tmp_path, name, capsys) -> str:
     out = tmp_path / name
     assert main(["translate", "--model", str(model), "--input", str(source), "--output",
-                 str(out), "--beam", "3"]) == 0
+                 str(out), "--beam", "3", "--precision", "fp32"]) == 0
     capsys.readouterr()
     return out.read_text()
 

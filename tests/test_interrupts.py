@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from signal_fixtures import DEFAULT_SIGINT, default_sigint
 from transformer_nmt.cli import main
 from transformer_nmt.interrupts import Terminated, sigterm_unwinds, stop_signals_held
 
@@ -80,7 +81,7 @@ def stopped_mid_build(command: str, model: Path, out: Path) -> subprocess.Popen:
     module, function, _, _ = COMMANDS[command]
     out.mkdir()
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD.format(module=module, function=function),
+        [sys.executable, "-c", DEFAULT_SIGINT + CHILD.format(module=module, function=function),
          *arguments(command, model, out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "building", child.communicate()[1]
@@ -101,6 +102,7 @@ def test_sigterm_removes_what_was_being_built_and_says_so_in_one_line(command, m
     assert list(out.iterdir()) == []
 
 
+@pytest.mark.sigint
 @pytest.mark.parametrize("command", commands("average"))
 def test_sigint_removes_what_was_being_built(command, model_file, tmp_path):
     out = tmp_path / "out"
@@ -136,12 +138,13 @@ def test_sigterm_raises_terminated_inside_and_gets_its_handler_back_outside():
     assert signal.getsignal(signal.SIGTERM) == before
 
 
-@pytest.mark.parametrize("number, raised", [(signal.SIGINT, KeyboardInterrupt),
-                                            (signal.SIGTERM, Terminated)])
+@pytest.mark.parametrize("number, raised", [
+    pytest.param(signal.SIGINT, KeyboardInterrupt, marks=pytest.mark.sigint),
+    (signal.SIGTERM, Terminated)])
 def test_a_signal_inside_stop_signals_held_is_raised_once_the_body_is_done(number, raised):
     done = []
     with pytest.raises(raised):
-        with sigterm_unwinds(), stop_signals_held():
+        with default_sigint(), sigterm_unwinds(), stop_signals_held():
             signal.raise_signal(number)
             done.append("the body")
     assert done == ["the body"]
@@ -166,11 +169,12 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.sigint
 def test_ctrl_c_while_the_model_loads_ends_translate_once_it_has_loaded(model_file, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     child = subprocess.run(
-        [sys.executable, "-c", LOAD_INTERRUPTED,
+        [sys.executable, "-c", DEFAULT_SIGINT + LOAD_INTERRUPTED,
          *arguments("translate", model_file, out)], capture_output=True, text=True, timeout=120)
     assert child.stdout == "loaded\n" and child.returncode == 130, child.stderr
     assert child.stderr.splitlines() == ["nmt translate: interrupted"]
