@@ -42,3 +42,26 @@ def test_an_interrupt_waits_for_the_running_batches_and_cancels_the_others():
     while threading.active_count() > threads_before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert threading.active_count() == threads_before
+
+
+@pytest.mark.sigint
+def test_an_interrupt_while_the_workers_start_still_waits_for_every_one_of_them():
+    """A Ctrl-C that lands while the pool is starting its second thread (here: sent by
+    that thread's first batch) must not leave the thread unwaited-for; before the fix,
+    about half of such interrupts did."""
+    unfinished = 0
+    for _ in range(40):
+        started, finished = [], []
+
+        def work(batch: list[int]) -> list[int]:
+            started.append(batch[0])
+            if batch[0] == 1:
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            time.sleep(0.01)
+            finished.append(batch[0])
+            return batch
+
+        with default_sigint(), pytest.raises(KeyboardInterrupt):
+            run_in_order([[i] for i in range(8)], work, [None] * 8, workers=2)
+        unfinished += sorted(finished) != sorted(started)
+    assert unfinished == 0

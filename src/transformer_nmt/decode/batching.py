@@ -7,6 +7,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, TypeVar
 
+from transformer_nmt.interrupts import stop_signals_held
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -52,8 +54,17 @@ def run_in_order(batches: list[list[int]], work: Callable[[list[int]], list[R]],
         found: Iterable[list[R]] = map(work, batches)
         _store(batches, found, results)
         return
-    with ThreadPoolExecutor(workers) as pool:
-        _store(batches, pool.map(work, batches), results)
+    pool = ThreadPoolExecutor(workers)
+    try:
+        # The pool starts a worker thread inside submit() and records it only once it has
+        # started: a Ctrl-C in between left that thread out of the shutdown's wait, still
+        # inside torch when the interpreter exited. Signals wait until every thread is
+        # recorded.
+        with stop_signals_held():
+            futures = [pool.submit(work, batch) for batch in batches]
+        _store(batches, (future.result() for future in futures), results)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _store(batches: list[list[int]], found: Iterable[list[R]], results: list[R]) -> None:
