@@ -86,6 +86,33 @@ def test_a_wrong_model_path_is_a_one_line_error(tmp_path):
     assert result.stderr.count("\n") == 1 and "missing.pt" in result.stderr
 
 
+def nmt_serve(*arguments: str) -> subprocess.CompletedProcess:
+    """`nmt serve` with these arguments, run to its end."""
+    return subprocess.run([sys.executable, "-m", "transformer_nmt.cli", "serve", *arguments],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_busy_port_is_one_line_naming_the_address_before_any_startup(served_model):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        result = nmt_serve("--model", str(served_model), "--port", str(port))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"nmt serve: error: cannot listen on 127.0.0.1:{port}: "
+                                    "address already in use")
+    assert result.stderr.count("\n") == 1 and "choose another --port" in result.stderr
+
+
+def test_a_host_that_does_not_resolve_is_one_line_naming_it(served_model):
+    result = nmt_serve("--model", str(served_model), "--host", "no-such-host.invalid")
+    assert result.returncode == 2
+    assert result.stderr.startswith("nmt serve: error: cannot listen on "
+                                    "no-such-host.invalid:8080: cannot resolve host "
+                                    "'no-such-host.invalid'")
+    assert result.stderr.count("\n") == 1 and "--host" in result.stderr
+
+
 DEADLINE_S = 1.0
 SLACK_S = 3.0
 """How much later than its deadline a stalled connection may close on a loaded machine."""
