@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import resource
 import signal
 import socket
 from pathlib import Path
@@ -25,6 +26,12 @@ from transformer_nmt.serve.settings import ServeSettings
 
 logger = logging.getLogger(__name__)
 
+ACCEPT_FAILURES_INTERVAL_S = 10.0
+"""While connections cannot be accepted for lack of file descriptors or memory, how often
+the log says how many more failed."""
+OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+"""The errors asyncio gives up accepting on for a second, then tries again."""
+
 
 class DrainingServer(uvicorn.Server):
     """uvicorn's server that marks the app as shutting down the moment a signal arrives,
@@ -39,6 +46,7 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(AcceptFailures())
         await super().startup(sockets)
         # uvicorn names the address only of the sockets it bound itself; ours were bound
         # before the models loaded.
@@ -46,6 +54,58 @@ class DrainingServer(uvicorn.Server):
             logging.getLogger("uvicorn.error").info(
                 "serving on http://%s (press Ctrl+C to quit)",
                 _address(self.config.host, self.config.port))
+
+
+class AcceptFailures:
+    """The event loop's exception handler, which logs connections that cannot be accepted
+    for lack of file descriptors or memory once, then how many more once per
+    ACCEPT_FAILURES_INTERVAL_S while they go on. asyncio reports every failed accept(), up
+    to the listening backlog's length each time the socket is ready, and tries again a
+    second later: a few hundred stalled connections under a low `ulimit -n` made 100,000
+    lines in ten seconds. The connections wait in the kernel's queue and are accepted as
+    open ones close, stalled ones at their deadlines. Other errors go to the loop's
+    default handler."""
+
+    def __init__(self, interval_s: float = ACCEPT_FAILURES_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self.more = 0
+        """Failures since the last line."""
+        self.logging = False
+        """Whether a failure was logged within the interval, so that the next are counted."""
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        error = context.get("exception")
+        if not (isinstance(error, OSError) and error.errno in OUT_OF_RESOURCES
+                and "accept" in context.get("message", "")):
+            loop.default_exception_handler(context)
+        elif self.logging:
+            self.more += 1
+        else:
+            logger.warning("cannot accept new connections: %s; they wait until open "
+                           "connections close (stalled ones at their deadlines)%s",
+                           error.strerror, _raise_the_limit(error))
+            self.logging = True
+            loop.call_later(self.interval_s, self._summary, loop, error)
+
+    def _summary(self, loop: asyncio.AbstractEventLoop, error: OSError) -> None:
+        """How many more failed in the interval just ended; none ends the spell, and the
+        next failure is logged at once."""
+        if not self.more:
+            self.logging = False
+            return
+        logger.warning("cannot accept new connections: %s; %d more failed %s in the last "
+                       "%g s", error.strerror, self.more, "try" if self.more == 1 else "tries",
+                       self.interval_s)
+        self.more = 0
+        loop.call_later(self.interval_s, self._summary, loop, error)
+
+
+def _raise_the_limit(error: OSError) -> str:
+    """What raises the process's limit when `error` is that it has too many files open."""
+    if error.errno != errno.EMFILE:
+        return ""
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return f"; `ulimit -n` (now {limit}) raises the number of open files a server may hold"
 
 
 class DeadlineConfig(uvicorn.Config):
