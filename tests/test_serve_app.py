@@ -148,6 +148,7 @@ def test_html_keeps_the_markup(client):
     (b'{"text": "a", "beam": "4"}', 422, "'beam'"),
     (b'{"text": "a", "bam": 4}', 422, "unknown field 'bam'"),
     (b'{"beam": 4}', 422, "'text' is missing"),
+    (b'', 422, "the request body is empty: send a JSON object with the field 'text'"),
     (b'{"text": "a", "beam": 0}', 422, "beam must be between 1 and 16"),
     (b'{"text": "a", "beam": 2, "nbest": 3}', 422, "nbest must be between 1 and the beam"),
     (b'{"text": "a", "alpha": 1e308}', 422, "alpha"),
