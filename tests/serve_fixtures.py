@@ -3,14 +3,16 @@ built in-process, and a real `nmt serve` process on a free port."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -50,17 +52,25 @@ def url_of(port: int) -> str:
     return f"http://127.0.0.1:{port}"
 
 
-@contextmanager
-def running_server(model_file: Path, *arguments: str,
-                   env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
-    """(base URL, process) of `nmt serve` on a free port, ready; stopped afterwards. In
-    fp32, as FAST decodes, so that answers compare exactly on every CPU class."""
+@contextlib.contextmanager
+def running_server(model_file: Path, *arguments: str, env: dict[str, str] | None = None,
+                   stderr: Path | None = None, open_files: int | None = None,
+                   ) -> Iterator[tuple[str, subprocess.Popen]]:
+    """(base URL, process) of `nmt serve` on a free port, ready; stopped afterwards. Its
+    stderr goes to the file `stderr` if given (a pipe otherwise), and it may hold at most
+    `open_files` file descriptors if given. In fp32, as FAST decodes, so that answers
+    compare exactly on every CPU class."""
     port = free_port()
     command = [sys.executable, "-m", "transformer_nmt.cli", "serve", "--model",
                str(model_file), "--port", str(port), "--beam", "2", "--max-len-b", "6",
                "--workers", "1", "--precision", "fp32", "--log-level", "warning", *arguments]
-    process = subprocess.Popen(command, env={**os.environ, **(env or {})},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    limit = None if open_files is None else functools.partial(
+        resource.setrlimit, resource.RLIMIT_NOFILE,
+        (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    with contextlib.ExitStack() as files:
+        errors = subprocess.PIPE if stderr is None else files.enter_context(stderr.open("wb"))
+        process = subprocess.Popen(command, env={**os.environ, **(env or {})},
+                                   stdout=subprocess.PIPE, stderr=errors, preexec_fn=limit)
     try:
         wait_until_ready(url_of(port), process)
         yield url_of(port), process
@@ -69,14 +79,15 @@ def running_server(model_file: Path, *arguments: str,
             process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
         process.stdout.close()
-        process.stderr.close()
+        if process.stderr is not None:
+            process.stderr.close()
 
 
 def wait_until_ready(url: str, process: subprocess.Popen, seconds: float = 60) -> None:
     """Return once GET /ready answers 200; AssertionError if the process died first."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        assert process.poll() is None, process.stderr.read().decode()
+        assert process.poll() is None, process.stderr and process.stderr.read().decode()
         try:
             with urllib.request.urlopen(url + "/ready", timeout=1) as response:
                 if response.status == 200:

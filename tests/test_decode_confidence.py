@@ -9,9 +9,10 @@ import math
 import pytest
 
 from decode_fixtures import SHORT, sentences, with_calibration
-from transformer_nmt.decode.confidence import (BASE_RATE_REASON, FEATURES, Calibration,
-                                               copied_tokens, repeated_bigrams,
-                                               sentence_features)
+from transformer_nmt.decode.confidence import (BASE_RATE_REASON, DEGENERATE_REASONS,
+                                               FEATURES, Calibration, copied_tokens,
+                                               repeated_bigrams, sentence_features)
+from transformer_nmt.decode.degenerate import degenerate_reasons
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 
@@ -125,6 +126,26 @@ def test_a_calibrated_model_gives_every_translation_a_confidence_and_the_same_te
     best = [line[0] for line in found[:-1]]
     by_confidence = sorted(best, key=lambda t: t.confidence)
     assert by_confidence[0].confidence < by_confidence[-1].confidence
+
+
+def test_a_degenerate_translation_gets_confidence_0_and_says_why(model_file, tmp_path):
+    """The calibration gives every translation 0.5; those degenerate get 0 instead,
+    n-best alternatives each by their own output."""
+    translator = Translator.from_file(with_calibration(model_file, tmp_path / "c.pt"),
+                                      OPTIONS)
+    lines = sentences(8, seed=5) + ["12345 67890"]
+    nbest = OPTIONS.decode.__class__(beam=2, nbest=2, max_len_b=6)
+    confidences = set()
+    for source, translations in zip(translator.source_ids(lines),
+                                    translator.translate_nbest(lines, nbest)):
+        for translation in translations:
+            broken = degenerate_reasons([translator.vocab.piece(token) for token in source],
+                                        translation.pieces(translator.vocab))
+            assert translation.confidence == (0.0 if broken else 0.5)
+            assert translation.confidence_reasons == [DEGENERATE_REASONS[reason]
+                                                      for reason in broken]
+            confidences.add(translation.confidence)
+    assert confidences == {0.0, 0.5}
 
 
 def test_an_ensemble_gives_no_confidence(model_file, tmp_path):

@@ -177,6 +177,27 @@ def test_a_zip_of_another_kind_named_docx_and_a_docx_with_broken_xml(tmp_path):
         read_document(broken.getvalue(), "a.docx")
 
 
+@pytest.mark.parametrize("make, name, kind, part", [
+    (make_docx, "report.docx", "a Word document", "word/document.xml"),
+    (make_pptx, "report.pptx", "a PowerPoint presentation", "ppt/slides/slide1.xml"),
+    (make_odt, "report.odt", "an OpenDocument text", "content.xml"),
+])
+def test_a_broken_office_file_is_named_with_its_kind_in_a_sentence(tmp_path, make, name,
+                                                                    kind, part):
+    """The message read "the a Word document is broken"."""
+    source = make(tmp_path / name)
+    broken = io.BytesIO()
+    with zipfile.ZipFile(source) as package, zipfile.ZipFile(broken, "w") as copy:
+        for info in package.infolist():
+            copy.writestr(info, b"<x" if info.filename == part else package.read(info))
+    with pytest.raises(UserError) as refused:
+        read_document(broken.getvalue(), name)
+    message = str(refused.value)  # lxml's own words in the middle
+    assert message.startswith(f"{name}: the file is {kind}, but a broken one: its part "
+                              f"{part} is not readable XML (")
+    assert message.endswith("); open and save it again in its application")
+
+
 def test_size_paragraph_and_unpacked_limits(tmp_path):
     with pytest.raises(UserError, match="21 bytes is more than the limit of 20"):
         read_document(b"x" * 21, "a.txt", FileLimits(max_bytes=20))

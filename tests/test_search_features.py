@@ -115,6 +115,9 @@ def test_a_calibrated_translator_takes_the_confidence_from_its_search(model_file
     def no_second_pass(*args, **kwargs):
         raise AssertionError("the outputs were decoded again for their confidence")
 
+    # The tiny model's outputs are mostly degenerate, whose confidence is 0 whatever their
+    # features; the features are what this compares.
+    monkeypatch.setattr(confidence, "output_reasons", lambda *arguments: [])
     for continuous in (False, True):
         translator = Translator.from_file(calibrated, TranslatorOptions(
             SHORT, workers=1, precision="fp32", continuous=continuous))

@@ -12,6 +12,7 @@ from unittest.mock import ANY
 import pytest
 
 from transformer_nmt.config import ALPHA_RANGE
+from transformer_nmt.decode import confidence
 from fastapi.testclient import TestClient
 
 from decode_fixtures import sentences, with_calibration
@@ -148,6 +149,7 @@ def test_html_keeps_the_markup(client):
     (b'{"text": "a", "beam": "4"}', 422, "'beam'"),
     (b'{"text": "a", "bam": 4}', 422, "unknown field 'bam'"),
     (b'{"beam": 4}', 422, "'text' is missing"),
+    (b'', 422, "the request body is empty: send a JSON object with the field 'text'"),
     (b'{"text": "a", "beam": 0}', 422, "beam must be between 1 and 16"),
     (b'{"text": "a", "beam": 2, "nbest": 3}', 422, "nbest must be between 1 and the beam"),
     (b'{"text": "a", "alpha": 1e308}', 422, "alpha"),
@@ -348,6 +350,31 @@ def calibrated_model(served_model, tmp_path_factory):
     return with_calibration(served_model, tmp_path_factory.mktemp("calibrated") / "model.pt")
 
 
+@pytest.fixture
+def sound_outputs(monkeypatch):
+    """No output counts as degenerate for its confidence: the tiny model's mostly are, and
+    then get 0 whatever the calibration, which these tests follow through the APIs."""
+    monkeypatch.setattr(confidence, "output_reasons", lambda *arguments: [])
+
+
+def test_a_degenerate_sentence_gets_confidence_0_in_our_api_and_libretranslates(
+        calibrated_model):
+    """An empty output for a source of digits was degenerate in /v1 while LibreTranslate
+    gave it the calibration's 0.5; both now read the one confidence, 0 with its reasons."""
+    with TestClient(make_app(calibrated_model)) as calibrated:
+        ours = translate(calibrated, text="12345 67890").json()
+        libre = calibrated.post("/translate", json={"q": "12345 67890", "source": "en",
+                                                    "target": "de"}).json()
+    [sentence] = ours["translations"][0]["sentences"]
+    assert sentence["text"] == "" and sentence["fallback"] is False
+    assert "only_symbols" in sentence["degenerate"]
+    assert sentence["confidence"] == 0.0 and sentence["nbest"][0]["confidence"] == 0.0
+    assert "has no letter or digit, though the source has some" in \
+        sentence["confidence_reasons"]
+    assert libre == {"translatedText": "", "confidence": 0.0}
+
+
+@pytest.mark.usefixtures("sound_outputs")
 def test_each_sentence_has_its_confidence_in_our_api_and_libretranslates(calibrated_model,
                                                                         client):
     plain = translate(client, text="a dog runs. the cat sleeps.").json()["translations"][0]
@@ -366,6 +393,7 @@ def test_each_sentence_has_its_confidence_in_our_api_and_libretranslates(calibra
         assert card["target"] == "made by hand" and card["sentences"] == 10
 
 
+@pytest.mark.usefixtures("sound_outputs")
 def test_below_the_minimum_confidence_a_sentence_comes_back_empty_saying_why(
         calibrated_model, served_model):
     with TestClient(make_app(calibrated_model, min_confidence=0.6)) as strict:

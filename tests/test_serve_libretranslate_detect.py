@@ -59,6 +59,23 @@ def test_several_texts_average_and_regional_codes_use_their_language():
     assert LanguageDetector([]).detect([ENGLISH]) == []
 
 
+def test_texts_without_letters_count_for_no_language_and_alone_get_confidence_0():
+    detector = LanguageDetector(["de", "en"])
+    assert detector.detect([ENGLISH, "", "12345 67890", "!?"]) == detector.detect([ENGLISH])
+    assert detector.detect(["", "  \n", "3.14"]) == [{"language": "de", "confidence": 0.0}]
+
+
+@pytest.mark.parametrize("text", ["", "   \n", "12345 67890", "!!! ..."])
+def test_source_auto_and_detect_claim_no_language_for_a_text_without_letters(client, text):
+    """LibreTranslate answers what it cannot detect with its default language and
+    confidence 0; the classifier's prior (0.7 for English) claimed a language."""
+    answer = client.post("/translate", json={"q": text, "source": "auto", "target": "de"})
+    assert answer.json()["detectedLanguage"] == {"language": "en", "confidence": 0.0}
+    if text:  # LibreTranslate's /detect refuses an empty q
+        assert client.post("/detect", json={"q": text}).json() == [
+            {"language": "en", "confidence": 0.0}]
+
+
 def test_detect_answers_in_libretranslates_shape(client):
     [found] = client.post("/detect", json={"q": ENGLISH}).json()
     assert set(found) == {"language", "confidence"} and found["language"] == "en"

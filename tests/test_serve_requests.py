@@ -78,6 +78,16 @@ def test_a_form_field_repeated_or_of_the_wrong_kind_is_a_400_naming_it(client, b
     assert answer.status_code == 400 and message in answer.json()["error"]
 
 
+@pytest.mark.parametrize("path", ["/translate", "/detect"])
+@pytest.mark.parametrize("content_type", ["application/json",
+                                          "application/x-www-form-urlencoded", None])
+def test_an_empty_body_to_libretranslate_is_its_own_missing_q(client, path, content_type):
+    answer = client.post(path, content=b"", headers={"X-API-Key": KEY, **(
+        {"Content-Type": content_type} if content_type else {})})
+    assert (answer.status_code, answer.json()) == (
+        400, {"error": "Invalid request: missing q parameter"})
+
+
 def test_a_language_that_is_not_a_text_is_named(client):
     answer = post(client, "/translate", libre_with("target", "[1]"))
     assert answer.json() == {"error": "Invalid request: target must be a language code, "

@@ -3,8 +3,11 @@ client works unchanged, and SIGTERM loses no accepted request."""
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -12,6 +15,7 @@ import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import pytest
 from libretranslatepy import LibreTranslateAPI
@@ -84,6 +88,33 @@ def test_a_wrong_model_path_is_a_one_line_error(tmp_path):
                             timeout=60)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "missing.pt" in result.stderr
+
+
+def nmt_serve(*arguments: str) -> subprocess.CompletedProcess:
+    """`nmt serve` with these arguments, run to its end."""
+    return subprocess.run([sys.executable, "-m", "transformer_nmt.cli", "serve", *arguments],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_busy_port_is_one_line_naming_the_address_before_any_startup(served_model):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        result = nmt_serve("--model", str(served_model), "--port", str(port))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"nmt serve: error: cannot listen on 127.0.0.1:{port}: "
+                                    "address already in use")
+    assert result.stderr.count("\n") == 1 and "choose another --port" in result.stderr
+
+
+def test_a_host_that_does_not_resolve_is_one_line_naming_it(served_model):
+    result = nmt_serve("--model", str(served_model), "--host", "no-such-host.invalid")
+    assert result.returncode == 2
+    assert result.stderr.startswith("nmt serve: error: cannot listen on "
+                                    "no-such-host.invalid:8080: cannot resolve host "
+                                    "'no-such-host.invalid'")
+    assert result.stderr.count("\n") == 1 and "--host" in result.stderr
 
 
 DEADLINE_S = 1.0
@@ -162,6 +193,95 @@ def test_many_stalled_connections_are_all_closed_and_the_server_answers_meanwhil
     finally:
         for sock in sockets:
             sock.close()
+
+
+class RecordingLoop:
+    """What an event loop's exception handler uses of it, recorded."""
+
+    def __init__(self) -> None:
+        self.timers: list[tuple[float, Callable, tuple]] = []
+        self.default: list[dict] = []
+
+    def call_later(self, delay: float, callback: Callable, *args) -> None:
+        self.timers.append((delay, callback, args))
+
+    def default_exception_handler(self, context: dict) -> None:
+        self.default.append(context)
+
+    def fire(self) -> None:
+        """Run the timers set so far, as if their delay had passed."""
+        timers, self.timers = self.timers, []
+        for _, callback, args in timers:
+            callback(*args)
+
+
+def accept_failure(number: int) -> dict:
+    """The context asyncio gives its exception handler when accept() fails with `number`."""
+    return {"message": "socket.accept() out of system resource",
+            "exception": OSError(number, os.strerror(number)), "socket": None}
+
+
+def test_accept_failures_are_logged_once_then_counted_once_per_interval(caplog):
+    from transformer_nmt.serve.server import ACCEPT_FAILURES_INTERVAL_S, AcceptFailures
+
+    loop, handler = RecordingLoop(), AcceptFailures()
+    other = {"message": "Task exception was never retrieved", "exception": ValueError()}
+    with caplog.at_level(logging.WARNING, logger="transformer_nmt.serve.server"):
+        for _ in range(1000):
+            handler(loop, accept_failure(errno.EMFILE))
+        handler(loop, other)
+        assert [record.getMessage() for record in caplog.records] == [
+            "cannot accept new connections: Too many open files; they wait until open "
+            "connections close (stalled ones at their deadlines); `ulimit -n` (now "
+            f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]}) raises the number of open "
+            "files a server may hold"]
+        assert loop.default == [other]
+        assert [delay for delay, _, _ in loop.timers] == [ACCEPT_FAILURES_INTERVAL_S]
+        caplog.clear()
+        loop.fire()  # the interval ends: how many more, and another interval
+        handler(loop, accept_failure(errno.EMFILE))
+        loop.fire()  # one more, then a quiet interval ends the spell
+        loop.fire()
+        assert loop.timers == []
+        handler(loop, accept_failure(errno.ENOMEM))  # a new spell is logged at once
+    assert [record.getMessage() for record in caplog.records] == [
+        "cannot accept new connections: Too many open files; 999 more failed tries in the "
+        f"last {ACCEPT_FAILURES_INTERVAL_S:g} s",
+        "cannot accept new connections: Too many open files; 1 more failed try in the "
+        f"last {ACCEPT_FAILURES_INTERVAL_S:g} s",
+        "cannot accept new connections: Cannot allocate memory; they wait until open "
+        "connections close (stalled ones at their deadlines)"]
+
+
+def test_out_of_file_descriptors_is_said_once_and_the_server_answers_as_deadlines_pass(
+        served_model, tmp_path):
+    """Connections beyond the server's `ulimit -n` wait in the kernel's queue: asyncio
+    failed to accept them thousands of times a second, each failure a logged traceback;
+    now one line says so, and they are answered as stalled connections reach their
+    deadlines."""
+    from transformer_nmt.serve.server import ACCEPT_FAILURES_INTERVAL_S
+
+    log = tmp_path / "stderr"
+    with running_server(served_model, "--headers-timeout", str(DEADLINE_S),
+                        stderr=log, open_files=64) as (url, _):
+        host, port = url.removeprefix("http://").split(":")
+        started = time.monotonic()
+        stalled = [socket.create_connection((host, int(port))) for _ in range(100)]
+        try:
+            deadline = time.monotonic() + 60
+            while "accept" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            status, _ = post_json(url + "/v1/translate", {"text": "the cat sleeps"})
+            seconds = time.monotonic() - started
+        finally:
+            for sock in stalled:
+                sock.close()
+    said = [line for line in log.read_text().splitlines() if "accept" in line]
+    assert status == 200
+    assert said[0].startswith("nmt serve: warning: cannot accept new connections: Too many "
+                              "open files;")
+    # One line, then at most one per interval that passed.
+    assert len(said) <= 2 + seconds / ACCEPT_FAILURES_INTERVAL_S, said[:3]
 
 
 @pytest.mark.parametrize("given, expected", [

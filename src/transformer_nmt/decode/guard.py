@@ -59,12 +59,12 @@ def fallback_config(cfg: DecodeConfig) -> DecodeConfig:
                    max_len_b=min(cfg.max_len_b, length_b))
 
 
-def output_reasons(source: Sequence[int], hypothesis: Hypothesis,
+def output_reasons(source: Sequence[int], output: Sequence[int],
                    piece: Callable[[int], str]) -> list[str]:
-    """Why `hypothesis` is a degenerate translation of source token ids `source`
-    (transformer_nmt.decode.degenerate); piece: the subword piece of a token id."""
+    """Why output token ids `output` are a degenerate translation of source token ids
+    `source` (transformer_nmt.decode.degenerate); piece: the subword piece of a token id."""
     return degenerate_reasons([piece(token) for token in source],
-                              [piece(token) for token in hypothesis.tokens])
+                              [piece(token) for token in output])
 
 
 def guard(sources: Sequence[Sequence[int]], found: list[list[Hypothesis]],
@@ -77,7 +77,7 @@ def guard(sources: Sequence[Sequence[int]], found: list[list[Hypothesis]],
     of the sentences at the given positions, in that order (called once, for the
     degenerate ones only)."""
     def reasons(row: int, hypothesis: Hypothesis) -> list[str]:
-        return output_reasons(sources[row], hypothesis, piece)
+        return output_reasons(sources[row], hypothesis.tokens, piece)
 
     results = [Guarded(hyps, reasons(row, hyps[0]) if hyps else [])
                for row, hyps in enumerate(found)]

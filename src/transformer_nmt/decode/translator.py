@@ -307,7 +307,7 @@ class Translator:
         then gather such lines, so that their second search runs as one batch."""
         if not checks(job.settings.decode):
             return False
-        return any(hyps and output_reasons(job.ids[row], hyps[0], self.vocab.piece)
+        return any(hyps and output_reasons(job.ids[row], hyps[0].tokens, self.vocab.piece)
                    for row, hyps in zip(rows, found))
 
     def finish(self, job: TranslationJob, rows: list[int], found: list[list[Hypothesis]]
@@ -333,7 +333,7 @@ class Translator:
         translations = [[self._translation(source, hyp, result) for hyp in result.hypotheses]
                         for source, result in zip(ids, guarded)]
         if self.confidence is not None:  # from what the search gathered, calibrated models only
-            self.confidence.attach(ids, translations, self.source_tensor,
+            self.confidence.attach(ids, translations, self.source_tensor, self.vocab.piece,
                                    [[hyp.features for hyp in result.hypotheses]
                                     for result in guarded])
         for row, found_for_row in zip(rows, translations):

@@ -155,8 +155,9 @@ def _office(data: bytes, name: str, kind: str, limits: FileLimits) -> Document:
     try:
         package = OfficePackage(data, FORMATS[kind], limits.max_unpacked_bytes)
     except (BrokenPackage, zipfile.BadZipFile, OSError, ValueError) as error:
-        raise UserError(f"{name}: the {KIND_NAMES[kind]} is broken: {error}; open and save "
-                        "it again in its application") from None
+        # KIND_NAMES carry their article: "a Word document", "an OpenDocument text".
+        raise UserError(f"{name}: the file is {KIND_NAMES[kind]}, but a broken one: {error}; "
+                        "open and save it again in its application") from None
     return Document(kind, package, package.paragraphs())
 
 

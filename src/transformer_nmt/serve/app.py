@@ -69,7 +69,8 @@ def error(status: int, message: str, headers: dict[str, str] | None = None) -> J
 
 def validation_error(exc: RequestValidationError) -> tuple[int, str]:
     """(status, one line) for a body FastAPI could not read: 400 for text that is not
-    JSON (invalid UTF-8 included), 422 naming the field for a wrong or unknown one."""
+    JSON (invalid UTF-8 included), 422 naming the field for a wrong or unknown one, or
+    saying that there is no body."""
     # Of a union's errors, the deepest names the culprit: ('text', 'list[str]', 1).
     first = max(exc.errors(), key=lambda found: len(found.get("loc", ())), default={})
     kind = first.get("type", "")
@@ -81,6 +82,10 @@ def validation_error(exc: RequestValidationError) -> tuple[int, str]:
                      if part != "body" and str(part) not in UNION_MEMBERS)
     if kind == "extra_forbidden":
         return 422, f"unknown field {field!r}; see /docs for the fields this API takes"
+    if kind == "missing" and not field:  # the body itself: none was sent
+        return 422, ("the request body is empty: send a JSON object with the field 'text' "
+                     "(a text or a list of texts), such as {\"text\": \"Good morning.\"}, "
+                     "with Content-Type: application/json")
     if kind == "missing":
         return 422, f"field {field!r} is missing"
     if not field:

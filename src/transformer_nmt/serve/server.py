@@ -1,12 +1,15 @@
-"""Running `nmt serve`: read the models once, build the app, and serve it with uvicorn
-until SIGTERM or Ctrl+C, answering every request already accepted before exiting; a
-client that stalls while sending a request is cut off."""
+"""Running `nmt serve`: bind the address, read the models once, build the app, and serve
+it with uvicorn until SIGTERM or Ctrl+C, answering every request already accepted before
+exiting; a client that stalls while sending a request is cut off."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import resource
 import signal
+import socket
 from pathlib import Path
 from typing import Sequence
 
@@ -15,12 +18,19 @@ import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from transformer_nmt.decode.translator import TranslatorOptions
+from transformer_nmt.errors import UserError
 from transformer_nmt.serve.app import create_app
 from transformer_nmt.serve.metrics import ServerMetrics
 from transformer_nmt.serve.models import ModelPool, model_paths, scan_models
 from transformer_nmt.serve.settings import ServeSettings
 
 logger = logging.getLogger(__name__)
+
+ACCEPT_FAILURES_INTERVAL_S = 10.0
+"""While connections cannot be accepted for lack of file descriptors or memory, how often
+the log says how many more failed."""
+OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+"""The errors asyncio gives up accepting on for a second, then tries again."""
 
 
 class DrainingServer(uvicorn.Server):
@@ -34,6 +44,68 @@ class DrainingServer(uvicorn.Server):
     def handle_exit(self, sig, frame) -> None:
         self.nmt_app.state.draining = True
         super().handle_exit(sig, frame)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(AcceptFailures())
+        await super().startup(sockets)
+        # uvicorn names the address only of the sockets it bound itself; ours were bound
+        # before the models loaded.
+        if self.started:
+            logging.getLogger("uvicorn.error").info(
+                "serving on http://%s (press Ctrl+C to quit)",
+                _address(self.config.host, self.config.port))
+
+
+class AcceptFailures:
+    """The event loop's exception handler, which logs connections that cannot be accepted
+    for lack of file descriptors or memory once, then how many more once per
+    ACCEPT_FAILURES_INTERVAL_S while they go on. asyncio reports every failed accept(), up
+    to the listening backlog's length each time the socket is ready, and tries again a
+    second later: a few hundred stalled connections under a low `ulimit -n` made 100,000
+    lines in ten seconds. The connections wait in the kernel's queue and are accepted as
+    open ones close, stalled ones at their deadlines. Other errors go to the loop's
+    default handler."""
+
+    def __init__(self, interval_s: float = ACCEPT_FAILURES_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self.more = 0
+        """Failures since the last line."""
+        self.logging = False
+        """Whether a failure was logged within the interval, so that the next are counted."""
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        error = context.get("exception")
+        if not (isinstance(error, OSError) and error.errno in OUT_OF_RESOURCES
+                and "accept" in context.get("message", "")):
+            loop.default_exception_handler(context)
+        elif self.logging:
+            self.more += 1
+        else:
+            logger.warning("cannot accept new connections: %s; they wait until open "
+                           "connections close (stalled ones at their deadlines)%s",
+                           error.strerror, _raise_the_limit(error))
+            self.logging = True
+            loop.call_later(self.interval_s, self._summary, loop, error)
+
+    def _summary(self, loop: asyncio.AbstractEventLoop, error: OSError) -> None:
+        """How many more failed in the interval just ended; none ends the spell, and the
+        next failure is logged at once."""
+        if not self.more:
+            self.logging = False
+            return
+        logger.warning("cannot accept new connections: %s; %d more failed %s in the last "
+                       "%g s", error.strerror, self.more, "try" if self.more == 1 else "tries",
+                       self.interval_s)
+        self.more = 0
+        loop.call_later(self.interval_s, self._summary, loop, error)
+
+
+def _raise_the_limit(error: OSError) -> str:
+    """What raises the process's limit when `error` is that it has too many files open."""
+    if error.errno != errno.EMFILE:
+        return ""
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return f"; `ulimit -n` (now {limit}) raises the number of open files a server may hold"
 
 
 class DeadlineConfig(uvicorn.Config):
@@ -96,25 +168,82 @@ def serve(models: str | Path | Sequence[str | Path], options: TranslatorOptions,
           settings: ServeSettings, log_level: str = "info",
           directories: Sequence[str | Path] = ()) -> None:
     """Serve the model files `models` and those in `directories` on
-    settings.host:settings.port until stopped."""
+    settings.host:settings.port until stopped (UserError at once if that address cannot
+    be listened on)."""
     # The main thread runs the event loop and never decodes: kept to one thread, it
     # never starts OpenMP workers of its own, which would outnumber the cores and make
     # the lead slot's workers sleep between parallel regions instead of spinning (a lone
     # request then decodes at about half speed; bench/RESULTS.md, serve).
     torch.set_num_threads(1)
-    app = build_app(models, options, settings, directories)
-    config = DeadlineConfig(app, host=settings.host, port=settings.port, log_level=log_level,
-                            headers_timeout_s=settings.headers_timeout_s,
-                            timeout_keep_alive=settings.keep_alive_s,
-                            # Requests in flight get their full timeout to finish.
-                            timeout_graceful_shutdown=int(settings.timeout_s) + 5)
-    # uvicorn raises the signal it caught again once it has drained; by then SIGTERM has
-    # been answered in full, so the process ends normally, with status 0.
-    previous = signal.signal(signal.SIGTERM, _already_drained)
+    # Bound before the models load, so that a busy port or a wrong host is said at once.
+    sockets = listening_sockets(settings.host, settings.port)
     try:
-        DrainingServer(config, app).run()
+        app = build_app(models, options, settings, directories)
+        config = DeadlineConfig(app, host=settings.host, port=settings.port,
+                                log_level=log_level,
+                                headers_timeout_s=settings.headers_timeout_s,
+                                timeout_keep_alive=settings.keep_alive_s,
+                                # Requests in flight get their full timeout to finish.
+                                timeout_graceful_shutdown=int(settings.timeout_s) + 5)
+        # uvicorn raises the signal it caught again once it has drained; by then SIGTERM
+        # has been answered in full, so the process ends normally, with status 0.
+        previous = signal.signal(signal.SIGTERM, _already_drained)
+        try:
+            DrainingServer(config, app).run(sockets=sockets)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sock in sockets:
+            sock.close()
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """TCP sockets bound to `port` on every address of `host` (all interfaces for ""), as
+    asyncio would bind them, not yet listening; a UserError naming the address and what to
+    do when `host` has no address or one cannot be bound."""
+    where = _address(host, port)
+    try:
+        found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise UserError(f"cannot listen on {where}: cannot resolve host {host!r} "
+                        f"({error.strerror}); give --host an address or name of this "
+                        "machine, such as 127.0.0.1 (this machine only) or 0.0.0.0 (every "
+                        "interface)") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, protocol, _, address in dict.fromkeys(found):  # once each
+            sockets.append(socket.socket(family, kind, protocol))
+            # A restarted server gets its port back at once, though the connections of the
+            # one before still linger in TIME_WAIT.
+            sockets[-1].setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # so that :: and 0.0.0.0 are two binds, not one
+                sockets[-1].setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sockets[-1].bind(address)
+    except OSError as error:
+        for sock in sockets:
+            sock.close()
+        raise UserError(f"cannot listen on {where}: {_bind_failure(error)}") from None
+    return sockets
+
+
+def _bind_failure(error: OSError) -> str:
+    """Why a socket could not be bound, and what to do, in words."""
+    if error.errno == errno.EADDRINUSE:
+        return ("address already in use (another server is listening there); choose "
+                "another --port or stop the other server")
+    if error.errno == errno.EADDRNOTAVAIL:
+        return ("this machine has no such address; choose a --host of this machine, such "
+                "as 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)")
+    if error.errno == errno.EACCES:
+        return ("permission denied (ports below 1024 need privileges); choose a --port of "
+                "1024 or more")
+    return f"{error.strerror or error}; check --host and --port"
+
+
+def _address(host: str, port: int) -> str:
+    """host:port as a URL writes it, an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _already_drained(signum, frame) -> None:

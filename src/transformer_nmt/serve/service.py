@@ -26,7 +26,8 @@ CONFIDENCE_MEANING = (
     "bilingual reader would accept it, measured by a proxy computed without people (that "
     "its sentence chrF2 against a reference reaches the threshold `nmt calibrate` fitted on "
     "validation data, by default the model's median there); null for a model without "
-    "calibration; `confidence_reasons` say why when it is low; below the server's "
+    "calibration; 0 for a degenerate translation (see `degenerate`); `confidence_reasons` "
+    "say why when it is low; below the server's "
     "min_confidence a sentence comes back empty with `withheld: true` and a `reason`.")
 """What the confidence of an answer means, for the API's documentation."""
 ATTENTION_DECIMALS = 3
