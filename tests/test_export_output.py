@@ -3,6 +3,7 @@ the user's usual permissions."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -63,3 +64,20 @@ def test_what_a_library_wrote_private_gets_the_usual_permissions(tmp_path):
         (building / "model.safetensors").touch(mode=0o600)
     assert stat.S_IMODE((out / "model.safetensors").stat().st_mode) == 0o666 & ~umask
     assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
+
+
+@pytest.mark.parametrize("error", [
+    OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+    # As safetensors raises it: its own error, the OS's words inside.
+    RuntimeError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, "
+                 f"message: \"{os.strerror(errno.ENOSPC)}\" }})")], ids=["os", "wrapped"])
+def test_a_full_disk_is_one_line_naming_the_export_and_the_space_it_needs(tmp_path, error):
+    out = tmp_path / "model-ct2"
+    with pytest.raises(UserError) as raised:
+        with export_directory(out, needs_bytes=300 * 2**20) as building:
+            (building / "model.bin").write_bytes(b"half")
+            raise error
+    message = str(raised.value)
+    assert message.startswith(f"{out}: no space left on its disk (")
+    assert "about 300 MiB needed" in message and "\n" not in message
+    assert list(tmp_path.iterdir()) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +78,21 @@ def test_every_file_gets_the_users_usual_permissions(model_file, tmp_path, umask
     assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
     assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in out.iterdir()} == {
         name: 0o666 & ~umask for name in ("model.safetensors", "config.json", "spm.model")}
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(model_file, tmp_path, capsys, monkeypatch):
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    def full_disk(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"part of the weights")
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: "
+                              "StorageFull, message: \"No space left on device\" })")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    out = tmp_path / "out" / "model-st"
+    assert main(["export", "--model", str(model_file), "--to", "safetensors", str(out)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"nmt export: error: {out}: no space left on its disk (")
+    assert "MiB needed" in line
+    assert list(out.parent.iterdir()) == []

@@ -84,11 +84,13 @@ def _new_temporary_file(target: Path) -> tuple[int, Path]:
 
 
 @contextmanager
-def temporary_directory(target: str | Path) -> Iterator[Path]:
+def temporary_directory(target: str | Path, needs_bytes: int | None = None
+                        ) -> Iterator[Path]:
     """A new, empty directory beside `target` to build it in, named as its temporary and
     locked while the body runs, with the usual permissions; deleted at the end unless the
     body has renamed it (into place). A killed process's earlier ones for `target` are
-    removed first."""
+    removed first. A full disk is a UserError naming `target` and, where the caller
+    knows it, about how many bytes it needs (`needs_bytes`)."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_leftover_temporaries(target.parent, target.name)
@@ -102,6 +104,10 @@ def temporary_directory(target: str | Path) -> Iterator[Path]:
     try:
         os.chmod(path, usual_mode(directory=True))
         yield path
+    except Exception as error:
+        shutil.rmtree(path, ignore_errors=True)  # before the free space is measured
+        _raise_full_disk(error, target, needs_bytes)
+        raise
     finally:
         shutil.rmtree(path, ignore_errors=True)
         os.close(fd)
@@ -237,13 +243,23 @@ class AtomicFile(AllOrNothing):
         _raise_full_disk(value, self.path)
 
 
-def _raise_full_disk(error: BaseException | None, path: Path) -> None:
-    """A one-line UserError in place of `error` if it says `path`'s disk is full."""
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-        free = shutil.disk_usage(path.parent).free
-        raise UserError(f"{path}: no space left on its disk ({free / 2**20:.0f} MiB free); "
-                        "the previous file, if any, is kept; free some space and "
-                        "run the command again") from None
+FULL_DISK = os.strerror(errno.ENOSPC)
+"""What the OS says of a full disk, also inside the messages of libraries that wrap the
+error in their own (safetensors' SafetensorError, CTranslate2's RuntimeError)."""
+
+
+def _raise_full_disk(error: BaseException | None, path: Path,
+                     needs_bytes: int | None = None) -> None:
+    """A one-line UserError in place of `error` if it says `path`'s disk is full, with
+    how much is free there and, if given, about how much `path` needs."""
+    if error is None or not (getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+                             or FULL_DISK in str(error)):
+        return
+    free = shutil.disk_usage(path.parent).free
+    needs = "" if needs_bytes is None else f", about {needs_bytes / 2**20:.0f} MiB needed"
+    raise UserError(f"{path}: no space left on its disk ({free / 2**20:.0f} MiB free{needs}); "
+                    "the previous file, if any, is kept; free some space and run the "
+                    "command again") from None
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:

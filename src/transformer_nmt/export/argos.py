@@ -74,7 +74,8 @@ def export_argos(model_path: str | Path, out: str | Path, quantization: str = "f
     record = provenance(model.payload_meta, Path(model_path))
     record["quantization"] = quantization
     # Built aside, as every export is (see export/output.py): only the archive moves out.
-    with temporary_directory(out) as work:
+    # The CTranslate2 model (at most the model file's size) and the archive of it.
+    with temporary_directory(out, 2 * Path(model_path).stat().st_size) as work:
         # The archive's one top-level directory, as argospm's packages have.
         root = work / out.stem
         root.mkdir()

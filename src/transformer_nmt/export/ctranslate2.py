@@ -165,6 +165,7 @@ def export_ctranslate2(model_path: str | Path, out: str | Path, quantization: st
     reason = unsupported_reason(model.model)
     if reason is not None:
         raise UserError(f"{model_path}: cannot export to CTranslate2: {reason}")
-    with export_directory(out, force) as building:
+    # At most as large as the model file (float32 weights; quantized ones are smaller).
+    with export_directory(out, force, Path(model_path).stat().st_size) as building:
         write_ctranslate2(model, building, quantization)
     return Path(out)

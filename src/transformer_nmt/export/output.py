@@ -31,12 +31,14 @@ def check_destination(out: Path, force: bool) -> None:
 
 
 @contextmanager
-def export_directory(out: str | Path, force: bool = False) -> Iterator[Path]:
+def export_directory(out: str | Path, force: bool = False, needs_bytes: int | None = None
+                     ) -> Iterator[Path]:
     """A temporary directory beside `out` to build the export in; on success it is renamed
-    to `out` (an old `out` is removed only then), on failure deleted, `out` left as it was."""
+    to `out` (an old `out` is removed only then), on failure deleted, `out` left as it was.
+    needs_bytes: about how large the export is, said if the disk is full."""
     out = Path(out)
     check_destination(out, force)
-    with temporary_directory(out) as building:
+    with temporary_directory(out, needs_bytes) as building:
         yield building
         replace_path(building, out)
 

@@ -19,6 +19,7 @@ def export_safetensors(model_path: str | Path, out: str | Path, force: bool = Fa
     record = provenance(meta, Path(model_path))
     # The languages also go where model files keep them, for the commands that read them.
     record.update(src_lang=meta.get("src_lang"), tgt_lang=meta.get("tgt_lang"))
-    with export_directory(out, force) as building:
+    # As large as the model file's weights, which it writes again in another format.
+    with export_directory(out, force, Path(model_path).stat().st_size) as building:
         write_model_dir(payload, building, record)
     return Path(out)
