@@ -327,6 +327,25 @@ def test_attention_comes_with_the_words_of_its_pieces_and_attention_between_word
         "translations"][0]["sentences"][0]
 
 
+def test_attention_beyond_max_attention_cells_is_refused_before_decoding(served_model):
+    text = "the dog runs in the green garden . the cat sleeps on a warm roof ."
+    with TestClient(make_app(served_model, max_attention_cells=1000)) as client:
+        assert client.get("/v1/model").json()["limits"]["max_attention_cells"] == 1000
+        refused = translate(client, text=" ".join([text] * 3), attention=True)
+        assert refused.status_code == 413
+        message = refused.json()["error"]
+        assert "max_attention_cells (1000)" in message and "without attention" in message
+        assert client.get("/metrics").text.count("nmt_source_tokens_total 0.0") == 1
+        assert translate(client, text=" ".join([text] * 3)).status_code == 200
+        answer = translate(client, text=text, attention=True)
+        assert answer.status_code == 200
+        # What was counted before decoding bounds the maps sent.
+        cells = sum(len(sentence["attention"]["source_tokens"]) *
+                    len(sentence["attention"]["target_tokens"])
+                    for sentence in answer.json()["translations"][0]["sentences"])
+        assert 0 < cells <= 1000
+
+
 def test_an_error_the_app_did_not_expect_is_logged_and_answered_as_a_json_500(
         served_model, monkeypatch, caplog):
     async def broken(*args, **kwargs):

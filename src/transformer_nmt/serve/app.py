@@ -196,6 +196,7 @@ def add_routes(app: FastAPI, pool: ModelPool, metrics: ServerMetrics) -> None:
                 "limits": {"max_beam": settings.max_beam, "max_nbest": settings.max_nbest,
                            "max_characters": settings.max_characters,
                            "max_sentences": settings.max_sentences,
+                           "max_attention_cells": settings.max_attention_cells,
                            "min_alpha": ALPHA_RANGE[0], "max_alpha": ALPHA_RANGE[1]},
                 "api_key_required": settings.api_key is not None}
 

@@ -122,7 +122,9 @@ class TranslateRequest(BaseModel):
                              "pairs of each sentence")
     attention: bool = Field(False, description="also return the encoder-decoder attention "
                             "of each sentence, per layer and head, between subword pieces "
-                            "and between words, with the pieces of each word")
+                            "and between words, with the pieces of each word (413 when the "
+                            "maps could pass the server's max_attention_cells, GET "
+                            "/v1/model's limits)")
     glossary: dict[str, str] | None = Field(None, description="terminology: source term -> "
                                             "target term; the translation of a sentence "
                                             "that contains a source term (whole words, any "

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from transformer_nmt.attention_plot import compute_attention_of_ids
+from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import normalize
 from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.errors import UserError
@@ -122,6 +123,8 @@ class TranslationService:
                            f"server's max_sentences ({self.settings.max_sentences})")
         tokens = [count_tokens(sentence) for sentence in sentences]
         items = self._with_terminology(sentences, search.glossary)
+        if search.attention:
+            self._check_attention(tokens, items, key.decode)
         found = await self.batcher.translate(items, tokens, key)
         attention = [None] * len(sentences)
         if search.attention:
@@ -152,6 +155,30 @@ class TranslationService:
         reasons = "; ".join(translation.confidence_reasons)
         return (f"confidence {confidence:.2f} is below this server's minimum {minimum:g}"
                 + (f" ({reasons})" if reasons else ""))
+
+    def _check_attention(self, tokens: list[int], items: list[str | TranslationRequest],
+                         decode: DecodeConfig) -> None:
+        """TooLarge when the attention maps of `items` (sentences of `tokens` source
+        tokens, with their required terms) could pass the server's max_attention_cells:
+        each sentence's (source pieces + EOS) × (longest output + EOS), known before
+        decoding. The bound keeps the maps' computation, the answer and the memory
+        they take small, whatever the decoding gives."""
+        cells = sum((count + 1) * (self.translator.longest_output(
+            count, decode, self._phrase_tokens(item)) + 1)
+            for count, item in zip(tokens, items))
+        limit = self.settings.max_attention_cells
+        if cells > limit:
+            raise TooLarge(f"attention for these {len(items)} sentences could take up to "
+                           f"{cells} cells (source pieces × output pieces, summed), more "
+                           f"than the server's max_attention_cells ({limit}); send fewer "
+                           "or shorter sentences, or ask without attention")
+
+    def _phrase_tokens(self, item: str | TranslationRequest) -> int:
+        """Target tokens of the phrases `item` requires (none for plain text)."""
+        if isinstance(item, str):
+            return 0
+        return sum(len(ids) for ids in self.translator.vocab.encode_batch(
+            [normalize(phrase) for phrase in item.constraints]))
 
     def _with_terminology(self, sentences: list[str], glossary: dict[str, str] | None
                           ) -> list[str | TranslationRequest]:
