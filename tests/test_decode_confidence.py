@@ -8,11 +8,13 @@ import math
 
 import pytest
 
-from decode_fixtures import SHORT, sentences, with_calibration
-from transformer_nmt.decode.confidence import (BASE_RATE_REASON, FEATURES, Calibration,
-                                               copied_tokens, repeated_bigrams,
-                                               sentence_features)
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from decode_fixtures import SHORT, make_model_file, sentences, with_calibration
+from transformer_nmt.decode.confidence import (BASE_RATE_REASON, DEGENERATE_CEILING,
+                                               FEATURES, Calibration, copied_tokens,
+                                               repeated_bigrams, sentence_features)
+from transformer_nmt.decode.degenerate import TOO_LONG
+from transformer_nmt.decode.translator import (Translator, TranslationRequest,
+                                               TranslatorOptions)
 from transformer_nmt.errors import UserError
 
 OPTIONS = TranslatorOptions(SHORT, workers=1, precision="fp32")
@@ -125,6 +127,36 @@ def test_a_calibrated_model_gives_every_translation_a_confidence_and_the_same_te
     best = [line[0] for line in found[:-1]]
     by_confidence = sorted(best, key=lambda t: t.confidence)
     assert by_confidence[0].confidence < by_confidence[-1].confidence
+
+
+def test_a_degenerate_translation_gets_a_low_confidence_saying_why(model_file, tmp_path):
+    # A calibration sure of everything: only the degenerate rules can lower it.
+    sure = Translator.from_file(with_calibration(model_file, tmp_path / "sure.pt", 20.0),
+                                OPTIONS)
+    vocab = sure.vocab
+    source = vocab.encode("the dog runs in the garden")
+    outputs = {"sound": vocab.encode("a cat sleeps on the roof"),
+               "repeats": vocab.encode(" ".join(["green"] * 10)),
+               "empty": []}
+    sound, repeating, empty = sure.confidence.assess(
+        sure.source_tensor([source] * len(outputs)), list(outputs.values()))
+    assert sound.confidence == 1.0 and sound.reasons == []
+    assert repeating.confidence == DEGENERATE_CEILING
+    assert repeating.reasons == ["repeats itself"]
+    assert empty.confidence == DEGENERATE_CEILING
+    assert empty.reasons == ["far shorter than the source", "has no words"]
+
+
+def test_an_output_cut_at_the_length_limit_claims_no_certainty(tmp_path):
+    # 32 positions: outputs of at most 31 tokens, fewer than the required term has.
+    model = make_model_file(tmp_path, max_positions=32)
+    sure = Translator.from_file(with_calibration(model, tmp_path / "sure.pt", 20.0), OPTIONS)
+    term = " ".join(["green garden house"] * 5)
+    [cut] = next(sure.translate_nbest([TranslationRequest("the dog runs",
+                                                          constraints=(term,))]))
+    assert len(cut.tokens) == sure.max_len_limit and TOO_LONG in cut.degenerate
+    assert cut.confidence == DEGENERATE_CEILING
+    assert "far longer than the source allows" in cut.confidence_reasons
 
 
 def test_an_ensemble_gives_no_confidence(model_file, tmp_path):

@@ -23,6 +23,11 @@ A calibration is plain numbers, stored under the model file's `calibration` key:
 features' means and standard deviations on the validation split, and a logistic
 regression's coefficients over the standardized features. Applying it is a dot product
 and a sigmoid; the fitting is transformer_nmt.calibrate's.
+
+A degenerate translation (transformer_nmt.decode.degenerate: it repeats itself, is far too
+long or short, copies its source or has no words) gets at most DEGENERATE_CEILING, and
+says why, whatever its features say: the guard's rules and the confidence never disagree
+about an output that is plainly broken.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
+from transformer_nmt.decode.degenerate import (COPIES_SOURCE, ONLY_SYMBOLS, REPEATS, TOO_LONG,
+                                               TOO_SHORT, degenerate_reasons)
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.search import teacher_forced_pass
 from transformer_nmt.decode.search_base import Seq2Seq, SpecialIds
@@ -76,6 +83,19 @@ lie for the reason to be true: a fit may weigh a feature against its name (atten
 every source token lowering the confidence), and then that feature names no reason."""
 BASE_RATE_REASON = "this model's translations are seldom acceptable"
 """The reason of a low confidence that no feature explains: the model's own base rate."""
+DEGENERATE_CEILING = 0.1
+"""The most confidence a degenerate translation gets. Its features can look sure: an
+output that runs on until the length limit cuts it, or whose required term was cut there,
+has likely tokens and little entropy, and a calibrated model gave one 1.0. Yet the
+degenerate rules flag none of 59,398 reference translations (degenerate.py), so such an
+output is unlike every acceptable one: it is given a low confidence, below LOW_CONFIDENCE
+so that it comes with its reasons, and not 0, which would claim a certainty of its own."""
+DEGENERATE_WORDS = {
+    REPEATS: "repeats itself", TOO_LONG: "far longer than the source allows",
+    TOO_SHORT: "far shorter than the source", COPIES_SOURCE: "copies the source untranslated",
+    ONLY_SYMBOLS: "has no words",
+}
+"""The reason a degenerate translation's confidence gives, for each degenerate reason."""
 
 
 @dataclass(frozen=True)
@@ -234,8 +254,11 @@ def copied_tokens(tokens: Sequence[int], source: Sequence[int]) -> float:
 class ConfidenceEstimator:
     """A calibrated model's confidence in the translations it makes."""
 
-    def __init__(self, model: Seq2Seq, calibration: Calibration, special: SpecialIds) -> None:
+    def __init__(self, model: Seq2Seq, calibration: Calibration, special: SpecialIds,
+                 piece: Callable[[int], str]) -> None:
+        """piece: the subword piece of a token id, for the degenerate rules."""
         self.model, self.calibration, self.special = model, calibration, special
+        self.piece = piece
 
     @classmethod
     def of(cls, loaded: InferenceModel, model: Seq2Seq, special: SpecialIds
@@ -246,17 +269,32 @@ class ConfidenceEstimator:
         stored = loaded.payload_meta.get("calibration")
         if stored is None or isinstance(loaded.model, Ensemble):
             return None
-        return cls(model, Calibration.from_dict(stored, str(loaded.path)), special)
+        return cls(model, Calibration.from_dict(stored, str(loaded.path)), special,
+                   loaded.vocab.piece)
 
     def assess(self, src: Tensor, sequences: list[list[int]]) -> list[Assessment]:
         """The confidence, and its reasons when low, of each output `sequences[i]` as a
         translation of source row i of src (len(sequences), src_len)."""
-        return [self._assessment(values)
-                for values in sentence_features(self.model, src, sequences, self.special)]
+        lengths = src.ne(self.special.pad).sum(1).tolist()  # source tokens with EOS
+        return [self._assessment(values, src[row, :lengths[row] - 1].tolist(), tokens)
+                for row, (values, tokens) in enumerate(zip(
+                    sentence_features(self.model, src, sequences, self.special), sequences))]
 
-    def _assessment(self, values: Sequence[float]) -> Assessment:
-        return Assessment(round(self.calibration.probability(values), 4),
-                          self.calibration.reasons(values))
+    def _assessment(self, values: Sequence[float], source: Sequence[int],
+                    tokens: Sequence[int]) -> Assessment:
+        """The calibration's verdict on features `values` of output `tokens`, held at
+        DEGENERATE_CEILING, with the degenerate reasons first, when the output is a
+        degenerate translation of source ids `source`."""
+        confidence = round(self.calibration.probability(values), 4)
+        reasons = self.calibration.reasons(values)
+        degenerate = degenerate_reasons([self.piece(token) for token in source],
+                                        [self.piece(token) for token in tokens])
+        if degenerate:
+            confidence = min(confidence, DEGENERATE_CEILING)
+            # Its degeneracy, not the model's base rate, is why it is not to be trusted.
+            reasons = [DEGENERATE_WORDS[reason] for reason in degenerate] + [
+                reason for reason in reasons if reason != BASE_RATE_REASON]
+        return Assessment(confidence, reasons[:MOST_REASONS])
 
     def attach(self, sources: list[list[int]], translations: list[list[Any]],
                source_tensor: Callable[[list[list[int]]], Tensor],
@@ -276,6 +314,6 @@ class ConfidenceEstimator:
                         if unknown else [])
         for source, translation, known in pairs:
             assessment = next(assessed) if known is None else self._assessment(
-                all_features(known, translation.tokens, source))
+                all_features(known, translation.tokens, source), source, translation.tokens)
             translation.confidence = assessment.confidence
             translation.confidence_reasons = assessment.reasons
