@@ -245,6 +245,22 @@ def test_a_glossary_puts_its_target_terms_into_the_sentences_with_its_source_ter
     assert too_big.status_code == 422 and "glossary" in too_big.json()["error"]
 
 
+def test_glossary_terms_longer_than_any_output_are_refused_naming_them(client):
+    # 11 subword pieces each (the test vocabulary spells most words piece by piece);
+    # the model's outputs have at most 255.
+    phrase = "green garden house "
+    alone = translate(client, text="the dog runs .", glossary={"dog": phrase * 30})
+    assert alone.status_code == 422
+    message = alone.json()["error"]
+    assert "for 'dog'" in message and "330 subword pieces" in message
+    assert "more than the 255" in message and "\n" not in message
+    # Two terms that fit alone but not together in one sentence.
+    glossary = {"dog": phrase * 12, "cat": phrase * 11 + "warm roof"}
+    together = translate(client, text="the dog sees the cat .", glossary=glossary)
+    assert together.status_code == 422
+    assert "'dog', 'cat'" in together.json()["error"]
+
+
 def test_every_route_of_the_app_is_counted_by_its_path_and_any_other_path_as_other(client):
     for path in ("/languages", "/docs", "/openapi.json", "/no-such-page"):
         client.get(path)

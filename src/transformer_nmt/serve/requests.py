@@ -129,4 +129,5 @@ class TranslateRequest(BaseModel):
                                             "target term; the translation of a sentence "
                                             "that contains a source term (whole words, any "
                                             "case) contains its target term (lexically "
-                                            "constrained beam search)")
+                                            "constrained beam search); 422 for target terms "
+                                            "longer than the model's outputs can be")
