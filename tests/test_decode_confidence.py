@@ -8,12 +8,13 @@ import math
 
 import pytest
 
-from decode_fixtures import SHORT, sentences, with_calibration
+from decode_fixtures import SHORT, make_model_file, sentences, with_calibration
 from transformer_nmt.decode.confidence import (BASE_RATE_REASON, DEGENERATE_REASONS,
                                                FEATURES, Calibration, copied_tokens,
                                                repeated_bigrams, sentence_features)
-from transformer_nmt.decode.degenerate import degenerate_reasons
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.degenerate import TOO_LONG, degenerate_reasons
+from transformer_nmt.decode.translator import (Translator, TranslationRequest,
+                                               TranslatorOptions)
 from transformer_nmt.errors import UserError
 
 OPTIONS = TranslatorOptions(SHORT, workers=1, precision="fp32")
@@ -146,6 +147,18 @@ def test_a_degenerate_translation_gets_confidence_0_and_says_why(model_file, tmp
                                                       for reason in broken]
             confidences.add(translation.confidence)
     assert confidences == {0.0, 0.5}
+
+
+def test_an_output_cut_at_the_length_limit_claims_no_certainty(tmp_path):
+    # 32 positions: outputs of at most 31 tokens, fewer than the required term has.
+    model = make_model_file(tmp_path, max_positions=32)
+    sure = Translator.from_file(with_calibration(model, tmp_path / "sure.pt", 20.0), OPTIONS)
+    term = " ".join(["green garden house"] * 5)
+    [cut] = next(sure.translate_nbest([TranslationRequest("the dog runs",
+                                                          constraints=(term,))]))
+    assert len(cut.tokens) == sure.max_len_limit and TOO_LONG in cut.degenerate
+    assert cut.confidence == 0.0
+    assert DEGENERATE_REASONS[TOO_LONG] in cut.confidence_reasons
 
 
 def test_an_ensemble_gives_no_confidence(model_file, tmp_path):

@@ -13,6 +13,7 @@ from decode_fixtures import SHORT, make_model_file, record_search_threads, sente
 from transformer_nmt import runtime
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode import threads as threads_module
+from transformer_nmt.decode.search_base import max_lengths
 from transformer_nmt.decode.translator import (Translation, Translator, TranslationRequest,
                                                TranslatorOptions, source_limit)
 from transformer_nmt.errors import UserError
@@ -125,6 +126,20 @@ def test_source_limit_leaves_room_for_the_output():
     assert source_limit(256, DecodeConfig(max_len_a=2.0, max_len_b=10)) == 122
     assert source_limit(256, DecodeConfig(max_len_a=0.0, max_len_b=10)) == 255
     assert source_limit(32, DecodeConfig(max_len_b=50)) == 1
+
+
+def test_longest_output_is_the_searches_length_limit_known_before_decoding(short_model_file):
+    translator = translator_for(short_model_file, DecodeConfig(max_len_a=1.5, max_len_b=3))
+    decode = translator.options.decode
+    for length in (0, 1, 5, 11, 40):  # a line longer than source_limit is cut first
+        cut = min(length, source_limit(32, decode))
+        src = torch.tensor([[5] * cut + [translator.special.eos]])
+        [expected] = max_lengths(src, decode, translator.special.pad,
+                                 translator.max_len_limit).tolist()
+        assert translator.longest_output(length, decode) == expected
+    # Required phrases raise it (constrained search), never past the model's positions.
+    assert translator.longest_output(2, decode, phrase_tokens=20) == 20
+    assert translator.longest_output(2, decode, phrase_tokens=100) == 31
 
 
 def test_alignments_are_word_pairs_within_both_sentences(model_file):

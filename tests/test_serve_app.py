@@ -414,3 +414,38 @@ def test_below_the_minimum_confidence_a_sentence_comes_back_empty_saying_why(
         assert result["sentences"][0]["text"] == result["text"]
     with pytest.raises(UserError, match="nmt calibrate"):
         make_app(served_model, min_confidence=0.5)
+
+
+def test_glossary_terms_longer_than_any_output_are_refused_naming_them(client):
+    # 11 subword pieces each (the test vocabulary spells most words piece by piece);
+    # the model's outputs have at most 255.
+    phrase = "green garden house "
+    alone = translate(client, text="the dog runs .", glossary={"dog": phrase * 30})
+    assert alone.status_code == 422
+    message = alone.json()["error"]
+    assert "for 'dog'" in message and "330 subword pieces" in message
+    assert "more than the 255" in message and "\n" not in message
+    # Two terms that fit alone but not together in one sentence.
+    glossary = {"dog": phrase * 12, "cat": phrase * 11 + "warm roof"}
+    together = translate(client, text="the dog sees the cat .", glossary=glossary)
+    assert together.status_code == 422
+    assert "'dog', 'cat'" in together.json()["error"]
+
+
+def test_attention_beyond_max_attention_cells_is_refused_before_decoding(served_model):
+    text = "the dog runs in the green garden . the cat sleeps on a warm roof ."
+    with TestClient(make_app(served_model, max_attention_cells=1000)) as client:
+        assert client.get("/v1/model").json()["limits"]["max_attention_cells"] == 1000
+        refused = translate(client, text=" ".join([text] * 3), attention=True)
+        assert refused.status_code == 413
+        message = refused.json()["error"]
+        assert "max_attention_cells (1000)" in message and "without attention" in message
+        assert client.get("/metrics").text.count("nmt_source_tokens_total 0.0") == 1
+        assert translate(client, text=" ".join([text] * 3)).status_code == 200
+        answer = translate(client, text=text, attention=True)
+        assert answer.status_code == 200
+        # What was counted before decoding bounds the maps sent.
+        cells = sum(len(sentence["attention"]["source_tokens"]) *
+                    len(sentence["attention"]["target_tokens"])
+                    for sentence in answer.json()["translations"][0]["sentences"])
+        assert 0 < cells <= 1000

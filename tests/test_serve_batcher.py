@@ -138,6 +138,31 @@ def test_a_withdrawn_request_is_not_decoded(translator):
     assert sample(metrics, "nmt_queue_sentences") == 0
 
 
+async def until(condition, seconds: float = 30) -> None:
+    """Poll `condition()` on the event loop until it holds; AssertionError after `seconds`
+    (generous: what it waits for happens at once)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
+
+
+def test_a_withdrawn_request_leaves_the_queue_without_waiting_for_company(translator):
+    lines = sentences(3, seed=17)
+    # Searched in batches (the engine does not block n-grams), which wait for company.
+    key = SearchKey(replace(SHORT, no_repeat_ngram=2), alignments=False)
+
+    async def body(batcher):
+        task = asyncio.ensure_future(
+            batcher.translate(lines, tokens_of(translator, lines), key))
+        await until(lambda: batcher.queued_sentences == len(lines))
+        task.cancel()
+        await until(lambda: batcher.queued_sentences == 0)
+
+    _, metrics = asyncio.run(with_batcher(translator, body, max_wait_s=60))
+    assert sample(metrics, "nmt_source_tokens_total") == 0
+
+
 # The engine's searches fail in its steps; the others (no-repeat n-grams) in a batch.
 @pytest.mark.parametrize("settings, failing", [
     (SHORT, "finish"), (replace(SHORT, no_repeat_ngram=2), "translate_batch")],

@@ -1,5 +1,6 @@
 """`nmt serve` as a real process (serve/server.py, cli/serve.py): LibreTranslate's own
-client works unchanged, and SIGTERM loses no accepted request."""
+client works unchanged, SIGTERM loses no accepted request, clients that stall are cut off
+and the work of those that leave is dropped."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from libretranslatepy import LibreTranslateAPI
 from serve_fixtures import running_server
 
 KEY = "k3y-for-tests"
+POST = b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+"""The start of a request sent by hand, on a raw socket."""
 
 
 def post_json(url: str, body: dict, headers: dict | None = None) -> tuple[int, dict]:
@@ -69,17 +72,48 @@ def test_sigterm_answers_every_accepted_request_then_exits_0(served_model):
         assert process.wait(timeout=30) == 0
 
 
+def metric(url: str, name: str) -> float:
+    """The value of sample `name` (with its labels) in the server's /metrics; 0 if absent."""
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
 def wait_for_queued(url: str, sentences: int, seconds: float = 30) -> None:
     """Until /metrics shows `sentences` sentences waiting to be decoded."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
-            for line in response.read().decode().splitlines():
-                if line.startswith("nmt_queue_sentences ") and \
-                        float(line.split()[1]) >= sentences:
-                    return
+        if metric(url, "nmt_queue_sentences") >= sentences:
+            return
         time.sleep(0.05)
     raise AssertionError(f"{sentences} sentences never waited in the queue")
+
+
+def test_the_sentences_of_clients_that_went_away_leave_the_queue(served_model):
+    # Glossaries are decoded in batches, which wait for company up to --max-wait-ms: for
+    # ten minutes here, so that without their clients' leaving nothing would end them.
+    with running_server(served_model, "--max-wait-ms", "600000", "--timeout", "600") as (
+            url, _):
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps({"text": "the dog runs . the cat sleeps .",
+                           "glossary": {"dog": "garden"}}).encode()
+        clients = [socket.create_connection((host, int(port))) for _ in range(3)]
+        for client in clients:
+            client.sendall(POST + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        wait_for_queued(url, 2 * len(clients))
+        for client in clients:
+            client.close()
+        deadline = time.monotonic() + 60  # generous: they leave at once
+        while metric(url, "nmt_queue_sentences") > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert metric(url, "nmt_queue_sentences") == 0
+        gone = 'nmt_requests_total{route="/v1/translate",status="499"}'
+        while metric(url, gone) < len(clients) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert metric(url, gone) == len(clients)
+        assert post_json(url + "/v1/translate", {"text": "the dog runs"})[0] == 200
 
 
 def test_a_wrong_model_path_is_a_one_line_error(tmp_path):
@@ -157,8 +191,6 @@ def stall(url: str, sent: bytes, dribble: bytes) -> tuple[float, bytes]:
         assert other.result()[0] == 200
     return closed_after, received
 
-
-POST = b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 
 
 @pytest.mark.parametrize("sent, dribble, answer", [

@@ -17,6 +17,7 @@ def test_defaults_bind_to_loopback_without_key_or_cors():
 @pytest.mark.parametrize("field, value, message", [
     ("port", 0, "port must be"), ("port", 70000, "at most 65535"),
     ("max_batch_tokens", 0, "max_batch_tokens"), ("max_queue", 1.5, "max_queue"),
+    ("max_attention_cells", 0, "max_attention_cells must be a whole number of at least 1"),
     ("max_wait_ms", -1, "max_wait_ms"), ("timeout_s", 0, "timeout_s"),
     ("timeout_s", float("inf"), "timeout_s"), ("api_key", "  ", "API key is empty"),
     ("headers_timeout_s", 0, "headers_timeout_s must be more than 0"),
@@ -35,13 +36,15 @@ def test_every_setting_reads_its_environment_variable():
         "NMT_HOST": "0.0.0.0", "NMT_PORT": "9000", "NMT_MAX_WAIT_MS": "2.5",
         "NMT_TIMEOUT_S": "30", "NMT_API_KEY": "secret", "NMT_LOG_LEVEL": "debug",
         "NMT_HEADERS_TIMEOUT_S": "2", "NMT_BODY_TIMEOUT_S": "3.5", "NMT_KEEP_ALIVE_S": "1",
-        "NMT_CORS_ORIGINS": "https://a.example, https://b.example", "OTHER": "x"})
+        "NMT_CORS_ORIGINS": "https://a.example, https://b.example",
+        "NMT_MAX_ATTENTION_CELLS": "5000", "OTHER": "x"})
     assert (settings.host, settings.port, settings.max_wait_ms, settings.timeout_s) == (
         "0.0.0.0", 9000, 2.5, 30.0)
     assert settings.api_key == "secret" and settings.log_level == "debug"
     assert (settings.headers_timeout_s, settings.body_timeout_s, settings.keep_alive_s) == (
         2.0, 3.5, 1.0)
     assert settings.cors_origins == ("https://a.example", "https://b.example")
+    assert settings.max_attention_cells == 5000
     assert ServeSettings.from_environment({}) == ServeSettings()
 
 

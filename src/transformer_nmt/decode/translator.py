@@ -272,6 +272,17 @@ class Translator:
                 del sentence[limit:]
         return ids
 
+    def longest_output(self, source_tokens: int, decode: DecodeConfig,
+                       phrase_tokens: int = 0) -> int:
+        """Most output tokens (EOS excluded) a search with `decode` may give a line of
+        `source_tokens` subword tokens (cut as source_ids cuts it) whose required phrases
+        have `phrase_tokens` tokens: floor(max_len_a * length + max_len_b) as
+        search_base.max_lengths, raised to fit the phrases as constrained search raises
+        it, within the model's positions. A bound known before decoding."""
+        length = min(source_tokens, source_limit(self.max_len_limit + 1, decode))
+        longest = max(math.floor(decode.max_len_a * length + decode.max_len_b), phrase_tokens)
+        return min(longest, self.max_len_limit)
+
     def begin(self, items: list[str | TranslationRequest], decode: DecodeConfig | None = None,
               *, alignments: bool | None = None, token_scores: bool | None = None,
               numbers: list[int] | None = None) -> TranslationJob:

@@ -150,6 +150,9 @@ class Batcher:
         except BaseException:
             for piece in pieces:
                 piece.future.cancel()
+            # The loop drops them now, not when a slot next frees: until then they count
+            # against max_queue and others are refused.
+            self._wakeup.set()
             raise
         return [translations for result in results for translations in result]
 
@@ -262,8 +265,9 @@ class Batcher:
             return next((piece for piece in self._pending if self._in_batches(piece)), None)
 
     async def _wait_for_company(self, oldest: Piece) -> None:
-        """Until the oldest sentence's key fills a batch or it has waited max_wait_s."""
-        while True:
+        """Until the oldest sentence's key fills a batch, it has waited max_wait_s, or its
+        request went away (then the next oldest leads)."""
+        while not oldest.future.done():
             left = oldest.arrived + self.max_wait_s - time.monotonic()
             with self._queue.lock:
                 same = [piece for piece in self._pending

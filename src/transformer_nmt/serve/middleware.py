@@ -1,6 +1,7 @@
 """ASGI middleware of the server: a cap on the body's size before it is read, a deadline
-for the body to arrive, a JSON 500 for whatever the app did not expect, and the request
-counters and latency histogram of /metrics."""
+for the body to arrive, a JSON 500 for whatever the app did not expect, a request
+cancelled when its client goes away, and the request counters and latency histogram of
+/metrics."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ logger = logging.getLogger(__name__)
 
 INTERNAL_ERROR = "the server failed to answer this request; its log says why"
 """All a client learns of an error the app did not expect: nothing of its insides."""
+CLIENT_GONE = 499
+"""The status /metrics counts for a request whose client closed its connection before the
+answer began (nginx's "client closed request"); the client gets nothing."""
 
 
 def route_paths(routes: Iterable[BaseRoute]) -> frozenset[str]:
@@ -131,6 +135,66 @@ class UnexpectedErrors:
                              scope["path"])
             if not started:
                 await _refuse(send, 500, INTERNAL_ERROR)
+
+
+class CancelWhenClientGoes:
+    """A request whose client closes its connection, once the body is in and before the
+    answer begins, is cancelled: its sentences leave the queue and the decoders (the
+    batcher withdraws a cancelled request's sentences) instead of being translated for
+    nobody while other clients wait or are refused for a full queue. uvicorn only tells
+    the app, through `receive`, and lets the handler run to its end."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body_read = asyncio.Event()
+        answering = False
+
+        async def watched_receive():
+            message = await receive()
+            if not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        async def watched_send(message):
+            nonlocal answering
+            answering = True
+            await send(message)
+
+        async def client_gone() -> None:
+            # Once the body is in, the next message the server has for this request is
+            # http.disconnect: the client left, or (in any case) the answer was sent.
+            await body_read.wait()
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        work = asyncio.ensure_future(self.app(scope, watched_receive, watched_send))
+        watch = asyncio.ensure_future(client_gone())
+        try:
+            await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+            if not work.done() and not answering:
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+                await _gone(send)
+                return
+            await work
+        finally:
+            for task in (work, watch):
+                task.cancel()
+
+
+async def _gone(send) -> None:
+    """The CLIENT_GONE answer, which only the metrics see: the server drops what is sent
+    to a closed connection (a server that refuses it raises OSError, ignored)."""
+    try:
+        await send({"type": "http.response.start", "status": CLIENT_GONE, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+    except OSError:
+        pass
 
 
 class RequestMetrics:

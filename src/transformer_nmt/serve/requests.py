@@ -122,9 +122,12 @@ class TranslateRequest(BaseModel):
                              "pairs of each sentence")
     attention: bool = Field(False, description="also return the encoder-decoder attention "
                             "of each sentence, per layer and head, between subword pieces "
-                            "and between words, with the pieces of each word")
+                            "and between words, with the pieces of each word (413 when the "
+                            "maps could pass the server's max_attention_cells, GET "
+                            "/v1/model's limits)")
     glossary: dict[str, str] | None = Field(None, description="terminology: source term -> "
                                             "target term; the translation of a sentence "
                                             "that contains a source term (whole words, any "
                                             "case) contains its target term (lexically "
-                                            "constrained beam search)")
+                                            "constrained beam search); 422 for target terms "
+                                            "longer than the model's outputs can be")

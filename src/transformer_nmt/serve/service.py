@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from transformer_nmt.attention_plot import compute_attention_of_ids
+from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import normalize
 from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.errors import UserError
@@ -122,7 +123,9 @@ class TranslationService:
             raise TooLarge(f"the request has {len(sentences)} sentences, more than the "
                            f"server's max_sentences ({self.settings.max_sentences})")
         tokens = [count_tokens(sentence) for sentence in sentences]
-        items = self._with_terminology(sentences, search.glossary)
+        items, term_tokens = self._with_terminology(sentences, search.glossary)
+        if search.attention:
+            self._check_attention(tokens, term_tokens, key.decode)
         found = await self.batcher.translate(items, tokens, key)
         attention = [None] * len(sentences)
         if search.attention:
@@ -154,28 +157,67 @@ class TranslationService:
         return (f"confidence {confidence:.2f} is below this server's minimum {minimum:g}"
                 + (f" ({reasons})" if reasons else ""))
 
+    def _check_attention(self, tokens: list[int], term_tokens: list[int],
+                         decode: DecodeConfig) -> None:
+        """TooLarge when the attention maps of sentences of `tokens` source tokens, whose
+        required terms have `term_tokens` target tokens, could pass the server's
+        max_attention_cells: each sentence's (source pieces + EOS) × (longest output +
+        EOS), known before decoding. The bound keeps the maps' computation, the answer
+        and the memory they take small, whatever the decoding gives."""
+        cells = sum((count + 1) * (self.translator.longest_output(count, decode, terms) + 1)
+                    for count, terms in zip(tokens, term_tokens))
+        limit = self.settings.max_attention_cells
+        if cells > limit:
+            raise TooLarge(f"attention for these {len(tokens)} sentences could take up to "
+                           f"{cells} cells (source pieces × output pieces, summed), more "
+                           f"than the server's max_attention_cells ({limit}); send fewer "
+                           "or shorter sentences, or ask without attention")
+
     def _with_terminology(self, sentences: list[str], glossary: dict[str, str] | None
-                          ) -> list[str | TranslationRequest]:
+                          ) -> tuple[list[str | TranslationRequest], list[int]]:
         """Each sentence, as a TranslationRequest constrained to the target terms of the
-        glossary's source terms it contains (whole words, any case)."""
+        glossary's source terms it contains (whole words, any case), and the target
+        tokens those terms take. BadOption for a glossary the search cannot honour: too
+        many entries, a server that samples, or target terms longer than any output of
+        the model (the search would cut them)."""
         if not glossary:
-            return list(sentences)
+            return list(sentences), [0] * len(sentences)
         if len(glossary) > MAX_GLOSSARY:
             raise BadOption("glossary", f"the glossary has {len(glossary)} entries, more than "
                             f"{MAX_GLOSSARY}")
         if self.defaults.sampling:
             raise BadOption("glossary", "this server samples its translations; a glossary "
                             "needs beam search")
-        terms = [(re.compile(rf"(?<!\w){re.escape(source.strip())}(?!\w)", re.IGNORECASE),
-                  target.strip()) for source, target in glossary.items()
-                 if source.strip() and target.strip()]
+        longest = self.translator.max_len_limit
+        terms = []  # (source term, its pattern, target term, the target's tokens)
+        for source, target in glossary.items():
+            source, target = source.strip(), target.strip()
+            if not source or not target:
+                continue
+            pieces = len(self.translator.vocab.encode(normalize(target)))
+            if pieces > longest:
+                raise BadOption("glossary", f"the glossary's target term for {_quoted(source)}"
+                                f" ({_quoted(target)}) has {pieces} subword pieces, more than "
+                                f"the {longest} a translation by this model can have; "
+                                "shorten it or leave it out")
+            pattern = re.compile(rf"(?<!\w){re.escape(source)}(?!\w)", re.IGNORECASE)
+            terms.append((source, pattern, target, pieces))
         items: list[str | TranslationRequest] = []
+        term_tokens = []
         for sentence in sentences:
-            wanted = tuple(dict.fromkeys(target for pattern, target in terms
-                                         if pattern.search(sentence)))
-            items.append(TranslationRequest(sentence, constraints=wanted) if wanted
+            wanted = {target: (source, pieces) for source, pattern, target, pieces in terms
+                      if pattern.search(sentence)}
+            needed = sum(pieces for _, pieces in wanted.values())
+            if needed > longest:
+                named = ", ".join(_quoted(source) for source, _ in wanted.values())
+                raise BadOption("glossary", f"a sentence holds the glossary's terms {named}, "
+                                f"whose target terms have {needed} subword pieces together, "
+                                f"more than the {longest} a translation by this model can "
+                                "have; split the sentence or shorten the terms")
+            items.append(TranslationRequest(sentence, constraints=tuple(wanted)) if wanted
                          else sentence)
-        return items
+            term_tokens.append(needed)
+        return items, term_tokens
 
     def _attention(self, sentences: list[str],
                    found: list[list[Translation]]) -> list[dict[str, Any]]:
@@ -196,6 +238,11 @@ class TranslationService:
                            for layer in attention.weights["cross"]],
             }, attention.weights["cross"], ATTENTION_DECIMALS))
         return maps
+
+
+def _quoted(text: str, most: int = 40) -> str:
+    """`text` quoted for a one-line error, shortened to `most` characters."""
+    return repr(text if len(text) <= most else text[:most - 1] + "…")
 
 
 def _describe(source: str, translations: list[Translation], attention: dict[str, Any] | None,

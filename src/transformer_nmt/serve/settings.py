@@ -48,6 +48,12 @@ class ServeSettings:
     """Most characters of text in one request (413 beyond)."""
     max_sentences: int = setting(200, group="limits")
     """Most sentences in one request after splitting its documents (413 beyond)."""
+    max_attention_cells: int = setting(20000, group="limits", metavar="N")
+    """Most attention-map cells one request may ask for with `attention`: the sum over its
+    sentences of (source pieces + 1) × (the longest output the search allows them + 1),
+    counted before decoding, so that a request is refused up front (413 beyond) rather
+    than answered with a huge map after holding the server's memory and CPU. Each layer
+    and head sends a map of that many weights (and one per pair of words)."""
     max_queue: int = setting(2000, group="limits")
     """Most sentences waiting to be decoded across all requests (429 beyond)."""
     timeout_s: float = setting(60.0, group="limits", flag="--timeout", metavar="SECONDS")
@@ -88,7 +94,7 @@ class ServeSettings:
             raise UserError(f"max_models_loaded must be at least 1, not "
                             f"{self.max_models_loaded!r}")
         for name in ("port", "max_batch_tokens", "max_characters", "max_sentences",
-                     "max_queue", "max_beam", "max_nbest"):
+                     "max_attention_cells", "max_queue", "max_beam", "max_nbest"):
             value = getattr(self, name)
             if value < 1:
                 raise UserError(f"{name} must be a whole number of at least 1, not {value!r}")
