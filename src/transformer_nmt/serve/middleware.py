@@ -1,6 +1,6 @@
-"""ASGI middleware of the server: a cap on the body's size before it is read, a deadline
-for the body to arrive, a JSON 500 for whatever the app did not expect, and the request
-counters and latency histogram of /metrics."""
+"""ASGI middleware of the server: one framing of the body, a cap on its size before it is
+read, a deadline for it to arrive, a JSON 500 for whatever the app did not expect, and the
+request counters and latency histogram of /metrics."""
 
 from __future__ import annotations
 
@@ -26,6 +26,27 @@ def route_paths(routes: Iterable[BaseRoute]) -> frozenset[str]:
     """The paths of `routes` (the app's and its routers': API, LibreTranslate's, health,
     docs, the page), as RequestMetrics counts them; mounts are left out."""
     return frozenset(route.path for route in routes if isinstance(route, Route))
+
+
+class OneFraming:
+    """HTTP 400, with the connection closed, for a request that gives both a
+    Content-Length and a Transfer-Encoding (RFC 9112, section 6.1). The server reads such
+    a body by its Transfer-Encoding; a proxy in front that read it by its Content-Length
+    would take the rest for another request (request smuggling), so the request is
+    refused and nothing more is read from its connection."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            names = {name for name, _ in scope["headers"]}  # lower case, as ASGI says
+            if b"content-length" in names and b"transfer-encoding" in names:
+                await _refuse(send, 400, "the request has both a Content-Length and a "
+                              "Transfer-Encoding header; send only one of them",
+                              close=True)
+                return
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:
@@ -97,12 +118,21 @@ class BodyDeadline:
         await self.app(scope, timed_receive, send)
 
 
-async def _refuse(send, status: int, message: str) -> None:
-    body = json.dumps({"error": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+async def _refuse(send, status: int, message: str, close: bool = False) -> None:
+    """The one-line JSON error `message` with its `status`; with `close`, a Connection:
+    close header, on which uvicorn closes the connection once it is sent."""
+    headers, body = json_error(message, close)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def json_error(message: str, close: bool = False) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """(headers, body) of the one-line JSON error `message`, as every refusal has it; with
+    `close`, the headers say the connection closes after it."""
+    body = json.dumps({"error": message}).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    return headers + ([(b"connection", b"close")] if close else []), body
 
 
 class UnexpectedErrors:
