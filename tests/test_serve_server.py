@@ -190,6 +190,16 @@ def test_a_request_framed_by_both_length_and_chunks_is_refused_and_its_connectio
     assert b"both a Content-Length and a Transfer-Encoding" in received
 
 
+def test_a_chunk_announced_larger_than_the_body_s_limit_is_refused_at_once(deadline_server):
+    """As a Content-Length over the limit is: not with a 408 at the body's deadline. The
+    connection closes at the headers' deadline, no next request coming."""
+    announced = (b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                 b"\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n{\"q\": ")
+    received = exchange(deadline_server, announced)
+    assert received.startswith(b"HTTP/1.1 413 "), received
+    assert b"larger than the server's limit" in received
+
+
 @pytest.mark.parametrize("given, expected", [
     ({}, ("PASSIVE", "30000")), ({"OMP_WAIT_POLICY": "ACTIVE"}, ("ACTIVE", None)),
     ({"GOMP_SPINCOUNT": "0"}, ("PASSIVE", "0"))])

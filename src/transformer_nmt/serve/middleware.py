@@ -49,10 +49,15 @@ class OneFraming:
         await self.app(scope, receive, send)
 
 
+CHUNK_LEFT = "transformer_nmt.chunk_left"
+"""The key of a request's scope under which the HTTP protocol (serve/server.py) notes how
+many bytes of the chunk being read the client announced but has not sent yet."""
+
+
 class BodyLimit:
     """413 for a body over `max_bytes` (or, on a path of `larger`, its own limit), by its
-    Content-Length or while it streams in, so that no request can make the server hold an
-    unbounded body."""
+    Content-Length, or while it streams in (a chunk counted as soon as it is announced),
+    so that no request can make the server hold an unbounded body or wait for one."""
 
     def __init__(self, app, max_bytes: int, larger: dict[str, int] | None = None) -> None:
         self.app = app
@@ -65,11 +70,11 @@ class BodyLimit:
             return
         limit = self.larger.get(scope["path"], self.max_bytes)
         why = "for files" if scope["path"] in self.larger else "from max_characters"
+        refusal = f"the body is larger than the server's limit ({limit} bytes, {why})"
         declared = dict(scope["headers"]).get(b"content-length", b"0")
         if not declared.isdigit() or int(declared) > limit:
             await _refuse(send, 413 if declared.isdigit() else 400,
-                          f"the body is larger than the server's limit ({limit} "
-                          f"bytes, {why})" if declared.isdigit()
+                          refusal if declared.isdigit()
                           else "the Content-Length header is not a number")
             return
         received = 0
@@ -78,9 +83,12 @@ class BodyLimit:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
-            if received > limit:
-                raise HTTPException(413, f"the body is larger than the server's limit "
-                                    f"({limit} bytes, {why})")
+            # A chunk counts as soon as it is announced, sent or not: a client announcing
+            # more than the limit is answered now, not at the body's deadline. The
+            # connection stays open (uvicorn reads on and drops the rest, until the
+            # headers' deadline), so that a client still sending can read the answer.
+            if received + scope.get(CHUNK_LEFT, 0) > limit:
+                raise HTTPException(413, refusal)
             return message
 
         await self.app(scope, limited_receive, send)
@@ -121,18 +129,12 @@ class BodyDeadline:
 async def _refuse(send, status: int, message: str, close: bool = False) -> None:
     """The one-line JSON error `message` with its `status`; with `close`, a Connection:
     close header, on which uvicorn closes the connection once it is sent."""
-    headers, body = json_error(message, close)
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-def json_error(message: str, close: bool = False) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    """(headers, body) of the one-line JSON error `message`, as every refusal has it; with
-    `close`, the headers say the connection closes after it."""
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"),
                (b"content-length", str(len(body)).encode())]
-    return headers + ([(b"connection", b"close")] if close else []), body
+    await send({"type": "http.response.start", "status": status,
+                "headers": headers + ([(b"connection", b"close")] if close else [])})
+    await send({"type": "http.response.body", "body": body})
 
 
 class UnexpectedErrors:
