@@ -5,6 +5,10 @@ deleted after its download or its time; refusals in LibreTranslate's shape."""
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -14,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from document_fixtures import docx_structure, make_docx
 from serve_fixtures import make_app
+from transformer_nmt.locks import LOCK_FILE
 from transformer_nmt.serve.file_store import FileStore, StoreFull, client_key, safe_name
 
 KEY = "s3cret-key"
@@ -112,7 +117,7 @@ def test_the_store_deletes_files_after_their_time_and_refuses_when_full():
         store.put(b"three", "c.txt")
     time.sleep(0.1)
     store.remove_expired()
-    assert len(store) == 0 and not any(Path(store.directory).iterdir())
+    assert len(store) == 0 and os.listdir(store.directory) == [LOCK_FILE]
     assert store.take(first) is None
     store.close()
     assert not Path(store.directory).exists()
@@ -195,6 +200,40 @@ def client_from_header(app):
             scope = {**scope, "client": (host.decode(), 50000)}
         await app(scope, receive, send)
     return from_header
+
+
+KEEP_A_STORE = """
+import time
+from transformer_nmt.serve.file_store import FileStore
+store = FileStore()
+store.put(b"translated", "a.txt")
+print(store.directory, flush=True)
+time.sleep(600)
+"""
+"""A process that opens a file store, keeps a file in it and waits to be killed."""
+
+
+def test_a_store_left_by_a_killed_server_is_removed_by_the_next_and_nothing_else(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with subprocess.Popen([sys.executable, "-c", KEEP_A_STORE], stdout=subprocess.PIPE,
+                          text=True, env={**os.environ, "TMPDIR": str(tmp_path)}) as killed:
+        left = Path(killed.stdout.readline().strip())
+        killed.kill()
+    assert left.parent == tmp_path and left.is_dir()  # SIGKILL: nothing cleaned up
+    alive = FileStore()
+    being_made = tmp_path / "nmt-serve-files-new"  # its lock not taken yet
+    being_made.mkdir()
+    (being_made / LOCK_FILE).touch()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "nmt-serve-files-link").symlink_to(left)
+    store = FileStore()
+    assert not left.exists()
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([
+        Path(alive.directory).name, Path(store.directory).name, being_made.name, "other",
+        "nmt-serve-files-link"])
+    store.close()
+    alive.close()
 
 
 @pytest.mark.parametrize("host, key", [

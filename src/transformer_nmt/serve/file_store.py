@@ -4,27 +4,41 @@ then deleted, and deleted unfetched after a time limit.
 
 The store is bounded in files and bytes, in all and for each client, so that one client
 cannot fill it for everyone; a refusal says when the first file that would make room
-expires.
+expires. Its directory holds a lock (`locks`) for the life of the server, so that a
+server killed without cleaning up (SIGKILL, a crash) leaves a directory no live server
+holds, which the next store opened removes.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import math
+import os
 import re
 import secrets
+import shutil
+import stat
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable
+from typing import Callable, Iterable
+
+from transformer_nmt.errors import UserError
+from transformer_nmt.locks import LOCK_FILE, DirectoryLock
+
+logger = logging.getLogger(__name__)
 
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_NAME = 100
 """Characters of a client's file name kept in its download's name."""
 ID_LENGTH = 32
 """Hex digits of a download's id: 128 random bits, not guessable."""
+DIRECTORY_PREFIX = "nmt-serve-files-"
+"""How the name of a store's directory begins, in the system's temporary directory: only
+directories named so, and holding a lock no process holds, are removed as left behind."""
 IPV6_CLIENT_PREFIX = 64
 """Bits of an IPv6 address that name one client: a host is given a /64 network, and
 could otherwise count as 2**64 clients."""
@@ -87,7 +101,8 @@ class _Bound:
 
 class FileStore:
     """Translated files by download id, in a temporary directory removed with the store
-    (and, failing that, when the process exits), at most `max_files` files and `max_bytes` bytes in all and `client_files` and
+    (and, failing that, when the process exits, or by the next store opened after a
+    crash), at most `max_files` files and `max_bytes` bytes in all and `client_files` and
     `client_bytes` from one client; `clock` says the time in seconds."""
 
     def __init__(self, keep_s: float = 1800.0, max_files: int = 1000,
@@ -98,7 +113,12 @@ class FileStore:
         self.bounds = (_Bound(client_files, client_bytes, " from your address"),
                        _Bound(max_files, max_bytes, ""))
         self._clock = clock
-        self._directory = tempfile.TemporaryDirectory(prefix="nmt-serve-files-")
+        for left in remove_abandoned(Path(tempfile.gettempdir())):
+            logger.info("removed %s, which a server killed before it could clean up left "
+                        "behind", left)
+        self._directory = tempfile.TemporaryDirectory(prefix=DIRECTORY_PREFIX)
+        self._owner = DirectoryLock(self._directory.name, "used by a server's file store",
+                                    "start the server again")
         self._files: dict[str, _Stored] = {}
         self._lock = threading.Lock()
 
@@ -175,6 +195,7 @@ class FileStore:
         with self._lock:
             self._files.clear()
         self._directory.cleanup()
+        self._owner.release()
 
 
 def _full(bound: _Bound, counted: list[_Stored], size: int, wait: int) -> str:
@@ -189,3 +210,37 @@ def _full(bound: _Bound, counted: list[_Stored], size: int, wait: int) -> str:
                f"{one_client}" + (f" (this one has {size})" if size else ""))
     download = "download them or " if bound.whose else ""
     return f"{why}; {download}retry in {wait} s, once enough of them have expired"
+
+
+def remove_abandoned(root: Path) -> list[Path]:
+    """Remove the stores' directories in `root` that their servers left behind: named
+    with DIRECTORY_PREFIX, this user's, and holding a lock that some store took (it holds
+    a PID) and no process holds now. A directory whose lock is not written yet is one a
+    store is making: it is left, as is anything else. The directories removed."""
+    removed = []
+    for directory in _candidates(root.iterdir() if root.is_dir() else ()):
+        try:
+            if not (directory / LOCK_FILE).read_bytes().strip():
+                continue
+            # Taken, the lock proves its holder gone; given up at once, since no store
+            # ever takes a directory it did not make.
+            DirectoryLock(directory, "used by a server's file store", "").release()
+        except (OSError, UserError):  # gone meanwhile, or its server is alive
+            continue
+        shutil.rmtree(directory, ignore_errors=True)
+        removed.append(directory)
+    return removed
+
+
+def _candidates(entries: Iterable[Path]) -> Iterable[Path]:
+    """The entries that are directories (not links to one) this user made, named as a
+    store's are."""
+    for entry in entries:
+        if not entry.name.startswith(DIRECTORY_PREFIX):
+            continue
+        try:
+            status = entry.lstat()  # the entry's own, a link's not followed
+        except OSError:
+            continue
+        if stat.S_ISDIR(status.st_mode) and status.st_uid == os.getuid():
+            yield entry
