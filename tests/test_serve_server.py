@@ -316,6 +316,42 @@ def test_out_of_file_descriptors_is_said_once_and_the_server_answers_as_deadline
     assert len(said) <= 2 + seconds / ACCEPT_FAILURES_INTERVAL_S, said[:3]
 
 
+def exchange(url: str, sent: bytes) -> bytes:
+    """All the server answers to `sent` on one connection, until it closes it."""
+    host, port = url.removeprefix("http://").split(":")
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(sent)
+        while chunk := sock.recv(65536):
+            received += chunk
+    return received
+
+
+def test_a_request_framed_by_both_length_and_chunks_is_refused_and_its_connection_closed(
+        deadline_server):
+    """RFC 9112, 6.1: a proxy that framed it by its Content-Length would read the rest of
+    the chunked body as another request; nothing after it on the connection is answered."""
+    body = b'{"q": "the dog runs", "source": "en", "target": "de"}'
+    framed_twice = (b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                    b"application/json\r\nContent-Length: 5\r\nTransfer-Encoding: "
+                    b"chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+    received = exchange(deadline_server,
+                        framed_twice + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert received.startswith(b"HTTP/1.1 400 "), received
+    assert b"connection: close" in received and received.count(b"HTTP/1.1 ") == 1
+    assert b"both a Content-Length and a Transfer-Encoding" in received
+
+
+def test_a_chunk_announced_larger_than_the_body_s_limit_is_refused_at_once(deadline_server):
+    """As a Content-Length over the limit is: not with a 408 at the body's deadline. The
+    connection closes at the headers' deadline, no next request coming."""
+    announced = (b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                 b"\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n{\"q\": ")
+    received = exchange(deadline_server, announced)
+    assert received.startswith(b"HTTP/1.1 413 "), received
+    assert b"larger than the server's limit" in received
+
+
 @pytest.mark.parametrize("given, expected", [
     ({}, ("PASSIVE", "30000")), ({"OMP_WAIT_POLICY": "ACTIVE"}, ("ACTIVE", None)),
     ({"GOMP_SPINCOUNT": "0"}, ("PASSIVE", "0"))])

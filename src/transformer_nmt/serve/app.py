@@ -25,7 +25,8 @@ from transformer_nmt.serve.file_store import FileStore
 from transformer_nmt.serve.detect import LanguageDetector
 from transformer_nmt.serve.libretranslate import libretranslate_routes
 from transformer_nmt.serve.middleware import (BodyDeadline, BodyLimit, CancelWhenClientGoes,
-                                               RequestMetrics, UnexpectedErrors, route_paths)
+                                              OneFraming, RequestMetrics, UnexpectedErrors,
+                                              route_paths)
 from transformer_nmt.serve.metrics import ServerMetrics
 from transformer_nmt.serve.models import ModelPool, ModelUnavailable
 from transformer_nmt.serve.pairs import NoRoute, PairRoutes, Route
@@ -283,14 +284,16 @@ def v1_route(routes: PairRoutes, source: str | None, target: str | None) -> Rout
 
 def wrap_in_middleware(app: FastAPI, settings: ServeSettings, metrics: ServerMetrics,
                        routes: frozenset[str]) -> None:
-    """The body's limit and deadline, the JSON 500 of unexpected errors, the cancelling of
-    requests whose client went away, the request metrics (by the paths of `routes`) and
-    CORS."""
+    """The body's framing, limit and deadline, the JSON 500 of unexpected errors, the
+    cancelling of requests whose client went away, the request metrics (by the paths of
+    `routes`) and CORS."""
     # The last added is the outermost: metrics count the body limit's refusals, the 500s
     # and the requests cancelled too, and CORS headers go on every answer.
     app.add_middleware(BodyLimit, max_bytes=4 * settings.max_characters + 65536,
                        larger={} if file_routes is None
                        else {"/translate_file": FILE_LIMITS.max_bytes + 65536})
+    # Before the limit, which would take the Content-Length of a request framed twice.
+    app.add_middleware(OneFraming)
     app.add_middleware(BodyDeadline, seconds=settings.body_timeout_s)
     app.add_middleware(UnexpectedErrors)
     app.add_middleware(CancelWhenClientGoes)

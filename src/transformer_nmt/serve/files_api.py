@@ -25,7 +25,7 @@ from transformer_nmt.documents.sentences import Joined, join_sentences, sentence
 from transformer_nmt.errors import UserError
 from transformer_nmt.serve.access import presented_key, require_key
 from transformer_nmt.serve.detect import LanguageDetector
-from transformer_nmt.serve.file_store import FileStore, StoreFull, safe_name
+from transformer_nmt.serve.file_store import FileStore, StoreFull, client_key, safe_name
 from transformer_nmt.serve.libretranslate import Translate, pair_route
 from transformer_nmt.serve.pairs import PairRoutes
 from transformer_nmt.serve.pivot import sentences_joined
@@ -58,6 +58,11 @@ def file_routes(translate: Translate, settings: ServeSettings, routes: PairRoute
         # text must say which language it is in.
         route = None if source == "auto" else (
             await pair_route(routes, detector, source, target, []))[0]
+        client = client_key(request.client.host if request.client else None)
+        try:  # before the work of translating a file the store could not keep
+            store.check_room(client)
+        except StoreFull as error:
+            raise _busy(error) from None
         data = await upload.read(FILE_LIMITS.max_bytes + 1)
         name = upload.filename or "document"
         try:
@@ -75,9 +80,9 @@ def file_routes(translate: Translate, settings: ServeSettings, routes: PairRoute
             route.hops[0].source or "en")
         translated = await asyncio.to_thread(_written, document, wanted, results)
         try:
-            path = store.put(translated, safe_name(name, document.kind))
+            path = store.put(translated, safe_name(name, document.kind), client)
         except StoreFull as error:
-            raise HTTPException(429, f"the server is busy: {error}") from None
+            raise _busy(error) from None
         asyncio.get_running_loop().call_later(store.keep_s + 1, store.remove_expired)
         base = str(request.base_url).rstrip("/")
         return {"translatedFileUrl": f"{base}/download_file/{quote(path)}"}
@@ -94,6 +99,12 @@ def file_routes(translate: Translate, settings: ServeSettings, routes: PairRoute
                         headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
     return router
+
+
+def _busy(error: StoreFull) -> HTTPException:
+    """HTTP 429 for a store with no room, saying in Retry-After when it will have."""
+    return HTTPException(429, f"the server is busy: {error}",
+                         headers={"Retry-After": str(error.retry_after_s)})
 
 
 def _written(document: Document, wanted: list[list[Run]], results: list[Joined]) -> bytes:

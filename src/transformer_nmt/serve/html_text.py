@@ -1,6 +1,9 @@
 """`format=html`: the text between the tags is translated and the markup kept byte for
 byte: the standard library's HTML parser (never regular expressions) finds where each
-construct starts, and the markup is cut out of the source as written."""
+construct starts, and the markup is cut out of the source as written. What is text by
+HTML's rules (such as "<1p>": a tag's name starts with a letter) is translated as text;
+bidirectional controls, which a model cannot translate and drops, are kept in place
+like tags."""
 
 from __future__ import annotations
 
@@ -12,6 +15,11 @@ from html.parser import HTMLParser
 UNTRANSLATED = {"script", "style", "code", "pre", "kbd", "samp", "var", "textarea"}
 """Elements whose text is code or raw data, kept as written."""
 _TAG_START = re.compile("<")
+BIDI_CONTROLS = re.compile("([\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]+)")
+"""Runs of Unicode's Bidi_Control characters (marks, embeddings, overrides, isolates).
+They order the text around them for display, and no model's vocabulary holds them: a
+text is cut at them and they are kept where they are, so that what they enclose stays
+enclosed and a translation never loses one of a pair."""
 
 
 @dataclass
@@ -21,7 +29,7 @@ class Markup:
     parts: list[str | int] = field(default_factory=list)
     """Markup or untranslated text (kept as is), or the index of a text in `texts`."""
     texts: list[str] = field(default_factory=list)
-    """The text nodes to translate, with entities decoded."""
+    """The text nodes to translate, with entities decoded, cut at bidi controls."""
 
     def join(self, translations: list[str]) -> str:
         """The HTML with each text node replaced by its translation, escaped."""
@@ -121,7 +129,9 @@ def _end_of_text(source: str, start: int, end: int, decoded: str) -> int:
 @dataclass
 class _MarkupBuilder:
     """Markup put together piece by piece: pieces of text in a row (split at a lone < or
-    an entity) make one text node, unless they are only whitespace, which is kept."""
+    an entity) make one text node, unless they are only whitespace, which is kept; bidi
+    controls are kept too (as characters, however they were written), and cut the text
+    node in two."""
 
     markup: Markup = field(default_factory=Markup)
     kept: list[str] = field(default_factory=list)
@@ -145,12 +155,17 @@ class _MarkupBuilder:
         written = "".join(piece for piece, _ in self.run)
         decoded = "".join(piece for _, piece in self.run)
         self.run.clear()
-        if not decoded.strip():
+        if not BIDI_CONTROLS.sub("", decoded).strip():
             self.kept.append(written)
             return
-        self._add_kept()
-        self.markup.parts.append(len(self.markup.texts))
-        self.markup.texts.append(decoded)
+        # Split by a capturing pattern: bidi controls at odd indices, text between.
+        for index, piece in enumerate(BIDI_CONTROLS.split(decoded)):
+            if index % 2 or not piece.strip():
+                self.kept.append(piece)  # controls or whitespace: nothing to escape
+                continue
+            self._add_kept()
+            self.markup.parts.append(len(self.markup.texts))
+            self.markup.texts.append(piece)
 
     def _add_kept(self) -> None:
         if "".join(self.kept):

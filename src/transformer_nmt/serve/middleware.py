@@ -1,7 +1,7 @@
-"""ASGI middleware of the server: a cap on the body's size before it is read, a deadline
-for the body to arrive, a JSON 500 for whatever the app did not expect, a request
-cancelled when its client goes away, and the request counters and latency histogram of
-/metrics."""
+"""ASGI middleware of the server: one framing of the body, a cap on its size before it is
+read, a deadline for it to arrive, a JSON 500 for whatever the app did not expect, a
+request cancelled when its client goes away, and the request counters and latency
+histogram of /metrics."""
 
 from __future__ import annotations
 
@@ -32,10 +32,36 @@ def route_paths(routes: Iterable[BaseRoute]) -> frozenset[str]:
     return frozenset(route.path for route in routes if isinstance(route, Route))
 
 
+class OneFraming:
+    """HTTP 400, with the connection closed, for a request that gives both a
+    Content-Length and a Transfer-Encoding (RFC 9112, section 6.1). The server reads such
+    a body by its Transfer-Encoding; a proxy in front that read it by its Content-Length
+    would take the rest for another request (request smuggling), so the request is
+    refused and nothing more is read from its connection."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            names = {name for name, _ in scope["headers"]}  # lower case, as ASGI says
+            if b"content-length" in names and b"transfer-encoding" in names:
+                await _refuse(send, 400, "the request has both a Content-Length and a "
+                              "Transfer-Encoding header; send only one of them",
+                              close=True)
+                return
+        await self.app(scope, receive, send)
+
+
+CHUNK_LEFT = "transformer_nmt.chunk_left"
+"""The key of a request's scope under which the HTTP protocol (serve/server.py) notes how
+many bytes of the chunk being read the client announced but has not sent yet."""
+
+
 class BodyLimit:
     """413 for a body over `max_bytes` (or, on a path of `larger`, its own limit), by its
-    Content-Length or while it streams in, so that no request can make the server hold an
-    unbounded body."""
+    Content-Length, or while it streams in (a chunk counted as soon as it is announced),
+    so that no request can make the server hold an unbounded body or wait for one."""
 
     def __init__(self, app, max_bytes: int, larger: dict[str, int] | None = None) -> None:
         self.app = app
@@ -48,11 +74,11 @@ class BodyLimit:
             return
         limit = self.larger.get(scope["path"], self.max_bytes)
         why = "for files" if scope["path"] in self.larger else "from max_characters"
+        refusal = f"the body is larger than the server's limit ({limit} bytes, {why})"
         declared = dict(scope["headers"]).get(b"content-length", b"0")
         if not declared.isdigit() or int(declared) > limit:
             await _refuse(send, 413 if declared.isdigit() else 400,
-                          f"the body is larger than the server's limit ({limit} "
-                          f"bytes, {why})" if declared.isdigit()
+                          refusal if declared.isdigit()
                           else "the Content-Length header is not a number")
             return
         received = 0
@@ -61,9 +87,12 @@ class BodyLimit:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
-            if received > limit:
-                raise HTTPException(413, f"the body is larger than the server's limit "
-                                    f"({limit} bytes, {why})")
+            # A chunk counts as soon as it is announced, sent or not: a client announcing
+            # more than the limit is answered now, not at the body's deadline. The
+            # connection stays open (uvicorn reads on and drops the rest, until the
+            # headers' deadline), so that a client still sending can read the answer.
+            if received + scope.get(CHUNK_LEFT, 0) > limit:
+                raise HTTPException(413, refusal)
             return message
 
         await self.app(scope, limited_receive, send)
@@ -101,11 +130,14 @@ class BodyDeadline:
         await self.app(scope, timed_receive, send)
 
 
-async def _refuse(send, status: int, message: str) -> None:
+async def _refuse(send, status: int, message: str, close: bool = False) -> None:
+    """The one-line JSON error `message` with its `status`; with `close`, a Connection:
+    close header, on which uvicorn closes the connection once it is sent."""
     body = json.dumps({"error": message}).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
+                "headers": headers + ([(b"connection", b"close")] if close else [])})
     await send({"type": "http.response.body", "body": body})
 
 
