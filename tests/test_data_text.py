@@ -1,12 +1,13 @@
 """Reading, validating and normalizing parallel text; the cleaning filters."""
 
 import gzip
+import re
 
 import numpy as np
 import pytest
 
-from transformer_nmt.data.text import (CleaningFilters, LineWriter, count_lines, normalize,
-                                       read_lines, read_parallel, read_tsv)
+from transformer_nmt.data.text import (MAX_LINE_BYTES, CleaningFilters, LineWriter, count_lines,
+                                       normalize, read_lines, read_parallel, read_tsv)
 from transformer_nmt.errors import UserError
 
 
@@ -103,3 +104,16 @@ def test_filters_can_be_disabled():
     with pytest.raises(UserError, match=r"max_ratio must be 0 \(no limit\) or at least 1, "
                                         r"not 0\.5"):
         CleaningFilters(max_ratio=0.5).validate()
+
+
+def test_a_line_over_the_bound_is_an_error_naming_it_read_no_further(tmp_path):
+    path = tmp_path / "one.txt"
+    with path.open("wb") as handle:
+        handle.write(b"a sentence\n" + b"x" * (MAX_LINE_BYTES + 1) + b"\nafter\n")
+    lines = read_lines(path)
+    assert next(lines) == "a sentence"
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}:2: a line longer than"):
+        next(lines)
+    # A line of exactly the bound, newline aside, is read.
+    path.write_bytes(b"y" * MAX_LINE_BYTES + b"\n")
+    assert [len(line) for line in read_lines(path)] == [MAX_LINE_BYTES]

@@ -12,7 +12,7 @@ import pytest
 from transformer_nmt.cli import main
 from transformer_nmt.data import prepare as prepare_module
 from transformer_nmt.data.binarize import load_split
-from transformer_nmt.data.text import read_lines
+from transformer_nmt.data.text import MAX_LINE_BYTES, read_lines
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.errors import UserError
 
@@ -268,3 +268,15 @@ def test_wmt14_from_a_mirror(tmp_path, capsys, fake_wmt14_mirror):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["filters"]["read"] == {"train": 300, "valid": 3000, "test": 3003}
     assert list(read_lines(out / "test.de")) == list(read_lines(WMT14 / "newstest2014.de"))
+
+
+def test_a_line_too_long_to_be_a_sentence_is_refused_leaving_nothing(corpus, tmp_path, capsys):
+    """A line over MAX_LINE_BYTES (a text without line breaks) is read no further: one
+    line naming the file and line, and no work folder left behind (a gigabyte's line once
+    aborted sentencepiece and left its work folder)."""
+    lines = corpus["train_src"].read_bytes().split(b"\n")
+    lines[4] = b"the house " * (MAX_LINE_BYTES // 10 + 1)
+    corpus["train_src"].write_bytes(b"\n".join(lines))
+    one_line_error(files_args(corpus, tmp_path / "data"), capsys,
+                   f"{corpus['train_src']}:5: a line longer than 4 MiB", "one sentence a line")
+    assert not (tmp_path / "data").exists()

@@ -10,6 +10,7 @@ replacement, and every error names the file and the line.
 from __future__ import annotations
 
 import gzip
+import itertools
 import unicodedata
 import zlib
 from dataclasses import dataclass
@@ -77,6 +78,11 @@ def decode_line(raw: bytes, path: str | Path, number: int, errors: str = "strict
         ) from None
 
 
+MAX_LINE_BYTES = 4 * 2**20
+"""The longest line read, in bytes. A sentence takes hundreds; a longer line is a text
+without line breaks, and read whole it could take gigabytes of memory and abort
+sentencepiece's training (std::bad_alloc on a line of a gigabyte)."""
+
 READ_ERRORS = (OSError, EOFError, zlib.error)
 """What reading a damaged file raises: gzip's own errors are not all OSErrors."""
 
@@ -94,13 +100,22 @@ def iter_lines(handle: BinaryIO, name: str | Path, errors: str = "strict") -> It
     without their newline; `name` is what error messages call it.
 
     Lines are split on b"\\n" only; a final line without a newline counts, a byte-order
-    mark at the start is dropped. Memory holds one line at a time.
+    mark at the start is dropped. Memory holds one line at a time, of at most
+    MAX_LINE_BYTES: a longer one is a UserError naming it, read no further.
     """
     _check_errors(errors)
     try:
-        for number, raw in enumerate(handle, start=1):
+        for number in itertools.count(1):
+            raw = handle.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
             if raw.endswith(b"\n"):
                 raw = raw[:-1]
+            elif len(raw) > MAX_LINE_BYTES:
+                raise UserError(
+                    f"{name}:{number}: a line longer than {MAX_LINE_BYTES // 2**20} MiB, "
+                    "which is no sentence (a file without line breaks?); split the text into "
+                    "one sentence a line, or remove that line")
             text = decode_line(raw, name, number, errors)
             if number == 1 and text.startswith("\ufeff"):
                 text = text[1:]
