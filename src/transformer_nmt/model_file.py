@@ -9,6 +9,8 @@ checkpoint):
   vocab (the sentencepiece model proto as bytes, so that a model file is self-contained),
   checksum (SHA-256 of the weights, see transformer_nmt.checksum; added by
   save_model_file, so that every writer stores one).
+A model imported from another toolkit (`nmt import`) adds imported_from: its format,
+model type, path and licence.
 Training checkpoints add the optimizer, scheduler, sampler and RNG states (see
 training/checkpoint.py). Translation, evaluation, export and training all read models
 here, so that translating needs nothing of the trainer, and every reader goes through
@@ -262,6 +264,8 @@ def describe_model(path: str | Path) -> list[tuple[str, str]]:
     parameters = count_parameters(config_from_dict(ModelConfig, payload["model_config"]),
                                   payload["vocab_size"])
     checksum = payload.get(CHECKSUM_KEY)
+    imported = payload.get("imported_from")
+    origin = [("imported from", _origin_line(imported))] if isinstance(imported, dict) else []
     return [
         ("file", str(path)),
         ("format", kind),
@@ -274,4 +278,12 @@ def describe_model(path: str | Path) -> list[tuple[str, str]]:
         ("checksum", f"{checksum} (verified)" if checksum else
                      "none (written before model files recorded one; not verified until "
                      "saved again)"),
+        *origin,
     ]
+
+
+def _origin_line(imported: dict[str, Any]) -> str:
+    """Where an imported model came from, and its licence as the source declared it."""
+    licence = imported.get("license") or "not declared by the source"
+    return (f"{imported.get('format')} {imported.get('model_type')} model "
+            f"{imported.get('path')} (licence: {licence})")

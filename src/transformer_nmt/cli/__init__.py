@@ -21,6 +21,7 @@ from transformer_nmt.cli.calibrate import add_calibrate_parser
 from transformer_nmt.cli.decode import (add_attention_parser, add_evaluate_parser,
                                         add_translate_parser)
 from transformer_nmt.cli.export import add_export_parser
+from transformer_nmt.cli.pretrained import add_import_parser
 from transformer_nmt.cli.info import add_info_parser, add_params_parser, add_presets_parser
 from transformer_nmt.cli.prepare import add_prepare_parser
 from transformer_nmt.cli.quickstart import add_quickstart_parser
@@ -45,6 +46,7 @@ PARSERS = [
     add_score_parser,
     add_serve_parser,
     add_export_parser,
+    add_import_parser,
     add_plot_parser,
     add_attention_parser,
 ]

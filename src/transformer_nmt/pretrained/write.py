@@ -1,0 +1,41 @@
+"""`nmt import`: a pretrained model of another toolkit written as one of our model files,
+complete or not at all, never over a user's file unless asked to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from transformer_nmt.errors import UserError
+from transformer_nmt.model_file import save_model_file
+from transformer_nmt.pretrained.huggingface import read_marian_dir
+
+SOURCES = ("huggingface",)
+"""The toolkits `nmt import` reads."""
+
+
+def import_model(source: str, path: str | Path, out: str | Path, force: bool = False,
+                 languages: tuple[str | None, str | None] = (None, None)) -> dict[str, Any]:
+    """Read the pretrained model at `path` (a directory of `source`'s format) and write it
+    as the model file `out`; returns its payload. `languages` (source, target) replace
+    what the model records, where given."""
+    path, out = Path(path), Path(out)
+    if source not in SOURCES:
+        raise UserError(f"cannot import from {source!r}; choose one of {', '.join(SOURCES)}")
+    if not path.is_dir():
+        raise UserError(f"{path}: no such directory; give the directory the model was "
+                        "saved in (save_pretrained)")
+    if out.exists() and not force:
+        raise UserError(f"{out} already exists; choose another --out or pass --force to "
+                        "replace it")
+    payload = read_marian_dir(path)
+    src_lang, tgt_lang = languages
+    if src_lang or tgt_lang:
+        recorded = (payload.get("src_lang"), payload.get("tgt_lang"))
+        src_lang, tgt_lang = src_lang or recorded[0], tgt_lang or recorded[1]
+        if not (src_lang and tgt_lang):
+            raise UserError("give both --src-lang and --tgt-lang: the model records no "
+                            "languages of its own")
+        payload["src_lang"], payload["tgt_lang"] = src_lang, tgt_lang
+    save_model_file(payload, out)
+    return payload
