@@ -12,7 +12,8 @@ from torch import nn
 
 from transformer_nmt.config import PRESETS, ModelConfig, get_preset
 from transformer_nmt.model.attention import scaled_dot_product_attention
-from transformer_nmt.model.transformer import Transformer, sinusoidal_encodings
+from transformer_nmt.model.transformer import (Transformer, sinusoidal_encodings,
+                                               sinusoidal_halves_encodings)
 
 VOCAB = 53
 PAD = 0
@@ -72,6 +73,54 @@ def test_positional_encodings_follow_section_3_5():
             angle = pos / 10000 ** (2 * i / d_model)
             assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
             assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def marian_table(length: int, d_model: int) -> list[list[float]]:
+    """Hugging Face's MarianSinusoidalPositionalEmbedding._init_weight, transcribed: the
+    angle of column j is pos / 10000^(2 * (j // 2) / d), the sines of the even columns'
+    angles fill the first ceil(d / 2) dimensions and the cosines of the odd ones the rest."""
+    rows = []
+    for pos in range(length):
+        angles = [pos / 10000 ** (2 * (j // 2) / d_model) for j in range(d_model)]
+        rows.append([math.sin(a) for a in angles[0::2]] + [math.cos(a) for a in angles[1::2]])
+    return rows
+
+
+def test_the_halves_table_holds_sines_then_cosines_of_the_same_angles():
+    # d_model = 6, by hand: angles pos / 10000^(0/6), pos / 10000^(2/6), pos / 10000^(4/6).
+    table = sinusoidal_halves_encodings(4, 6)
+    for pos in range(4):
+        angles = [pos, pos / 10000 ** (1 / 3), pos / 10000 ** (2 / 3)]
+        expected = [math.sin(a) for a in angles] + [math.cos(a) for a in angles]
+        assert table[pos].tolist() == pytest.approx(expected, abs=1e-6)
+    # Odd d_model = 5: three sines (angles i = 0, 1, 2), two cosines (i = 0, 1).
+    odd = sinusoidal_halves_encodings(4, 5)
+    for pos in range(4):
+        angles = [pos / 10000 ** (2 * i / 5) for i in range(3)]
+        expected = [math.sin(a) for a in angles] + [math.cos(a) for a in angles[:2]]
+        assert odd[pos].tolist() == pytest.approx(expected, abs=1e-6)
+    for length, d_model in ((4, 6), (4, 5), (300, 32), (9, 7)):
+        for ours, theirs in zip(sinusoidal_halves_encodings(length, d_model).tolist(),
+                                marian_table(length, d_model)):
+            assert ours == pytest.approx(theirs, abs=1e-6)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "sinusoidal-halves"])
+def test_a_model_uses_its_table_and_extends_it_beyond_max_positions(positional):
+    """Positions past max_positions are computed as the table would hold them: a model
+    with a short table decodes a long sentence as one with a long table."""
+    tables = {"sinusoidal": sinusoidal_encodings,
+              "sinusoidal-halves": sinusoidal_halves_encodings}
+    torch.manual_seed(0)
+    short = Transformer(tiny_config(positional=positional, max_positions=8), VOCAB).eval()
+    long = Transformer(tiny_config(positional=positional, max_positions=32), VOCAB).eval()
+    long.load_state_dict(short.state_dict())  # the tables are not in the state dict
+    assert torch.equal(short.sinusoids, tables[positional](8, short.cfg.d_model))
+    src, tgt = random_batch(2, 12, 11)
+    torch.testing.assert_close(short(src, tgt), long(src, tgt))
+    enc, cache = short.encode(src), short.new_cache()
+    steps = [short.decode(tgt[:, i:i + 1], enc, cache).logits for i in range(11)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), long(src, tgt))
 
 
 def test_explicit_attention_equals_fused_attention():

@@ -37,6 +37,18 @@ def sinusoidal_encodings(length: int, d_model: int) -> Tensor:
     return table.float()
 
 
+def sinusoidal_halves_encodings(length: int, d_model: int) -> Tensor:
+    """The sines and cosines of `sinusoidal_encodings` laid out in halves, as Marian and
+    Hugging Face's MarianSinusoidalPositionalEmbedding hold them: (length, d_model), the
+    ceil(d_model / 2) sines first, then the cosines, each half in order of frequency."""
+    table = sinusoidal_encodings(length, d_model)  # (length, d_model)
+    return torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)
+
+
+SINUSOIDS = {"sinusoidal": sinusoidal_encodings, "sinusoidal-halves": sinusoidal_halves_encodings}
+"""The fixed table of each ModelConfig.positional that is not learned."""
+
+
 @dataclass
 class EncoderOut:
     """What the decoder needs from the encoder, computed once per source sentence."""
@@ -85,7 +97,8 @@ class Transformer(nn.Module):
             self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
         else:
             self.positions = None
-            self.register_buffer("sinusoids", sinusoidal_encodings(cfg.max_positions, cfg.d_model),
+            self.register_buffer("sinusoids", SINUSOIDS[cfg.positional](cfg.max_positions,
+                                                                        cfg.d_model),
                                  persistent=False)
 
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
@@ -124,7 +137,8 @@ class Transformer(nn.Module):
             if self.positions is not None:
                 raise ValueError(f"position {end - 1} is beyond the learned table of "
                                  f"{self.cfg.max_positions} positions")
-            return sinusoidal_encodings(end, self.cfg.d_model).to(self.sinusoids)[start:end]
+            table = SINUSOIDS[self.cfg.positional](end, self.cfg.d_model)  # (end, d_model)
+            return table.to(self.sinusoids)[start:end]
         if self.positions is not None:
             return self.positions.weight[start:end]
         return self.sinusoids[start:end]
