@@ -120,6 +120,9 @@ class ModelConfig:
     tie_embeddings: TieEmbeddings = "all"
     """'all': source, target and pre-softmax share one matrix (shared vocabulary);
     'decoder': target embedding and pre-softmax only; 'none': three matrices."""
+    logits_bias: bool = False
+    """Add a bias to the pre-softmax logits, a buffer that is stored but never trained
+    (Hugging Face Marian's final_logits_bias), so that imported models keep theirs."""
 
     def __post_init__(self) -> None:
         check_types(self)
