@@ -50,6 +50,20 @@ def make_model_file(directory: Path, max_positions: int = 256,
     return path
 
 
+def save_marian_like_model(path: Path, vocab_bytes: bytes, vocab_size: int, **changes
+                           ) -> Transformer:
+    """A random tiny Transformer with the fields OPUS-MT's models need (swish, positions
+    in halves, a logits bias set to random values), and `changes`, saved at `path`."""
+    cfg = replace(get_preset("tiny").model, **{**dict(activation="swish",
+                                                      positional="sinusoidal-halves",
+                                                      logits_bias=True), **changes})
+    torch.manual_seed(0)
+    model = Transformer(cfg, vocab_size).eval()
+    model.logits_bias.copy_(torch.randn(vocab_size))
+    save_model_file(model_payload(model, vocab_bytes), path)
+    return model
+
+
 def record_search_threads(monkeypatch) -> list[int]:
     """A list that receives torch's thread count at every batch the Translator searches,
     with the process's core count pretended to be 4."""

@@ -17,6 +17,9 @@ from transformer_nmt.errors import UserError
     (ModelConfig, "attention_dropout", -0.1, r"attention_dropout must be in \[0, 1\)"),
     (ModelConfig, "heads", 0, "heads must be at least 1, not 0"),
     (ModelConfig, "positional", "rotary", "positional must be one of 'sinusoidal', 'learned'"),
+    (ModelConfig, "activation", "tanh", "activation must be one of 'relu', 'swish', 'gelu', "
+                                        "not 'tanh'"),
+    (ModelConfig, "logits_bias", "yes", "logits_bias must be one of False, True"),
     (TrainConfig, "label_smoothing", 1.0, r"label_smoothing must be in \[0, 1\)"),
     (TrainConfig, "warmup_steps", 0, "warmup_steps must be at least 1"),
     (TrainConfig, "batch_tokens", 0, "batch_tokens must be at least 1"),

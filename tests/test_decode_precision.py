@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from dataclasses import replace
 
 import pytest
 import torch
@@ -59,6 +60,46 @@ def test_int8_frees_the_float_layers_it_replaces():
         assert float_layers and all(layer() is None for layer in float_layers)
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("precision", [
+    "fp32", "int8",
+    pytest.param("bf16", marks=pytest.mark.skipif(not NATIVE_BF16, reason="no native bf16"))])
+@pytest.mark.parametrize("tie_embeddings", ["all", "none"])
+def test_every_decoding_precision_adds_the_logits_bias_once(precision, tie_embeddings):
+    """Each precision replaces the pre-softmax projection by its own module (transposed,
+    int8, row-padded bf16), which must add the bias: once, as the float model does."""
+    cfg = replace(get_preset("tiny").model, dropout=0.0, logits_bias=True,
+                  tie_embeddings=tie_embeddings)
+    torch.manual_seed(0)
+    biased, plain = Transformer(cfg, 60), Transformer(cfg, 60)
+    bias = 3 * torch.randn(60, generator=torch.Generator().manual_seed(1))
+    plain.load_state_dict(biased.state_dict())
+    biased.logits_bias.copy_(bias)
+    generator = torch.Generator().manual_seed(2)
+    src = torch.randint(4, 60, (2, 6), generator=generator)
+    tgt = torch.randint(4, 60, (2, 5), generator=generator)
+    expected = biased(src, tgt)
+
+    def logits(model):
+        model = prepare_model(model, "cpu", precision)
+        return model, model.decode(tgt, model.encode(src)).logits.float()
+
+    biased, shifted = logits(biased)
+    plain, unshifted = logits(plain)
+    assert type(biased.output_proj) is not torch.nn.Linear  # decoding's own module
+    if precision == "bf16":
+        assert biased.logits_bias.dtype == torch.bfloat16
+        torch.testing.assert_close(shifted - unshifted, bias.expand_as(shifted), atol=0.05,
+                                   rtol=0.02)
+        torch.testing.assert_close(shifted, expected, atol=0.1, rtol=0.05)
+        return
+    if precision == "int8":
+        torch.testing.assert_close(biased.output_proj.bias(), bias)
+    # The same products in both models (int8's activations quantized alike): the bias alone
+    torch.testing.assert_close(shifted - unshifted, bias.expand_as(shifted))
+    torch.testing.assert_close(shifted, expected, **({} if precision == "fp32"
+                                                     else dict(atol=0.1, rtol=0.05)))
 
 
 @pytest.mark.skipif(NATIVE_BF16, reason="this CPU has native bf16")

@@ -21,7 +21,8 @@ from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_dir import EXPORT_FORMAT_VERSION, EXPORT_VERSION_KEY
-from transformer_nmt.model_file import load_for_inference, model_payload, save_model_file
+from transformer_nmt.model_file import (load_for_inference, model_payload, read_model_file,
+                                        save_model_file)
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
 
@@ -49,6 +50,19 @@ def ctranslate2_tokens(directory: Path, model_path: Path, lines: list[str],
                                               suppress_sequences=never)
         found.append([vocab.processor.piece_to_id(p) for p in result.hypotheses[0]])
     return found
+
+
+def ctranslate2_log_probs(directory: Path, model_path: Path, lines: list[str],
+                          targets: list[list[int]]) -> list[list[float]]:
+    """CTranslate2's log-probability of each token of each target (our token ids) given
+    its line, EOS last, as our scoring gives them (PairScore.token_scores)."""
+    vocab = load_for_inference(model_path).vocab
+    translator = ctranslate2.Translator(str(directory), device="cpu", compute_type="float32",
+                                        intra_threads=1)
+    results = translator.score_batch(
+        [vocab.processor.encode(normalize(line), out_type=str) for line in lines],
+        [[vocab.piece(token) for token in target] for target in targets])
+    return [result.log_probs for result in results]
 
 
 @pytest.fixture(autouse=True)
@@ -125,6 +139,51 @@ def test_other_architectures_decode_the_same_greedy_tokens(tmp_path, model_file,
     decode = DecodeConfig(beam=1, alpha=0.0, max_len_b=8)
     out = export_ctranslate2(path, tmp_path / "ct2")
     assert ctranslate2_tokens(out, path, lines, decode) == our_tokens(path, lines, decode)
+
+
+def with_architecture(model_path: Path, out: Path, seed: int = 2, **changes) -> Path:
+    """The model at `model_path` saved to `out` with `changes` to its architecture, its
+    weights kept, and a random logits bias (std 1) where it gets one."""
+    payload = read_model_file(model_path)
+    payload["model_config"] = {**payload["model_config"], **changes}
+    if payload["model_config"].get("logits_bias"):
+        generator = torch.Generator().manual_seed(seed)
+        payload["model"] = {**payload["model"],
+                            "logits_bias": torch.randn(payload["vocab_size"], generator=generator)}
+    save_model_file(payload, out)
+    return out
+
+
+@pytest.mark.parametrize("activation", ["swish", "gelu"])
+def test_marians_activation_position_layout_and_logits_bias_translate_and_score_as_ours(
+        tmp_path, trained_model_file, tiny_data, activation):
+    """What OPUS-MT's models need (issue 52): the FFN's activation goes across as
+    CTranslate2's, the halves table as a table, the logits bias as the decoder
+    projection's bias. On the trained model's weights, whose translations still follow
+    their sources under these changes (a random model's repeat one token), and each
+    change moves some of them, so that each counts."""
+    lines = task_sentences(tiny_data)
+    decode = DecodeConfig(beam=1, alpha=0.0)
+    marian = dict(activation=activation, positional="sinusoidal-halves", logits_bias=True)
+    path = with_architecture(trained_model_file, tmp_path / "marian.pt", **marian)
+    ours = our_tokens(path, lines, decode)
+    out = export_ctranslate2(path, tmp_path / "ct2")
+    assert ctranslate2_tokens(out, path, lines, decode) == ours
+    assert len({tuple(tokens) for tokens in ours}) > len(lines) // 2
+    # Every token's log-probability too, which tells the exact GELU from CTranslate2's
+    # tanh approximation (GELUTanh: 3e-3 apart; the same function: 3e-6).
+    translator = Translator(load_for_inference(path),
+                            TranslatorOptions(decode, device="cpu", workers=1, precision="fp32"))
+    sources = [translator.vocab.encode(normalize(line)) for line in lines]
+    for score, theirs in zip(score_ids(translator, sources, ours),
+                             ctranslate2_log_probs(out, path, lines, ours)):
+        assert score.token_scores == pytest.approx(theirs, abs=1e-4)
+    for name, change in (("relu", dict(activation="relu")),
+                         ("interleaved", dict(positional="sinusoidal")),
+                         ("unbiased", dict(logits_bias=False))):
+        other = with_architecture(trained_model_file, tmp_path / f"{name}.pt",
+                                  **{**marian, **change})
+        assert our_tokens(other, lines, decode) != ours, name
 
 
 def test_heads_with_values_wider_than_keys_are_refused_in_one_line(tmp_path, model_file):

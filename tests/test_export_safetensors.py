@@ -9,10 +9,13 @@ import stat
 from pathlib import Path
 
 import pytest
+import torch
 
+from decode_fixtures import save_marian_like_model
 from export_fixtures import task_sentences
 from transformer_nmt.cli import main
-from transformer_nmt.model_file import read_model_file
+from transformer_nmt.data.manifest import SPM_MODEL
+from transformer_nmt.model_file import load_for_inference, read_model_file
 
 pytest.importorskip("safetensors", reason="the safetensors extra is not installed")
 
@@ -58,6 +61,18 @@ def test_it_records_the_source_and_stores_tied_embeddings_once(trained_model_fil
     # An export of the export keeps the record.
     again = export_safetensors(out, tmp_path / "again")
     assert json.loads((again / "config.json").read_text())["training_steps"] == 300
+
+
+def test_the_logits_bias_and_new_fields_go_along_and_load_back(tiny_data, tmp_path):
+    model = save_marian_like_model(tmp_path / "model.pt", (tiny_data / SPM_MODEL).read_bytes(),
+                                   64)
+    out = export_safetensors(tmp_path / "model.pt", tmp_path / "exported")
+    assert torch.equal(load_file(str(out / "model.safetensors"))["logits_bias"],
+                       model.logits_bias)
+    loaded = load_for_inference(out).model
+    assert loaded.cfg == model.cfg and torch.equal(loaded.logits_bias, model.logits_bias)
+    src, tgt = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 8, 9]])
+    assert torch.equal(loaded(src, tgt), model(src, tgt))
 
 
 def test_quantization_is_refused_for_safetensors(trained_model_file, tmp_path, capsys):

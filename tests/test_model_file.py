@@ -11,12 +11,14 @@ import torch
 
 from transformer_nmt.checksum import CHECKSUM_KEY, payload_checksum
 from transformer_nmt.cli import main
+from transformer_nmt.data.manifest import SPM_MODEL
 from transformer_nmt.errors import UserError
 from transformer_nmt import model_file as model_file_module
 from transformer_nmt.model_file import (load_for_inference, read_model_file,
                                         save_model_file)
 from transformer_nmt.training.checkpoint import LAST
 
+from decode_fixtures import save_marian_like_model
 from integrity_fixtures import cut_after_pieces, flip_bytes_in_a_weight
 from train_fixtures import TINY
 
@@ -44,6 +46,35 @@ def test_a_written_model_loads_back_identical(tiny_model_file):
     for name, tensor in loaded.model.state_dict().items():
         assert torch.equal(tensor, payload["model"][name])
     assert len(loaded.vocab) == 64
+
+
+def test_a_file_from_before_the_newer_architecture_fields_loads_with_the_papers(
+        tiny_model_file, tmp_path, capsys):
+    """Files written before activation and logits_bias existed lack them in model_config:
+    they are the paper's ReLU and no bias, and the model decodes as it did."""
+    payload = read_model_file(tiny_model_file)
+    for name in ("activation", "logits_bias"):
+        del payload["model_config"][name]
+    torch.save(payload, tmp_path / "old.pt")
+    old, current = load_for_inference(tmp_path / "old.pt"), load_for_inference(tiny_model_file)
+    assert (old.model.cfg.activation, old.model.cfg.logits_bias) == ("relu", False)
+    assert old.model.cfg == current.model.cfg and old.model.logits_bias is None
+    src, tgt = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 8, 9]])
+    assert torch.equal(old.model(src, tgt), current.model(src, tgt))
+    assert main(["info", str(tmp_path / "old.pt")]) == 0
+    assert "relu FFN, tied embeddings: all\n" in capsys.readouterr().out
+
+
+def test_the_logits_bias_and_new_fields_survive_saving_and_loading(tiny_data, tmp_path, capsys):
+    model = save_marian_like_model(tmp_path / "model.pt", (tiny_data / SPM_MODEL).read_bytes(),
+                                   64, activation="gelu")
+    loaded = load_for_inference(tmp_path / "model.pt").model
+    assert loaded.cfg == model.cfg and torch.equal(loaded.logits_bias, model.logits_bias)
+    src, tgt = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 8, 9]])
+    assert torch.equal(loaded(src, tgt), model(src, tgt))
+    assert main(["info", str(tmp_path / "model.pt")]) == 0
+    assert ("sinusoidal-halves positions up to 256, post-norm, gelu FFN, tied embeddings: all, "
+            "logits bias\n") in capsys.readouterr().out
 
 
 def test_missing_fields_are_a_damaged_file_not_a_key_error(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -66,6 +67,45 @@ def test_ffn_equals_max_0_x_w1_b1_w2_b2_and_acts_on_each_position_alone():
     torch.testing.assert_close(ffn(x), expected)
     order = torch.tensor([4, 0, 3, 1, 2])
     torch.testing.assert_close(ffn(x[:, order]), ffn(x)[:, order])
+
+
+# Each activation written out from its definition: swish(h) = h * sigmoid(h) (Marian's),
+# gelu(h) = h * Phi(h) with Phi the standard normal CDF, exact (Hugging Face's "gelu").
+FORMULAS = {
+    "relu": lambda h: max(h, 0.0),
+    "swish": lambda h: h / (1 + math.exp(-h)),
+    "gelu": lambda h: h * 0.5 * (1 + math.erf(h / math.sqrt(2))),
+}
+
+
+@pytest.mark.parametrize("activation", sorted(FORMULAS))
+def test_each_activation_is_its_formula_on_hand_computed_numbers(activation):
+    ffn = FeedForward(d_model=1, d_ff=4, activation=activation)
+    with torch.no_grad():  # hidden = x W1 + b1 = (-2x, -x, x, 2x) + (0, 0.5, 0, -0.5)
+        ffn.linear1.weight.copy_(torch.tensor([[-2.0], [-1.0], [1.0], [2.0]]))
+        ffn.linear1.bias.copy_(torch.tensor([0.0, 0.5, 0.0, -0.5]))
+        ffn.linear2.weight.copy_(torch.tensor([[1.0, 2.0, 3.0, 4.0]]))
+        ffn.linear2.bias.zero_()
+    x = torch.tensor([[[0.75], [-1.5]]])  # (batch 1, len 2, d_model 1)
+    expected = []
+    for value in (0.75, -1.5):
+        hidden = (-2 * value, 0.5 - value, value, 2 * value - 0.5)
+        expected.append(sum(weight * FORMULAS[activation](h)
+                            for weight, h in zip((1.0, 2.0, 3.0, 4.0), hidden)))
+    # float32 against float64: far closer than GELU's tanh approximation (1e-4 here)
+    torch.testing.assert_close(ffn(x), torch.tensor([[[expected[0]], [expected[1]]]]),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layer_class", [EncoderLayer, DecoderLayer])
+def test_the_layers_ffn_takes_the_configured_activation(layer_class):
+    x = torch.linspace(-3, 3, 7)
+    expected = {"relu": torch.relu(x), "swish": x * torch.sigmoid(x),
+                "gelu": x * 0.5 * (1 + torch.erf(x / math.sqrt(2)))}
+    for activation, values in expected.items():
+        ffn = layer_class(config(activation=activation)).ffn
+        torch.testing.assert_close(ffn.activation(x.clone()), values)
+    assert len({tuple(values.tolist()) for values in expected.values()}) == 3
 
 
 def test_encoder_layer_shapes_and_weights_over_real_keys_only():

@@ -12,7 +12,8 @@ from torch import nn
 
 from transformer_nmt.config import PRESETS, ModelConfig, get_preset
 from transformer_nmt.model.attention import scaled_dot_product_attention
-from transformer_nmt.model.transformer import Transformer, sinusoidal_encodings
+from transformer_nmt.model.transformer import (Transformer, sinusoidal_encodings,
+                                               sinusoidal_halves_encodings)
 
 VOCAB = 53
 PAD = 0
@@ -74,6 +75,54 @@ def test_positional_encodings_follow_section_3_5():
             assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
 
 
+def marian_table(length: int, d_model: int) -> list[list[float]]:
+    """Hugging Face's MarianSinusoidalPositionalEmbedding._init_weight, transcribed: the
+    angle of column j is pos / 10000^(2 * (j // 2) / d), the sines of the even columns'
+    angles fill the first ceil(d / 2) dimensions and the cosines of the odd ones the rest."""
+    rows = []
+    for pos in range(length):
+        angles = [pos / 10000 ** (2 * (j // 2) / d_model) for j in range(d_model)]
+        rows.append([math.sin(a) for a in angles[0::2]] + [math.cos(a) for a in angles[1::2]])
+    return rows
+
+
+def test_the_halves_table_holds_sines_then_cosines_of_the_same_angles():
+    # d_model = 6, by hand: angles pos / 10000^(0/6), pos / 10000^(2/6), pos / 10000^(4/6).
+    table = sinusoidal_halves_encodings(4, 6)
+    for pos in range(4):
+        angles = [pos, pos / 10000 ** (1 / 3), pos / 10000 ** (2 / 3)]
+        expected = [math.sin(a) for a in angles] + [math.cos(a) for a in angles]
+        assert table[pos].tolist() == pytest.approx(expected, abs=1e-6)
+    # Odd d_model = 5: three sines (angles i = 0, 1, 2), two cosines (i = 0, 1).
+    odd = sinusoidal_halves_encodings(4, 5)
+    for pos in range(4):
+        angles = [pos / 10000 ** (2 * i / 5) for i in range(3)]
+        expected = [math.sin(a) for a in angles] + [math.cos(a) for a in angles[:2]]
+        assert odd[pos].tolist() == pytest.approx(expected, abs=1e-6)
+    for length, d_model in ((4, 6), (4, 5), (300, 32), (9, 7)):
+        for ours, theirs in zip(sinusoidal_halves_encodings(length, d_model).tolist(),
+                                marian_table(length, d_model)):
+            assert ours == pytest.approx(theirs, abs=1e-6)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "sinusoidal-halves"])
+def test_a_model_uses_its_table_and_extends_it_beyond_max_positions(positional):
+    """Positions past max_positions are computed as the table would hold them: a model
+    with a short table decodes a long sentence as one with a long table."""
+    tables = {"sinusoidal": sinusoidal_encodings,
+              "sinusoidal-halves": sinusoidal_halves_encodings}
+    torch.manual_seed(0)
+    short = Transformer(tiny_config(positional=positional, max_positions=8), VOCAB).eval()
+    long = Transformer(tiny_config(positional=positional, max_positions=32), VOCAB).eval()
+    long.load_state_dict(short.state_dict())  # the tables are not in the state dict
+    assert torch.equal(short.sinusoids, tables[positional](8, short.cfg.d_model))
+    src, tgt = random_batch(2, 12, 11)
+    torch.testing.assert_close(short(src, tgt), long(src, tgt))
+    enc, cache = short.encode(src), short.new_cache()
+    steps = [short.decode(tgt[:, i:i + 1], enc, cache).logits for i in range(11)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), long(src, tgt))
+
+
 def test_explicit_attention_equals_fused_attention():
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 7, 8), torch.randn(2, 4, 7, 6)
@@ -116,10 +165,14 @@ def test_weights_path_equals_fused_path_through_the_model():
     assert torch.triu(out.self_attention[0], diagonal=1).abs().max() == 0
 
 
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
-def test_cached_incremental_decoding_equals_full_forward(positional):
+@pytest.mark.parametrize("changes", [dict(positional="sinusoidal"), dict(positional="learned"),
+                                     dict(positional="sinusoidal-halves"),
+                                     dict(activation="swish", logits_bias=True),
+                                     dict(activation="gelu", logits_bias=True,
+                                          tie_embeddings="none")])
+def test_cached_incremental_decoding_equals_full_forward(changes):
     torch.manual_seed(0)
-    model = Transformer(tiny_config(positional=positional), VOCAB).eval()
+    model = with_random_logits_bias(Transformer(tiny_config(**changes), VOCAB).eval())
     src, tgt = random_batch(3, 6, 7)
     full = model(src, tgt)
     enc, cache = model.encode(src), model.new_cache()
@@ -183,6 +236,62 @@ def test_beams_share_their_sentence_encoder_states():
     cache.reorder(rows, sentences=torch.tensor([1]))
     step = model.decode(tgt[rows, 2:3], enc.select(torch.tensor([1])), cache).logits
     torch.testing.assert_close(step[:, 0], repeated[rows, 2])
+
+
+def with_random_logits_bias(model: Transformer, seed: int = 5) -> Transformer:
+    """`model` with its logits bias, where it has one, set to random values, so that it
+    counts (it starts as zeros)."""
+    if model.logits_bias is not None:
+        generator = torch.Generator().manual_seed(seed)
+        model.logits_bias.copy_(torch.randn(VOCAB, generator=generator))
+    return model
+
+
+def test_rows_at_their_own_positions_decode_as_the_cache_does():
+    """decode_rows (continuous batching, model/rows.py) projects through the same
+    project(), logits bias included."""
+    torch.manual_seed(0)
+    model = with_random_logits_bias(
+        Transformer(tiny_config(logits_bias=True, activation="swish"), VOCAB).eval())
+    src, tgt = random_batch(2, 6, 5)
+    full = model(src, tgt)
+    cache = model.new_row_cache(1)
+    model.join_rows(cache, model.encode(src))
+    steps = [model.decode_rows(tgt[:, i], torch.full((2,), i), cache).logits
+             for i in range(5)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+@pytest.mark.parametrize("tie_embeddings", ["all", "none"])
+def test_the_logits_bias_shifts_every_logit_by_exactly_its_value(tie_embeddings):
+    torch.manual_seed(0)
+    biased = Transformer(tiny_config(logits_bias=True, tie_embeddings=tie_embeddings),
+                         VOCAB).eval()
+    assert torch.equal(biased.logits_bias, torch.zeros(VOCAB))  # zeros until set
+    plain = Transformer(tiny_config(tie_embeddings=tie_embeddings), VOCAB).eval()
+    plain.load_state_dict({k: v for k, v in biased.state_dict().items() if k != "logits_bias"})
+    with_random_logits_bias(biased)
+    src, tgt = random_batch(2, 6, 5)
+    torch.testing.assert_close(biased(src, tgt) - plain(src, tgt),
+                               biased.logits_bias.expand(2, 5, VOCAB))
+    states = biased(src, tgt, project=False)
+    torch.testing.assert_close(F.linear(states, biased.projection_weight, biased.projection_bias),
+                               biased(src, tgt))
+
+
+def test_the_new_fields_default_to_the_paper_and_add_no_weights():
+    cfg = tiny_config()
+    assert (cfg.activation, cfg.positional, cfg.logits_bias) == ("relu", "sinusoidal", False)
+    keys = set(Transformer(cfg, VOCAB).state_dict())
+    assert "logits_bias" not in keys
+    for changes in (dict(activation="gelu"), dict(positional="sinusoidal-halves")):
+        assert set(Transformer(tiny_config(**changes), VOCAB).state_dict()) == keys
+    biased = Transformer(tiny_config(logits_bias=True), VOCAB)
+    assert set(biased.state_dict()) == keys | {"logits_bias"}
+    # A buffer: stored, never trained, and not counted among the parameters.
+    assert biased.projection_bias is biased.logits_bias and not biased.logits_bias.requires_grad
+    assert all(parameter is not biased.logits_bias for parameter in biased.parameters())
+    assert Transformer(cfg, VOCAB).projection_bias is None
 
 
 def test_tied_weights_are_one_tensor():

@@ -102,6 +102,29 @@ def test_projected_loss_equals_the_loss_of_the_projected_logits(monkeypatch, row
     assert ours[0].grad[target.eq(0)].abs().sum() == 0
 
 
+@pytest.mark.parametrize("rows_per_chunk", [1, 100])
+def test_projected_loss_with_a_logits_bias_equals_cross_entropy_of_the_biased_logits(
+        monkeypatch, rows_per_chunk):
+    monkeypatch.setattr(loss_module, "CHUNK_LOGITS", rows_per_chunk * 11)
+    states, weight, target = projection_batch()
+    bias = 3 * torch.randn(11, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    ours = [states.clone().requires_grad_(True), weight.clone().requires_grad_(True)]
+    reference = [states.clone().requires_grad_(True), weight.clone().requires_grad_(True)]
+    loss, nll = projected_label_smoothed_nll(ours[0], ours[1], target, 0.1, bias=bias)
+    logits = F.linear(reference[0], reference[1], bias)  # (3, 5, 11) every logit at once
+    expected = F.cross_entropy(logits.reshape(-1, 11), target.reshape(-1), ignore_index=0,
+                               label_smoothing=0.1, reduction="sum")
+    expected_nll = F.cross_entropy(logits.reshape(-1, 11), target.reshape(-1), ignore_index=0,
+                                   reduction="sum")
+    loss.backward()
+    expected.backward()
+    torch.testing.assert_close((loss, nll), (expected.float(), expected_nll.float()))
+    for mine, theirs in zip(ours, reference):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+    unbiased, _ = projected_label_smoothed_nll(states, weight, target, 0.1)
+    assert abs(unbiased.item() - loss.item()) > 0.1  # the bias counted
+
+
 class _ProductShapes(TorchDispatchMode):
     """Records the operand shapes of every matrix product."""
 
@@ -137,12 +160,14 @@ def test_projected_loss_without_gradients_gives_the_same_sums():
     torch.testing.assert_close(with_grad, without)
 
 
-def test_projected_loss_under_autocast_projects_in_bf16():
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_projected_loss_under_autocast_projects_in_bf16(with_bias):
     states, weight, target = (t.float() if t.is_floating_point() else t
                               for t in projection_batch())
+    bias = torch.randn(11, generator=torch.Generator().manual_seed(7)) if with_bias else None
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss, _ = projected_label_smoothed_nll(states, weight, target, 0.1)
-        logits = F.linear(states, weight)  # what autocast does to the projection
+        loss, _ = projected_label_smoothed_nll(states, weight, target, 0.1, bias=bias)
+        logits = F.linear(states, weight, bias)  # what autocast does to the projection
     expected, _ = label_smoothed_nll(logits, target, 0.1)
     assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
     torch.testing.assert_close(loss, expected)

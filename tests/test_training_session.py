@@ -35,6 +35,18 @@ def metrics(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+def test_a_run_trains_marians_architecture_fields_into_its_model_file(tiny_data, tmp_path):
+    summary = run(tiny_data, tmp_path / "run", max_steps=2, activation="swish",
+                  positional="sinusoidal-halves", logits_bias=True)
+    assert summary.step == 2
+    payload = read_model_file(tmp_path / "run" / LAST)
+    config = payload["model_config"]
+    assert (config["activation"], config["positional"], config["logits_bias"]) == (
+        "swish", "sinusoidal-halves", True)
+    # A buffer, not a parameter: training leaves it as it began.
+    assert torch.equal(payload["model"]["logits_bias"], torch.zeros(payload["vocab_size"]))
+
+
 def test_a_resumed_run_equals_an_uninterrupted_one(tiny_data, tmp_path):
     # 4 batches a step (the cap of 96 tokens accumulated up to 384) make 12 steps cross
     # an epoch end (about 40 batches an epoch) with a short last step; dropout is on, so

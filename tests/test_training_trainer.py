@@ -18,15 +18,17 @@ from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runtime import bf16_supported
 from transformer_nmt.training.distributed import init_distributed
 from transformer_nmt.training import trainer as trainer_module
+from transformer_nmt.training.loss import label_smoothed_nll
 from transformer_nmt.training.trainer import Trainer
 
 
 CPU = torch.device("cpu")
 
 
-def tiny_trainer(seed=3, dropout=0.0, precision="fp32"):
+def tiny_trainer(seed=3, dropout=0.0, precision="fp32", **model_changes):
     torch.manual_seed(seed)
-    model = Transformer(dataclasses.replace(PRESETS["tiny"].model, dropout=dropout), 64)
+    model = Transformer(dataclasses.replace(PRESETS["tiny"].model, dropout=dropout,
+                                            **model_changes), 64)
     # Adam with the paper's eps 1e-9 moves every weight by about lr * sign(gradient), also
     # where the gradient is rounding noise around an exact zero (the key biases: softmax
     # ignores them), so float-tolerance comparisons use an eps far above that noise.
@@ -69,6 +71,33 @@ def test_bf16_step_keeps_float32_weights_and_optimizer(tiny_data):
     assert all(p.dtype == torch.float32 for p in trainer.raw_model.parameters())
     state = next(iter(trainer.optimizer.state.values()))
     assert state["exp_avg"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("changes", [dict(activation="swish"), dict(activation="gelu"),
+                                     dict(positional="sinusoidal-halves"),
+                                     dict(logits_bias=True),
+                                     dict(logits_bias=True, tie_embeddings="none")])
+def test_a_step_trains_each_architecture_and_leaves_the_logits_bias_alone(tiny_data, changes):
+    data = load_split(tiny_data, "train")
+    trainer = tiny_trainer(**changes)
+    model = trainer.raw_model
+    if model.logits_bias is not None:
+        model.logits_bias.copy_(torch.randn(64, generator=torch.Generator().manual_seed(1)))
+        assert all(p is not model.logits_bias for p in trainer.parameters)
+    bias = None if model.logits_bias is None else model.logits_bias.clone()
+    batch = collate(data, [0, 1, 2])
+    # The chunked loss of the decoder states is the loss of the model's whole logits.
+    with torch.no_grad():
+        logits = model.eval()(batch.src, batch.tgt_in)  # (batch, tgt_len, vocab)
+    expected, _ = label_smoothed_nll(logits, batch.tgt_out, trainer.cfg.label_smoothing)
+    assert trainer.evaluate([batch])["loss"] == pytest.approx(
+        expected.item() / batch.tgt_tokens, rel=1e-5)
+    before = snapshot(trainer)
+    result = trainer.train_step([batch])
+    assert result.updated and not unchanged(trainer, before)
+    assert result.loss == pytest.approx(expected.item(), rel=1e-5)  # dropout is 0
+    if bias is not None:
+        assert torch.equal(model.logits_bias, bias)
 
 
 def steps_kept_apart(monkeypatch, trainer: Trainer) -> list[int]:

@@ -16,7 +16,8 @@ from typing import Callable, Literal, get_args
 from transformer_nmt.errors import UserError
 from transformer_nmt.fields import check_types, marked, parse_duration, setting
 
-Positional = Literal["sinusoidal", "learned"]
+Positional = Literal["sinusoidal", "learned", "sinusoidal-halves"]
+Activation = Literal["relu", "swish", "gelu"]
 TieEmbeddings = Literal["all", "decoder", "none"]
 TrainPrecision = Literal["auto", "fp32", "bf16", "fp16"]
 """Training precisions: 'auto' is bf16 on a GPU that has it natively, and on a CPU only where
@@ -103,9 +104,14 @@ class ModelConfig:
     attention_dropout: float = setting(0.0, architecture=False)
     """Dropout on the attention weights (the paper's slides; 0 in the paper's text)."""
     activation_dropout: float = setting(0.0, architecture=False)
-    """Dropout after the FFN's ReLU (tensor2tensor's relu_dropout; 0 in the paper)."""
+    """Dropout after the FFN's activation (tensor2tensor's relu_dropout; 0 in the paper)."""
+    activation: Activation = "relu"
+    """The FFN's nonlinearity: 'relu' (eq. 2), 'swish' (x * sigmoid(x), as OPUS-MT's Marian
+    models) or 'gelu' (exact, with erf, as Hugging Face's 'gelu')."""
     positional: Positional = "sinusoidal"
-    """'sinusoidal' (section 3.5) or 'learned' (Table 3 row (E))."""
+    """'sinusoidal' (section 3.5: sines and cosines interleaved), 'learned' (Table 3 row
+    (E)) or 'sinusoidal-halves' (the same sines in the first half of the dimensions and
+    cosines in the second, as Marian lays them out)."""
     max_positions: int = 1024
     """Longest sequence the positional encodings cover: the learned table's size, and the
     longest input and output the model takes, so part of the architecture."""
@@ -114,6 +120,9 @@ class ModelConfig:
     tie_embeddings: TieEmbeddings = "all"
     """'all': source, target and pre-softmax share one matrix (shared vocabulary);
     'decoder': target embedding and pre-softmax only; 'none': three matrices."""
+    logits_bias: bool = False
+    """Add a bias to the pre-softmax logits, a buffer that is stored but never trained
+    (Hugging Face Marian's final_logits_bias), so that imported models keep theirs."""
 
     def __post_init__(self) -> None:
         check_types(self)

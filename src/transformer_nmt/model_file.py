@@ -243,7 +243,8 @@ def _architecture_line(payload: dict[str, Any]) -> str:
     return (f"{preset or 'no preset'} ({preset_from}): N={layers} d_model={cfg.d_model} "
             f"d_ff={cfg.d_ff} h={cfg.heads} d_k={cfg.d_k} d_v={cfg.d_v}, {cfg.positional} "
             f"positions up to {cfg.max_positions}, {'pre' if cfg.pre_norm else 'post'}-norm, "
-            f"tied embeddings: {cfg.tie_embeddings}")
+            f"{cfg.activation} FFN, tied embeddings: {cfg.tie_embeddings}"
+            f"{', logits bias' if cfg.logits_bias else ''}")
 
 
 def describe_model(path: str | Path) -> list[tuple[str, str]]:

@@ -46,25 +46,25 @@ class TransposedLinear(nn.Module):
 
 def transpose_linear_layers(model: nn.Module) -> nn.Module:
     """`model` with every nn.Linear replaced, in place, by a TransposedLinear, and each
-    Transformer's pre-softmax projection tied to its target embedding given a transposed
-    copy of its own (the embedding keeps its rows for looking tokens up: V × d_model more
-    floats). For decoding on a CPU in float32.
+    Transformer's pre-softmax projection by one that adds its logits bias (one tied to the
+    target embedding gets a transposed copy of its own: the embedding keeps its rows for
+    looking tokens up, V × d_model more floats). For decoding on a CPU in float32.
     """
     return _replace_linear_layers(model, TransposedLinear)
 
 
 def _replace_linear_layers(model: nn.Module,
                            make: Callable[[Tensor, Tensor | None], nn.Module]) -> nn.Module:
-    """`model` with every nn.Linear replaced, in place, by make(weight, bias), and each
-    Transformer's pre-softmax projection tied to its target embedding given
-    make(embedding matrix, None)."""
+    """`model` with each Transformer's pre-softmax projection, tied or not, replaced by
+    make(its weight, its logits bias), and every other nn.Linear, in place, by
+    make(weight, bias)."""
+    for transformer in [m for m in model.modules() if isinstance(m, Transformer)]:
+        transformer.output_proj = make(transformer.projection_weight,
+                                       transformer.projection_bias)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
                 setattr(parent, name, make(child.weight, child.bias))
-    for transformer in [m for m in model.modules() if isinstance(m, Transformer)]:
-        if transformer.output_proj is None:
-            transformer.output_proj = make(transformer.tgt_embed.weight, None)
     return model
 
 
@@ -114,8 +114,8 @@ class RowPaddedLinear(nn.Module):
 
 def pad_linear_rows(model: nn.Module, multiple: int) -> nn.Module:
     """`model` with every nn.Linear replaced, in place, by a RowPaddedLinear of the same
-    weights, and each Transformer's pre-softmax projection tied to its target embedding
-    given one over the embedding's matrix (shared, not copied). For decoding in bf16 on
-    a CPU."""
+    weights, and each Transformer's pre-softmax projection by one over its weight (the
+    embedding's matrix when tied: shared, not copied) and its logits bias. For decoding
+    in bf16 on a CPU."""
     return _replace_linear_layers(
         model, lambda weight, bias: RowPaddedLinear(weight, bias, multiple))

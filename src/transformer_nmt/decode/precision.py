@@ -53,19 +53,25 @@ def prepare_model(model: nn.Module, device: str | torch.device | None, precision
         # but still works in this torch; users need not hear about it.
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.ao\.")
-        quantized = torch.ao.quantization.quantize_dynamic(
-            model.to("cpu").eval(), {nn.Linear: qconfig}, dtype=torch.qint8, inplace=True)
-        for transformer in [m for m in quantized.modules() if isinstance(m, Transformer)]:
-            if transformer.output_proj is None:
-                # Tied: project() multiplies by the embedding matrix, which quantize_dynamic
-                # cannot see; at 8000+ rows it is the largest product of a decoding step.
-                # An int8 copy of it as the output projection (the embedding stays float).
-                tied = nn.Linear(transformer.cfg.d_model, transformer.vocab_size, bias=False)
-                tied.weight = transformer.tgt_embed.weight
-                tied.qconfig = qconfig
-                transformer.output_proj = torch.ao.nn.quantized.dynamic.Linear.from_float(tied)
+        model = model.to("cpu").eval()
+        for transformer in [m for m in model.modules() if isinstance(m, Transformer)]:
+            # The pre-softmax projection, by hand: when tied, project() multiplies by the
+            # embedding matrix, which quantize_dynamic cannot see, and at 8000+ rows it is
+            # the largest product of a decoding step; the logits bias is not an nn.Linear's
+            # either. An int8 copy of the weight (the embedding stays float) with the bias.
+            bias = transformer.projection_bias
+            projection = nn.Linear(transformer.cfg.d_model, transformer.vocab_size,
+                                   bias=bias is not None)
+            projection.weight = nn.Parameter(transformer.projection_weight.detach())
+            if bias is not None:
+                projection.bias = nn.Parameter(bias.detach())
+            projection.qconfig = qconfig
+            transformer.output_proj = torch.ao.nn.quantized.dynamic.Linear.from_float(
+                projection)
             if bf16_supported(torch.device("cpu")):
                 transformer.cache_dtype = torch.bfloat16
+        quantized = torch.ao.quantization.quantize_dynamic(
+            model, {nn.Linear: qconfig}, dtype=torch.qint8, inplace=True)
     # The float Linear modules that quantization replaced stay alive in reference cycles
     # (through their qconfig's closures) until a garbage collection: with the base model
     # a sizeable share of a beam search's peak memory.

@@ -8,9 +8,10 @@ Mapping: our fused Q/K/V self-attention projection is CTranslate2's self-attenti
 linear[0] (rows Q, K, V in that order, as ours), the encoder-decoder attention's query and
 fused key/value projections its linear[0] and linear[1], each residual block's LayerNorm
 the layer_norm of its attention or FFN, and pre-norm stacks' final norms the encoder's and
-decoder's layer_norm. The position table goes across as it is: our sinusoids interleave
-sines and cosines (CTranslate2's built-in ones lay them out in halves), and a learned table
-is a table too. Source and target vocabularies are the one shared sentencepiece vocabulary.
+decoder's layer_norm, the logits bias the decoder projection's bias. The position table
+goes across as it is, whichever layout its sines and cosines have (CTranslate2's built-in
+ones are in halves, ours interleaved unless "sinusoidal-halves"), and a learned table is a
+table too. Source and target vocabularies are the one shared sentencepiece vocabulary.
 """
 
 from __future__ import annotations
@@ -88,13 +89,18 @@ def _position_table(model: Transformer) -> np.ndarray:
 def model_spec(model: Transformer, vocab: Vocab) -> Any:
     """A CTranslate2 TransformerSpec holding `model`'s weights and `vocab`'s pieces;
     UserError for a model CTranslate2 cannot run (see `unsupported_reason`)."""
-    from ctranslate2.specs import TransformerDecoderSpec, TransformerEncoderSpec, TransformerSpec
+    from ctranslate2.specs import (Activation, TransformerDecoderSpec, TransformerEncoderSpec,
+                                   TransformerSpec)
 
     reason = unsupported_reason(model)
     if reason is not None:
         raise UserError(f"cannot export to CTranslate2: {reason}")
     cfg = model.cfg
-    shape = dict(num_heads=cfg.heads, pre_norm=cfg.pre_norm, head_dim=cfg.d_k)
+    # CTranslate2's GELU is the exact one, with erf, as ours; GELUTanh is the approximation.
+    activation = {"relu": Activation.RELU, "swish": Activation.SWISH,
+                  "gelu": Activation.GELU}[cfg.activation]
+    shape = dict(num_heads=cfg.heads, pre_norm=cfg.pre_norm, head_dim=cfg.d_k,
+                 activation=activation)
     spec = TransformerSpec(TransformerEncoderSpec(cfg.encoder_layers, **shape),
                            TransformerDecoderSpec(cfg.decoder_layers, **shape))
     table = _position_table(model)
@@ -105,6 +111,8 @@ def model_spec(model: Transformer, vocab: Vocab) -> Any:
     spec.decoder.embeddings.weight = _array(model.tgt_embed.weight)
     spec.decoder.position_encodings.encodings = table
     spec.decoder.projection.weight = _array(model.projection_weight)
+    if model.projection_bias is not None:
+        spec.decoder.projection.bias = _array(model.projection_bias)
     for layer_spec, layer in zip(spec.decoder.layer, model.decoder_layers):
         _attention_and_ffn(layer_spec, layer, layer.self_attn_block.norm)
         _linear(layer_spec.attention.linear[0], layer.cross_attn.q_proj)

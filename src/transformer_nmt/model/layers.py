@@ -11,24 +11,40 @@ from typing import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_nmt.config import ModelConfig
+from transformer_nmt.config import Activation, ModelConfig
 from transformer_nmt.model.attention import MultiHeadAttention
 from transformer_nmt.model.cache import KVCache
 from transformer_nmt.model.dropout import bool_mask_dropout
 from transformer_nmt.model.layer_norm import OutputSavingLayerNorm
 
 
-class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position separately (eq. 2)."""
+def _relu_in_place(x: Tensor) -> Tensor:
+    # In place: x is linear1's output, a temporary that nothing else reads.
+    return F.relu(x, inplace=True)
 
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0) -> None:
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": _relu_in_place,
+    "swish": F.silu,
+    "gelu": F.gelu,
+}
+"""The FFN's nonlinearity of each ModelConfig.activation."""
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position separately (eq. 2);
+    another activation in place of max(0, .) where the model has one."""
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0,
+                 activation: Activation = "relu") -> None:
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.activation_dropout = activation_dropout
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = F.relu(self.linear1(x), inplace=True)  # (batch, len, d_ff)
+        hidden = self.activation(self.linear1(x))  # (batch, len, d_ff)
         hidden = bool_mask_dropout(hidden, self.activation_dropout, self.training)
         return self.linear2(hidden)
 
@@ -58,7 +74,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v,
                                             cfg.attention_dropout, self_attention=True)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.attn_block = SublayerConnection(cfg.d_model, cfg.dropout, cfg.pre_norm)
         self.ffn_block = SublayerConnection(cfg.d_model, cfg.dropout, cfg.pre_norm)
 
@@ -80,7 +96,7 @@ class DecoderLayer(nn.Module):
                                             cfg.attention_dropout, self_attention=True)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v,
                                              cfg.attention_dropout, self_attention=False)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.self_attn_block = SublayerConnection(cfg.d_model, cfg.dropout, cfg.pre_norm)
         self.cross_attn_block = SublayerConnection(cfg.d_model, cfg.dropout, cfg.pre_norm)
         self.ffn_block = SublayerConnection(cfg.d_model, cfg.dropout, cfg.pre_norm)

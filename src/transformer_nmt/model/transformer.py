@@ -37,6 +37,18 @@ def sinusoidal_encodings(length: int, d_model: int) -> Tensor:
     return table.float()
 
 
+def sinusoidal_halves_encodings(length: int, d_model: int) -> Tensor:
+    """The sines and cosines of `sinusoidal_encodings` laid out in halves, as Marian and
+    Hugging Face's MarianSinusoidalPositionalEmbedding hold them: (length, d_model), the
+    ceil(d_model / 2) sines first, then the cosines, each half in order of frequency."""
+    table = sinusoidal_encodings(length, d_model)  # (length, d_model)
+    return torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)
+
+
+SINUSOIDS = {"sinusoidal": sinusoidal_encodings, "sinusoidal-halves": sinusoidal_halves_encodings}
+"""The fixed table of each ModelConfig.positional that is not learned."""
+
+
 @dataclass
 class EncoderOut:
     """What the decoder needs from the encoder, computed once per source sentence."""
@@ -85,8 +97,12 @@ class Transformer(nn.Module):
             self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
         else:
             self.positions = None
-            self.register_buffer("sinusoids", sinusoidal_encodings(cfg.max_positions, cfg.d_model),
+            self.register_buffer("sinusoids", SINUSOIDS[cfg.positional](cfg.max_positions,
+                                                                        cfg.d_model),
                                  persistent=False)
+        # A buffer, as Hugging Face's final_logits_bias: in the state dict, so model files
+        # carry it, converted with the model's dtype, but not trained. None registers no key.
+        self.register_buffer("logits_bias", torch.zeros(vocab_size) if cfg.logits_bias else None)
 
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
@@ -124,7 +140,8 @@ class Transformer(nn.Module):
             if self.positions is not None:
                 raise ValueError(f"position {end - 1} is beyond the learned table of "
                                  f"{self.cfg.max_positions} positions")
-            return sinusoidal_encodings(end, self.cfg.d_model).to(self.sinusoids)[start:end]
+            table = SINUSOIDS[self.cfg.positional](end, self.cfg.d_model)  # (end, d_model)
+            return table.to(self.sinusoids)[start:end]
         if self.positions is not None:
             return self.positions.weight[start:end]
         return self.sinusoids[start:end]
@@ -236,14 +253,23 @@ class Transformer(nn.Module):
 
     @property
     def projection_weight(self) -> Tensor:
-        """(vocab, d_model) the pre-softmax linear transformation's weight (it has no bias)."""
+        """(vocab, d_model) the pre-softmax linear transformation's weight."""
         return self.tgt_embed.weight if self.output_proj is None else self.output_proj.weight
 
+    @property
+    def projection_bias(self) -> Tensor | None:
+        """(vocab,) the bias added to the logits (cfg.logits_bias), or None without one."""
+        return self.logits_bias
+
     def project(self, x: Tensor) -> Tensor:
-        """Pre-softmax linear transformation (batch, len, d_model) -> (batch, len, vocab)."""
-        if self.output_proj is None:
-            return F.linear(x, self.tgt_embed.weight)
-        return self.output_proj(x)  # a module: int8 decoding swaps in a quantized one
+        """Pre-softmax linear transformation (batch, len, d_model) -> (batch, len, vocab),
+        x W^T + logits_bias."""
+        if self.output_proj is None or type(self.output_proj) is nn.Linear:
+            return F.linear(x, self.projection_weight, self.projection_bias)
+        # Decoding's own projection (decode/layout.py, decode/precision.py): an int8 or
+        # transposed copy of the weight that adds the bias itself, inside its product
+        # rather than in another pass over the logits.
+        return self.output_proj(x)
 
     def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True) -> Tensor:
         """Teacher-forced logits (batch, tgt_len, vocab) for src (batch, src_len), tgt_in (batch, tgt_len).

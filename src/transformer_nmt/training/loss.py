@@ -80,14 +80,17 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, states: Tensor, weight: Tensor, target: Tensor, epsilon: float,
-                pad_id: int, dtype: torch.dtype, want_grad: bool) -> tuple[Tensor, Tensor]:
-        # states (tokens, d_model); weight (vocab, d_model); target (tokens,)
+    def forward(ctx, states: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
+                epsilon: float, pad_id: int, dtype: torch.dtype, want_grad: bool
+                ) -> tuple[Tensor, Tensor]:
+        # states (tokens, d_model); weight (vocab, d_model); bias (vocab,) or None;
+        # target (tokens,)
         vocab = weight.size(0)
         real = target.ne(pad_id).nonzero().squeeze(1)  # (real,) positions that count
         hidden = states.index_select(0, real).to(dtype)  # (real, d_model)
         labels = target.index_select(0, real).unsqueeze(1)  # (real, 1)
         projection = weight.to(dtype)  # (vocab, d_model)
+        bias = None if bias is None else bias.to(dtype)  # (vocab,), never trained
         if want_grad:
             grad_states = torch.zeros(states.shape, dtype=torch.float32, device=states.device)
             grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
@@ -100,7 +103,8 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
             # Only the last chunk is short: its products run on up to CHUNK_ROW_MULTIPLE
             # rows of zeros more, so that they meet a few shapes rather than one per batch.
             chunk = _pad_rows(chunk, count + -count % CHUNK_ROW_MULTIPLE)
-            z = (chunk @ projection.t()).float()[:count]  # (count, vocab)
+            z = (chunk @ projection.t() if bias is None
+                 else torch.addmm(bias, chunk, projection.t())).float()[:count]  # (count, vocab)
             lse = torch.logsumexp(z, dim=-1, keepdim=True)  # (count, 1)
             nll += (lse - z.gather(1, chunk_labels)).sum()
             uniform += (lse - z.mean(dim=-1, keepdim=True)).sum()
@@ -124,7 +128,7 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
         grad_states, grad_weight = ctx.saved_tensors
         states_dtype, weight_dtype = ctx.dtypes
         return ((grad_states * grad_loss).to(states_dtype),
-                (grad_weight * grad_loss).to(weight_dtype), None, None, None, None, None)
+                (grad_weight * grad_loss).to(weight_dtype), None, None, None, None, None, None)
 
 
 CHUNK_ROW_MULTIPLE = 64
@@ -149,12 +153,14 @@ def _pad_rows(x: Tensor, rows: int) -> Tensor:
 
 
 def projected_label_smoothed_nll(states: Tensor, weight: Tensor, target: Tensor,
-                                 epsilon: float, pad_id: int = 0) -> tuple[Tensor, Tensor]:
-    """label_smoothed_nll(states @ weight.T, ...) without ever holding all the logits.
+                                 epsilon: float, pad_id: int = 0, bias: Tensor | None = None
+                                 ) -> tuple[Tensor, Tensor]:
+    """label_smoothed_nll(states @ weight.T + bias, ...) without ever holding all the logits.
 
     states: (batch, tgt_len, d_model) the decoder's output; weight: (vocab, d_model) the
-    pre-softmax projection (the target embedding when they are tied); target as in
-    label_smoothed_nll. Under autocast the products run in the autocast dtype, as
+    pre-softmax projection (the target embedding when they are tied); bias: (vocab,) the
+    logits bias, which gets no gradient (Transformer.projection_bias), or None; target as
+    in label_smoothed_nll. Under autocast the products run in the autocast dtype, as
     F.linear's would; the softmax and the sums run in float32. The whole-batch logits,
     their gradient and logsumexp's temporary, three (tokens, vocab) float32 tensors, are
     the largest of a training step; this keeps one chunk's instead, and computes the
@@ -168,8 +174,8 @@ def projected_label_smoothed_nll(states: Tensor, weight: Tensor, target: Tensor,
     want_grad = torch.is_grad_enabled() and (states.requires_grad or weight.requires_grad)
     with torch.autocast(device, enabled=False):
         loss, nll = _ProjectedLabelSmoothedNLL.apply(
-            states.reshape(-1, states.size(-1)), weight, target.reshape(-1), epsilon, pad_id,
-            dtype, want_grad)
+            states.reshape(-1, states.size(-1)), weight, bias, target.reshape(-1), epsilon,
+            pad_id, dtype, want_grad)
     return loss, nll.detach()
 
 
