@@ -36,9 +36,10 @@ def _train_spm(directory: Path, name: str, words: list[str]) -> Path:
 
 
 def make_marian_dir(directory: Path, **config: Any) -> Path:
-    """A random MarianMTModel with OPUS-MT's layout (Swish, shared embeddings, a logits
-    bias, </s> 0, <unk> 1, <pad> last and the decoder's start) saved into `directory`
-    with its tokenizer files; `config` changes MarianConfig fields."""
+    """A MarianMTModel with OPUS-MT's layout (Swish, shared embeddings, a random logits
+    bias, </s> 0, <unk> 1, <pad> last and the decoder's start), taught to copy its
+    source, saved into `directory` with its tokenizer files; `config` changes
+    MarianConfig fields."""
     transformers = __import__("transformers")
     directory.mkdir(parents=True, exist_ok=True)
     work = directory / "spm-work"
@@ -62,17 +63,33 @@ def make_marian_dir(directory: Path, **config: Any) -> Path:
                     decoder_start_token_id=pad, forced_eos_token_id=0, scale_embedding=True,
                     dropout=0.0, **config)
     torch.manual_seed(0)
-    model = transformers.MarianMTModel(transformers.MarianConfig(**settings)).eval()
+    model = transformers.MarianMTModel(transformers.MarianConfig(**settings))
     with torch.no_grad():
         model.final_logits_bias.normal_()
-        # Sharper distributions than a random init's, so that outputs differ by source.
-        model.model.shared.weight.mul_(20)
-    model.save_pretrained(directory)
     tokenizer = transformers.MarianTokenizer(str(source), str(target), str(work / "vocab.json"),
                                              source_lang="en", target_lang="de")
+    _learn_to_copy(model, tokenizer)
+    model.eval().save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     shutil.rmtree(work)
     return directory
+
+
+def _learn_to_copy(model: Any, tokenizer: Any, steps: int = 500) -> None:
+    """A few seconds of training to copy the source's pieces: a random model repeats one
+    token whatever its input, where a test needs outputs that differ by source and end
+    by themselves."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    lines = sentences(ENGLISH, 400, seed=11)
+    model.train()
+    for step in range(steps):
+        batch = tokenizer(lines[step * 16 % 400: step * 16 % 400 + 16], padding=True,
+                          return_tensors="pt")
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        loss = model(**batch, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
 
 
 def marian_model_and_tokenizer(directory: Path) -> tuple[Any, Any]:

@@ -57,6 +57,7 @@ NOT_SETTINGS = {
     "params": {"--preset", "--vocab-size"},
     "presets": set(),
     "info": {"model"},
+    "import": {"--from", "path", "--out", "--src-lang", "--tgt-lang", "--force"},
 }
 """Flags that set no field of a settings dataclass."""
 

@@ -56,7 +56,10 @@ def test_the_source_text_becomes_the_same_ids(imported, marian_dir):
     _, tokenizer = marian_model_and_tokenizer(marian_dir)
     _, ours = id_maps(imported, marian_dir)
     translator = Translator.from_file(imported, TranslatorOptions(precision="fp32"))
-    lines = sentences(ENGLISH, 20, seed=5) + ["the gardens of the houses", "zebra"]
+    # Words the vocabulary never saw, in letters it knows. (A letter the source model does
+    # not know is <unk> here; transformers looks its surface up in vocab.json, where a
+    # target-language piece may have it.)
+    lines = sentences(ENGLISH, 20, seed=5) + ["the gardens of the houses", "   the  roof "]
     expected = tokenizer(lines)["input_ids"]
     found = [ids + [translator.vocab.eos_id] for ids in translator.source_ids(lines)]
     assert [[ours[i] for i in row] for row in expected] == found
@@ -134,7 +137,7 @@ def test_the_imported_model_translates_and_serves_libretranslates_clients(import
 
 
 def test_the_imported_model_fine_tunes_on_a_corpus_of_its_vocabulary(imported, tmp_path):
-    data = make_copy_task_data(tmp_path / "data", vocab_source(imported))
+    data = make_copy_task_data(tmp_path, vocab_source(imported))
     out = tmp_path / "run"
     train(out=out, data=data, init_from=str(imported), progress=False,
           overrides=tiny_overrides(max_steps=2, warmup_steps=1, lr_peak=1e-4))
@@ -182,3 +185,35 @@ def test_the_cli_offers_the_sources_the_library_reads():
     from transformer_nmt.pretrained.write import SOURCES
 
     assert CLI_SOURCES == SOURCES
+
+
+def test_beam_search_finds_the_sources_own_output_under_the_same_stopping_rule(imported,
+                                                                            marian_dir):
+    """transformers' early_stopping=True is our rule (a sentence ends with k finished
+    hypotheses); length_penalty 0 and alpha 0 both rank by the sum of log-probabilities."""
+    model, tokenizer = marian_model_and_tokenizer(marian_dir)
+    _, ours = id_maps(imported, marian_dir)
+    lines = sentences(ENGLISH, 8, seed=4)
+    with torch.no_grad():
+        generated = model.generate(**tokenizer(lines, padding=True, return_tensors="pt"),
+                                   num_beams=4, do_sample=False, max_new_tokens=20,
+                                   early_stopping=True, length_penalty=0.0)
+    translator = Translator.from_file(imported, TranslatorOptions(
+        DecodeConfig(beam=4, alpha=0.0, max_len_a=0, max_len_b=20, guard=False), workers=1,
+        precision="fp32"))
+    found = [hyps[0].tokens for hyps in translator.translate_nbest(lines)]
+    pad, eos = model.config.pad_token_id, model.config.eos_token_id
+    assert found == [[ours[i] for i in row[1:].tolist() if i not in (pad, eos)]
+                     for row in generated]
+
+
+def test_ctranslate2_decodes_the_imported_model_as_we_do(imported, tmp_path):
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    from export_fixtures import ctranslate2_tokens, our_tokens
+    from transformer_nmt.export.ctranslate2 import export_ctranslate2
+
+    lines = sentences(ENGLISH, 10, seed=6)
+    decode = DecodeConfig(beam=1, alpha=0.0)
+    exported = export_ctranslate2(imported, tmp_path / "ct2")
+    assert ctranslate2_tokens(exported, imported, lines, decode) == our_tokens(imported, lines,
+                                                                              decode)
