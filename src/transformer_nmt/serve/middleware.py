@@ -9,7 +9,6 @@ import asyncio
 import json
 import logging
 import time
-
 from typing import Iterable
 
 from fastapi import HTTPException
@@ -32,24 +31,36 @@ def route_paths(routes: Iterable[BaseRoute]) -> frozenset[str]:
     return frozenset(route.path for route in routes if isinstance(route, Route))
 
 
-class OneFraming:
+class HttpMiddleware:
+    """ASGI middleware whose `handle` sees each HTTP request; everything else (lifespan
+    events, websockets) goes to the app untouched."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await self.handle(scope, receive, send)
+
+    async def handle(self, scope, receive, send) -> None:
+        raise NotImplementedError
+
+
+class OneFraming(HttpMiddleware):
     """HTTP 400, with the connection closed, for a request that gives both a
     Content-Length and a Transfer-Encoding (RFC 9112, section 6.1). The server reads such
     a body by its Transfer-Encoding; a proxy in front that read it by its Content-Length
     would take the rest for another request (request smuggling), so the request is
     refused and nothing more is read from its connection."""
 
-    def __init__(self, app) -> None:
-        self.app = app
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http":
-            names = {name for name, _ in scope["headers"]}  # lower case, as ASGI says
-            if b"content-length" in names and b"transfer-encoding" in names:
-                await _refuse(send, 400, "the request has both a Content-Length and a "
-                              "Transfer-Encoding header; send only one of them",
-                              close=True)
-                return
+    async def handle(self, scope, receive, send) -> None:
+        names = {name for name, _ in scope["headers"]}  # lower case, as ASGI says
+        if b"content-length" in names and b"transfer-encoding" in names:
+            await _refuse(send, 400, "the request has both a Content-Length and a "
+                          "Transfer-Encoding header; send only one of them", close=True)
+            return
         await self.app(scope, receive, send)
 
 
@@ -58,20 +69,17 @@ CHUNK_LEFT = "transformer_nmt.chunk_left"
 many bytes of the chunk being read the client announced but has not sent yet."""
 
 
-class BodyLimit:
+class BodyLimit(HttpMiddleware):
     """413 for a body over `max_bytes` (or, on a path of `larger`, its own limit), by its
     Content-Length, or while it streams in (a chunk counted as soon as it is announced),
     so that no request can make the server hold an unbounded body or wait for one."""
 
     def __init__(self, app, max_bytes: int, larger: dict[str, int] | None = None) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
         self.larger = larger or {}
 
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope, receive, send) -> None:
         limit = self.larger.get(scope["path"], self.max_bytes)
         why = "for files" if scope["path"] in self.larger else "from max_characters"
         refusal = f"the body is larger than the server's limit ({limit} bytes, {why})"
@@ -98,19 +106,16 @@ class BodyLimit:
         await self.app(scope, limited_receive, send)
 
 
-class BodyDeadline:
+class BodyDeadline(HttpMiddleware):
     """HTTP 408, with the connection closed, for a body that has not arrived in full
     within `seconds` of its request's headers: a body shorter than its Content-Length or
     a chunked one that never ends would otherwise hold the connection for ever."""
 
     def __init__(self, app, seconds: float) -> None:
-        self.app = app
+        super().__init__(app)
         self.seconds = seconds
 
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope, receive, send) -> None:
         deadline = time.monotonic() + self.seconds
         body_done = False
 
@@ -141,18 +146,12 @@ async def _refuse(send, status: int, message: str, close: bool = False) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class UnexpectedErrors:
+class UnexpectedErrors(HttpMiddleware):
     """Any exception the app lets out is logged with its traceback and answered as a JSON
     500 that says nothing internal (a response already begun is cut off), so that no
     request, however odd, gets a traceback or a plain-text page."""
 
-    def __init__(self, app) -> None:
-        self.app = app
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope, receive, send) -> None:
         started = False
 
         async def tracking_send(message):
@@ -169,20 +168,14 @@ class UnexpectedErrors:
                 await _refuse(send, 500, INTERNAL_ERROR)
 
 
-class CancelWhenClientGoes:
+class CancelWhenClientGoes(HttpMiddleware):
     """A request whose client closes its connection, once the body is in and before the
     answer begins, is cancelled: its sentences leave the queue and the decoders (the
     batcher withdraws a cancelled request's sentences) instead of being translated for
     nobody while other clients wait or are refused for a full queue. uvicorn only tells
     the app, through `receive`, and lets the handler run to its end."""
 
-    def __init__(self, app) -> None:
-        self.app = app
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope, receive, send) -> None:
         body_read = asyncio.Event()
         answering = False
 
@@ -229,20 +222,17 @@ async def _gone(send) -> None:
         pass
 
 
-class RequestMetrics:
+class RequestMetrics(HttpMiddleware):
     """Counts every HTTP request by route and status and times it. A path that is not one
     of `routes` is counted as 'other', so that scans of random paths cannot grow the
     metrics without bound."""
 
     def __init__(self, app, metrics: ServerMetrics, routes: frozenset[str]) -> None:
-        self.app = app
+        super().__init__(app)
         self.metrics = metrics
         self.routes = routes
 
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope, receive, send) -> None:
         started = time.perf_counter()
         status = 500
 
