@@ -164,13 +164,8 @@ MarianMTModel name (after `model.encoder.layers.{i}.`), as transformers'
 convert_marian_to_pytorch.py maps them; written out here, apart from the importer's
 table, so that a mistake in that one fails the tests."""
 MARIAN_CONTEXT_NAMES = {
-    "context_Wq": "encoder_attn.q_proj.weight", "context_bq": "encoder_attn.q_proj.bias",
-    "context_Wk": "encoder_attn.k_proj.weight", "context_bk": "encoder_attn.k_proj.bias",
-    "context_Wv": "encoder_attn.v_proj.weight", "context_bv": "encoder_attn.v_proj.bias",
-    "context_Wo": "encoder_attn.out_proj.weight", "context_bo": "encoder_attn.out_proj.bias",
-    "context_Wo_ln_scale": "encoder_attn_layer_norm.weight",
-    "context_Wo_ln_bias": "encoder_attn_layer_norm.bias",
-}
+    marian.replace("self", "context"): theirs.replace("self_attn", "encoder_attn")
+    for marian, theirs in MARIAN_LAYER_NAMES.items() if marian.startswith("self")}
 """The decoder's cross-attention, which its layers have besides MARIAN_LAYER_NAMES."""
 MARIAN_NPZ = "opus.spm60-spm60.transformer-align.model1.npz.best-perplexity.npz"
 MARIAN_VOCAB = "opus.spm60-spm60.vocab.yml"

@@ -130,10 +130,15 @@ def test_what_ours_cannot_represent_is_refused_in_one_line(hf_dir, tmp_path, opt
     refused(make_marian_release(hf_dir, tmp_path / "changed", options), tmp_path, message)
 
 
-def test_a_missing_vocabulary_or_model_file_is_refused_in_one_line(release, tmp_path):
+def test_a_missing_or_foreign_vocabulary_is_refused_in_one_line(release, tmp_path):
     directory = copied(release, tmp_path)
     (directory / MARIAN_VOCAB).unlink()
     refused(directory, tmp_path, f"names {MARIAN_VOCAB}, which is not in")
+    text = (release / MARIAN_VOCAB).read_text(encoding="utf-8")
+    size = len(yaml.safe_load(text))
+    (directory / MARIAN_VOCAB).write_text(f"{text}extra: {size}\n", encoding="utf-8")
+    refused(directory, tmp_path, rf"{size + 1} pieces, where the model's embeddings \(Wemb\) "
+            rf"have {size} rows")
     shutil.copy(release / MARIAN_VOCAB, directory)
     (directory / "source.spm").unlink()
     refused(directory, tmp_path, "no source.spm")

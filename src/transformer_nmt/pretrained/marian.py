@@ -71,10 +71,13 @@ def read_marian_release(directory: Path) -> dict[str, Any]:
         raise UserError(f"{npz_path}: not an .npz; convert a .bin model with "
                         "marian-conv --from model.bin --to model.npz")
     weights = _read_npz(npz_path)
-    options = _Options(_model_yml(weights, npz_path), f"{npz_path} ({CONFIG_KEY})")
+    options = MarianOptions(_model_yml(weights, npz_path), f"{npz_path} ({CONFIG_KEY})")
     cfg = marian_model_config(options, _integer(decoder, "max-length", DECODER_MAX_LENGTH,
                                                 decoder_yml))
     pieces, source_spm, vocab_path = _vocabulary(directory, decoder, decoder_yml)
+    if "Wemb" in weights and len(weights["Wemb"]) != len(pieces):
+        raise UserError(f"{vocab_path}: {len(pieces)} pieces, where the model's embeddings "
+                        f"(Wemb) have {len(weights['Wemb'])} rows: not the model's vocabulary")
     pad = next(name for name in ("<pad>", "<marian-pad>") if name not in set(pieces))
     specials = {"pad": len(pieces), "eos": piece_id(pieces, "</s>", vocab_path),
                 "unk": piece_id(pieces, "<unk>", vocab_path), "start": len(pieces)}
@@ -89,7 +92,7 @@ def read_marian_release(directory: Path) -> dict[str, Any]:
     return payload
 
 
-class _Options:
+class MarianOptions:
     """model.yml's options as PyYAML's BaseLoader reads them (every scalar a string),
     each read with Marian's default where an older Marian did not write it."""
 
@@ -122,7 +125,7 @@ class _Options:
         return UserError(f"{self.where}: {name} is {self.values.get(name)!r}: {why}")
 
 
-def marian_model_config(options: _Options, max_positions: int) -> ModelConfig:
+def marian_model_config(options: MarianOptions, max_positions: int) -> ModelConfig:
     """Our ModelConfig of a Marian Transformer's options; a UserError naming the option
     of one our Transformer cannot represent."""
     post_norm = ("only Marian's post-norm Transformer (transformer-preprocess '', "
