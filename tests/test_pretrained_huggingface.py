@@ -15,8 +15,9 @@ pytest.importorskip("transformers", reason="the pretrained extra is not installe
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from pretrained_fixtures import (ENGLISH, make_marian_dir,  # noqa: E402
-                                 marian_model_and_tokenizer, sentences)
+from pretrained_fixtures import (ENGLISH, assert_greedy_is_transformers,  # noqa: E402
+                                 id_maps, make_marian_dir, marian_model_and_tokenizer,
+                                 sentences)
 from serve_fixtures import make_app  # noqa: E402
 from train_fixtures import make_copy_task_data, tiny_overrides  # noqa: E402
 from transformer_nmt.cli import main  # noqa: E402
@@ -40,16 +41,6 @@ def imported(marian_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("imported") / "en-de.pt"
     import_model("huggingface", marian_dir, out)
     return out
-
-
-def id_maps(imported: Path, marian_dir: Path) -> tuple[list[int], dict[int, int]]:
-    """(theirs[ours], ours[theirs]) between our ids and the source model's, by piece."""
-    vocab = load_for_inference(imported).vocab
-    pieces = json.loads((marian_dir / "vocab.json").read_text(encoding="utf-8"))
-    start = pieces["<pad>"]
-    theirs = [start if i == vocab.bos_id else pieces[vocab.piece(i)] for i in range(len(vocab))]
-    ours = {their: our for our, their in enumerate(theirs) if our != vocab.bos_id}
-    return theirs, ours
 
 
 def test_the_source_text_becomes_the_same_ids(imported, marian_dir):
@@ -81,23 +72,7 @@ def test_the_imported_model_computes_the_sources_logits(imported, marian_dir):
 
 
 def test_greedy_search_finds_the_sources_own_output(imported, marian_dir):
-    model, tokenizer = marian_model_and_tokenizer(marian_dir)
-    _, ours = id_maps(imported, marian_dir)
-    lines = sentences(ENGLISH, 8, seed=3)
-    longest = 12
-    with torch.no_grad():
-        generated = model.generate(**tokenizer(lines, padding=True, return_tensors="pt"),
-                                   num_beams=1, do_sample=False, max_new_tokens=longest)
-    translator = Translator.from_file(imported, TranslatorOptions(
-        DecodeConfig(beam=1, max_len_a=0, max_len_b=longest, guard=False), workers=1,
-        precision="fp32"))
-    found = [hyps[0].tokens for hyps in translator.translate_nbest(lines)]
-    pad, eos = model.config.pad_token_id, model.config.eos_token_id
-    expected = [[ours[i] for i in row[1:].tolist() if i not in (pad, eos)] for row in generated]
-    for mine, source in zip(found, expected):
-        # Both stop at EOS; at the length limit transformers forces one where we end.
-        assert mine[:len(source)] == source and len(mine) >= min(len(source), longest - 1)
-    assert len({tuple(tokens) for tokens in found}) > 1
+    assert_greedy_is_transformers(imported, marian_dir)
 
 
 def test_nmt_import_writes_a_model_file_that_says_where_it_came_from(marian_dir, tmp_path,

@@ -6,7 +6,7 @@ import argparse
 
 from transformer_nmt.interrupts import sigterm_unwinds, stop_signals_held
 
-SOURCES = ("huggingface",)
+SOURCES = ("huggingface", "marian")
 """What --from takes (transformer_nmt.pretrained.write.SOURCES, named here so that
 `nmt --help` imports no torch)."""
 
@@ -14,7 +14,8 @@ SOURCES = ("huggingface",)
 def add_import_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "import",
-        help="import a pretrained model of another toolkit (OPUS-MT's Hugging Face models)",
+        help="import a pretrained model of another toolkit (OPUS-MT's, from Hugging Face or "
+        "Marian)",
         description="Write a pretrained translation model of another toolkit as a model "
         "file of this project, which translate, evaluate, score, attention, serve, "
         "calibrate, train --init-from (fine-tuning) and export then take as they take "
@@ -24,7 +25,11 @@ def add_import_parser(subparsers: argparse._SubParsersAction) -> None:
         "gives the languages, README.md the licence): download one with `git clone "
         "https://huggingface.co/Helsinki-NLP/opus-mt-en-de` or `huggingface-cli download`. "
         "The weights are read by transformers (`pip install 'transformer-nmt[pretrained]'`), "
-        "which the imported model no longer needs. What this project's Transformer "
+        "which the imported model no longer needs. marian: Marian's own format, a zip "
+        "release of OPUS-MT or the Tatoeba-Challenge unzipped (decoder.yml, the .npz "
+        "weights, the .vocab.yml id map with source.spm and target.spm, or .spm "
+        "vocabularies; LICENSE or README.md gives the licence), read with numpy and PyYAML "
+        "(in the same extra). What this project's Transformer "
         "cannot represent (separate source and target vocabularies, multilingual "
         "target-language tokens) is refused in one line, never imported wrong.",
         epilog="example: nmt import --from huggingface opus-mt-en-de --out en-de.pt && "

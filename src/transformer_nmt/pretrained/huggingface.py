@@ -57,14 +57,14 @@ def read_marian_dir(directory: Path) -> dict[str, Any]:
                         f"{config.get('model_type')!r}; nmt import --from huggingface reads "
                         "MarianMTModel directories (model_type 'marian')")
     cfg = marian_model_config(config, directory / "config.json")
-    pieces = _id_map(_read_json(directory / "vocab.json"), directory / "vocab.json")
+    pieces = id_map(_read_json(directory / "vocab.json"), directory / "vocab.json")
     specials = {"pad": config["pad_token_id"], "eos": config["eos_token_id"],
-                "unk": _piece_id(pieces, "<unk>", directory / "vocab.json"),
+                "unk": piece_id(pieces, "<unk>", directory / "vocab.json"),
                 "start": config.get("decoder_start_token_id", config["pad_token_id"])}
     vocab, order = mapped_vocab((directory / "source.spm").read_bytes(), pieces, specials,
                                 str(directory / "source.spm"))
     model = Transformer(cfg, len(vocab), vocab.pad_id)
-    model.load_state_dict(_our_weights(_marian_weights(directory), cfg, order))
+    model.load_state_dict(our_weights(_marian_weights(directory), cfg, order))
     tokenizer = _read_json(directory / "tokenizer_config.json") \
         if (directory / "tokenizer_config.json").is_file() else {}
     languages = (tokenizer.get("source_lang"), tokenizer.get("target_lang"))
@@ -127,13 +127,15 @@ def _marian_weights(directory: Path) -> dict[str, Tensor]:
     return {name: tensor.detach().float() for name, tensor in model.state_dict().items()}
 
 
-def _our_weights(theirs: dict[str, Tensor], cfg: ModelConfig, order: IdOrder
-                 ) -> dict[str, Tensor]:
-    """Our state dict from a MarianMTModel's: q, k and v concatenated as our fused
-    projections take them, the vocabulary's rows in our id order."""
+def our_weights(theirs: dict[str, Tensor], cfg: ModelConfig, order: IdOrder
+                ) -> dict[str, Tensor]:
+    """Our state dict from a MarianMTModel's (or from names made into its by marian.py):
+    q, k and v concatenated as our fused projections take them, the vocabulary's rows in
+    our id order."""
     embedding = order.rows(theirs["model.shared.weight"])
-    ours = {"tgt_embed.weight": embedding, "src_embed.weight": embedding,
-            "logits_bias": order.rows(theirs["final_logits_bias"][0])}
+    ours = {"tgt_embed.weight": embedding, "src_embed.weight": embedding}
+    if cfg.logits_bias:
+        ours["logits_bias"] = order.rows(theirs["final_logits_bias"][0])
     _check_positions(theirs, cfg)
 
     def linear(to: str, *names: str) -> None:
@@ -174,11 +176,12 @@ def _check_positions(theirs: dict[str, Tensor], cfg: ModelConfig) -> None:
                             "(learned ones?), which this import does not support")
 
 
-def _id_map(vocab: Any, path: Path) -> list[str]:
-    """pieces[id] of a vocab.json mapping each piece to its id, which must be 0..n-1."""
+def id_map(vocab: Any, path: Path) -> list[str]:
+    """pieces[id] of an id map (vocab.json, Marian's vocab.yml) mapping each piece to its
+    id, which must be 0..n-1."""
     if not isinstance(vocab, dict) or not all(
             isinstance(key, str) and isinstance(value, int) for key, value in vocab.items()):
-        raise UserError(f"{path}: not a JSON object of pieces and their integer ids")
+        raise UserError(f"{path}: not a map of pieces and their integer ids")
     pieces = sorted(vocab, key=vocab.__getitem__)
     if [vocab[piece] for piece in pieces] != list(range(len(pieces))):
         raise UserError(f"{path}: the ids are not 0 to {len(pieces) - 1}, each once")
@@ -189,7 +192,8 @@ def _id_map(vocab: Any, path: Path) -> list[str]:
     return pieces
 
 
-def _piece_id(pieces: list[str], piece: str, path: Path) -> int:
+def piece_id(pieces: list[str], piece: str, path: Path) -> int:
+    """The id of `piece` in `pieces`, or a UserError naming the id map `path`."""
     try:
         return pieces.index(piece)
     except ValueError:

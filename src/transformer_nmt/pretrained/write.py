@@ -9,9 +9,12 @@ from typing import Any
 from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import save_model_file
 from transformer_nmt.pretrained.huggingface import read_marian_dir
+from transformer_nmt.pretrained.marian import read_marian_release
 
-SOURCES = ("huggingface",)
+SOURCES = ("huggingface", "marian")
 """The toolkits `nmt import` reads."""
+READERS = {"huggingface": read_marian_dir, "marian": read_marian_release}
+"""Each source's reader: its directory -> a model file's payload."""
 
 
 def import_model(source: str, path: str | Path, out: str | Path, force: bool = False,
@@ -23,12 +26,12 @@ def import_model(source: str, path: str | Path, out: str | Path, force: bool = F
     if source not in SOURCES:
         raise UserError(f"cannot import from {source!r}; choose one of {', '.join(SOURCES)}")
     if not path.is_dir():
-        raise UserError(f"{path}: no such directory; give the directory the model was "
-                        "saved in (save_pretrained)")
+        raise UserError(f"{path}: no such directory; give the model's directory (what "
+                        "save_pretrained wrote, or what a Marian release unzips to)")
     if out.exists() and not force:
         raise UserError(f"{out} already exists; choose another --out or pass --force to "
                         "replace it")
-    payload = read_marian_dir(path)
+    payload = READERS[source](path)
     src_lang, tgt_lang = languages
     if src_lang or tgt_lang:
         recorded = (payload.get("src_lang"), payload.get("tgt_lang"))
