@@ -127,6 +127,31 @@ def _marian_weights(directory: Path) -> dict[str, Tensor]:
     return {name: tensor.detach().float() for name, tensor in model.state_dict().items()}
 
 
+ENCODER_LAYER = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "self_attn.out_proj": ("self_attn.out_proj",),
+    "attn_block.norm": ("self_attn_layer_norm",),
+    "ffn.linear1": ("fc1",),
+    "ffn.linear2": ("fc2",),
+    "ffn_block.norm": ("final_layer_norm",),
+}
+"""Each weight (and bias) of our encoder layer: the MarianMTModel layer's it is made of,
+concatenated in this order (our self-attention's q, k and v are one matrix)."""
+DECODER_LAYER = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "self_attn.out_proj": ("self_attn.out_proj",),
+    "self_attn_block.norm": ("self_attn_layer_norm",),
+    "cross_attn.q_proj": ("encoder_attn.q_proj",),
+    "cross_attn.kv_proj": ("encoder_attn.k_proj", "encoder_attn.v_proj"),
+    "cross_attn.out_proj": ("encoder_attn.out_proj",),
+    "cross_attn_block.norm": ("encoder_attn_layer_norm",),
+    "ffn.linear1": ("fc1",),
+    "ffn.linear2": ("fc2",),
+    "ffn_block.norm": ("final_layer_norm",),
+}
+"""The same for our decoder layer."""
+
+
 def our_weights(theirs: dict[str, Tensor], cfg: ModelConfig, order: IdOrder
                 ) -> dict[str, Tensor]:
     """Our state dict from a MarianMTModel's (or from names made into its by marian.py):
@@ -138,30 +163,13 @@ def our_weights(theirs: dict[str, Tensor], cfg: ModelConfig, order: IdOrder
         ours["logits_bias"] = order.rows(theirs["final_logits_bias"][0])
     _check_positions(theirs, cfg)
 
-    def linear(to: str, *names: str) -> None:
-        for kind in ("weight", "bias"):
-            ours[f"{to}.{kind}"] = torch.cat([theirs[f"{name}.{kind}"] for name in names])
-
-    for i in range(cfg.encoder_layers):
-        at, to = f"model.encoder.layers.{i}", f"encoder_layers.{i}"
-        linear(f"{to}.self_attn.qkv_proj", *(f"{at}.self_attn.{x}_proj" for x in "qkv"))
-        linear(f"{to}.self_attn.out_proj", f"{at}.self_attn.out_proj")
-        linear(f"{to}.attn_block.norm", f"{at}.self_attn_layer_norm")
-        linear(f"{to}.ffn.linear1", f"{at}.fc1")
-        linear(f"{to}.ffn.linear2", f"{at}.fc2")
-        linear(f"{to}.ffn_block.norm", f"{at}.final_layer_norm")
-    for i in range(cfg.decoder_layers):
-        at, to = f"model.decoder.layers.{i}", f"decoder_layers.{i}"
-        linear(f"{to}.self_attn.qkv_proj", *(f"{at}.self_attn.{x}_proj" for x in "qkv"))
-        linear(f"{to}.self_attn.out_proj", f"{at}.self_attn.out_proj")
-        linear(f"{to}.self_attn_block.norm", f"{at}.self_attn_layer_norm")
-        linear(f"{to}.cross_attn.q_proj", f"{at}.encoder_attn.q_proj")
-        linear(f"{to}.cross_attn.kv_proj", *(f"{at}.encoder_attn.{x}_proj" for x in "kv"))
-        linear(f"{to}.cross_attn.out_proj", f"{at}.encoder_attn.out_proj")
-        linear(f"{to}.cross_attn_block.norm", f"{at}.encoder_attn_layer_norm")
-        linear(f"{to}.ffn.linear1", f"{at}.fc1")
-        linear(f"{to}.ffn.linear2", f"{at}.fc2")
-        linear(f"{to}.ffn_block.norm", f"{at}.final_layer_norm")
+    for stack, layers, names in (("encoder", cfg.encoder_layers, ENCODER_LAYER),
+                                 ("decoder", cfg.decoder_layers, DECODER_LAYER)):
+        for i in range(layers):
+            for to, sources in names.items():
+                for kind in ("weight", "bias"):
+                    ours[f"{stack}_layers.{i}.{to}.{kind}"] = torch.cat(
+                        [theirs[f"model.{stack}.layers.{i}.{name}.{kind}"] for name in sources])
     return ours
 
 
