@@ -4,6 +4,7 @@ model or setting is refused in one line."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import shutil
@@ -20,8 +21,8 @@ FAST = ["--beam", "2", "--max-len-b", "5", "--precision", "fp32"]
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    """Three inputs in a directory: plain, gzipped with empty and blank lines, and one
-    shorter than a shard."""
+    """Four inputs in a directory: plain, gzipped with empty and blank lines, one shorter
+    than a shard and an empty one."""
     directory = tmp_path_factory.mktemp("corpus")
     lines = sentences(23, seed=1)
     lines[3] = ""
@@ -30,6 +31,7 @@ def corpus(tmp_path_factory) -> Path:
     with gzip.open(directory / "b.en.gz", "wt", encoding="utf-8") as handle:
         handle.write("\n".join(["", *sentences(9, seed=2), "  "]))  # no final newline
     (directory / "c.en").write_text("\n".join(sentences(3, seed=3)) + "\n", encoding="utf-8")
+    (directory / "d.en").write_bytes(b"")  # no shards, an empty output
     return directory
 
 
@@ -174,3 +176,29 @@ def test_an_input_directory_with_two_files_of_one_name_is_refused(model_file, co
     assert main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),
                  str(tmp_path / "b.en"), "--out", str(tmp_path / "out")]) == 2
     assert "would both be translated into b.en" in capsys.readouterr().err
+
+
+def test_a_full_disk_is_one_line_and_the_rerun_finishes(model_file, corpus, expected, tmp_path,
+                                                        capsys, monkeypatch):
+    from transformer_nmt.data.text import LineWriter
+
+    out = tmp_path / "out"
+    write = LineWriter.write
+    written = []
+
+    def fill_the_disk(self, line):
+        written.append(line)
+        if len(written) == 7:  # in the second shard
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write(self, line)
+
+    monkeypatch.setattr(LineWriter, "write", fill_the_disk)
+    assert _run(model_file, corpus, out, "--shard", "0/1") == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{out / SHARDS / '000001.txt'}: no space left on its disk" in error
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert [shard["state"] for shard in manifest["shards"][:3]] == ["done", "todo", "todo"]
+    assert not [path for path in (out / SHARDS).iterdir() if path.name.endswith(".tmp")]
+    monkeypatch.setattr(LineWriter, "write", write)
+    assert _run(model_file, corpus, out, "--workers", "1") == 0
+    assert _outputs(out) == expected
