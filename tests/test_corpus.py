@@ -132,6 +132,15 @@ def test_two_parts_then_merge_equal_the_local_result(model_file, corpus, expecte
                  "--out", str(out), "--merge"]) == 2
     error = capsys.readouterr().err
     assert "shard 2 (" in error and "damaged" in error and len(error.strip().splitlines()) == 1
+    (out / SHARDS / "000003.json").rename(tmp_path / "record")
+    (out / SHARDS / "000003.json").mkdir()  # unreadable as a file
+    assert main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),
+                 "--out", str(out), "--merge"]) == 2
+    error = capsys.readouterr().err
+    assert "shard 3 (" in error and "unreadable (Is a directory)" in error
+    assert len(error.strip().splitlines()) == 1
+    (out / SHARDS / "000003.json").rmdir()
+    (tmp_path / "record").rename(out / SHARDS / "000003.json")
 
     assert _run(model_file, corpus, out, "--shard", "0/2", "--workers", "1") == 0
     assert main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),

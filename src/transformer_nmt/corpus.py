@@ -5,10 +5,12 @@ per input, line for line.
 
 The output directory DIR holds `manifest.json` (the plan, each shard's state and the
 SHA-256 of its file, the models' SHA-256 and the settings that change a translation),
-the shards' files under `.shards/`, and when every shard is done one file per input,
-named after it. The manifest is written by one process at a time (an OS lock on DIR),
-each time whole, so that several processes (`part`, a Slurm array) can share DIR and a
-killed one leaves a manifest the next run reads. The local backend hands the shards out
+under `.shards/` each shard's translations and then its record (SHA-256, sentences,
+tokens), and when every shard is done one file per input, named after it. The manifest
+is written by one process at a time (an OS lock on DIR), each time whole, so that
+several processes (`part`, a Slurm array) can share DIR and a killed one leaves a
+manifest the next run reads; a shard counts as done by its file and record, whoever
+translated it, so that the manifest need not be written after every shard. The local backend hands the shards out
 in order to worker processes, each with its own Translator on its share of the cores; a
 worker that dies takes its shard with it, and the shard is translated once more.
 """
@@ -52,9 +54,14 @@ KILL_HOOK = "NMT_TEST_KILL_CORPUS_WORKER"
 translating shard SHARD kill itself (SIGKILL) after LINES lines, once: the first to do so
 creates the file MARKER, and a worker that finds it there goes on."""
 
-LOCK_WAIT_SECONDS = 120.0
+LOCK_WAIT_SECONDS = 3600.0
 """How long a process waits for another to finish writing the manifest (a moment's
-work) before it says which process holds it."""
+work, but planning a large corpus counts its lines) before it says which process holds
+it; the lock of a process that died is free at once."""
+
+SAVE_EVERY_SECONDS = 30.0
+"""How often the shards' states done since are written into the manifest: each write
+is the whole manifest, and the shards' own checksum files are what a run trusts."""
 
 
 @dataclass(frozen=True)
@@ -83,13 +90,15 @@ class CorpusOptions:
 
 @dataclass(frozen=True)
 class ShardTask:
-    """One shard to translate: lines [start, end) of `path` into `output`."""
+    """One shard to translate: lines [start, end) of `path` into `output`, its record
+    into `record`."""
 
     number: int
     path: str
     start: int
     end: int
     output: str
+    record: str
 
 
 def input_files(inputs: Sequence[str]) -> list[Path]:
@@ -234,22 +243,30 @@ def _check_same(path: Path, manifest: dict, models: list[str], settings: dict,
 
 
 def shard_path(out: Path, number: int) -> Path:
+    """Where shard `number`'s translations are."""
     return out / SHARDS / f"{number:06d}.txt"
 
 
+def checksum_path(out: Path, number: int) -> Path:
+    """Where shard `number`'s record is (SHA-256, sentences, tokens), written after its
+    translations by whichever process translated it."""
+    return out / SHARDS / f"{number:06d}.json"
+
+
 def shard_problem(out: Path, manifest: dict, number: int) -> str | None:
-    """Why shard `number` is not done (None: it is, its file whole)."""
+    """Why shard `number` is not done (None: it is, its file whole): its record and
+    file are checked, whoever translated it, whatever the manifest has noted yet."""
     shard = manifest["shards"][number]
-    path = shard_path(out, number)
-    if shard["state"] != "done":
-        return "not translated"
     try:
-        digest = file_sha256(path)
+        record = json.loads(checksum_path(out, number).read_text(encoding="utf-8"))
+        digest = file_sha256(shard_path(out, number))
     except FileNotFoundError:
-        return "missing"
-    except OSError as error:
-        return f"unreadable ({error.strerror})"
-    return None if digest == shard["sha256"] else "damaged (its SHA-256 differs)"
+        return "missing" if checksum_path(out, number).exists() else "not translated"
+    except (OSError, ValueError) as error:
+        return f"unreadable ({getattr(error, 'strerror', None) or error})"
+    if record.get("sentences") != shard["end"] - shard["start"]:
+        return "damaged (its record has another line count)"
+    return None if digest == record.get("sha256") else "damaged (its SHA-256 differs)"
 
 
 def describe_shard(manifest: dict, number: int) -> str:
@@ -261,15 +278,33 @@ def describe_shard(manifest: dict, number: int) -> str:
 def _task(out: Path, manifest: dict, number: int) -> ShardTask:
     shard = manifest["shards"][number]
     return ShardTask(number, manifest["inputs"][shard["input"]]["path"], shard["start"],
-                     shard["end"], str(shard_path(out, number)))
+                     shard["end"], str(shard_path(out, number)),
+                     str(checksum_path(out, number)))
 
 
-def _record_shard(out: Path, number: int, record: dict[str, Any]) -> None:
-    """Write shard `number`'s state and checksum into the manifest."""
-    with _manifest_lock(out):
-        manifest = read_manifest(out)
-        manifest["shards"][number].update(record, state="done")
-        write_json_atomic(out / MANIFEST, manifest)
+class ManifestNotes:
+    """The records of shards done, noted in the manifest every SAVE_EVERY_SECONDS and
+    at the end (`save`), each time under the lock."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.records: dict[int, dict[str, Any]] = {}
+        self.saved = time.monotonic()
+
+    def add(self, number: int, record: dict[str, Any]) -> None:
+        self.records[number] = record
+        if time.monotonic() - self.saved > SAVE_EVERY_SECONDS:
+            self.save()
+
+    def save(self) -> None:
+        if self.records:
+            with _manifest_lock(self.out):
+                manifest = read_manifest(self.out)
+                for number, record in self.records.items():
+                    manifest["shards"][number].update(record, state="done")
+                write_json_atomic(self.out / MANIFEST, manifest)
+        self.records = {}
+        self.saved = time.monotonic()
 
 
 def translate_shard(translator: Translator, task: ShardTask, as_json: bool,
@@ -291,8 +326,10 @@ def translate_shard(translator: Translator, task: ShardTask, as_json: bool,
         if speed.lines != task.end - task.start:
             raise UserError(f"{task.path} has {task.start + speed.lines} lines, fewer than "
                             "when it was planned; translate it into another --out")
-    return {"sha256": file_sha256(task.output), "sentences": speed.lines,
-            "tokens": speed.tokens}
+    record = {"sha256": file_sha256(task.output), "sentences": speed.lines,
+              "tokens": speed.tokens}
+    write_json_atomic(task.record, record)
+    return record
 
 
 def _kill_hook(number: int) -> int | None:
@@ -365,10 +402,11 @@ def translate_corpus(options: CorpusOptions, part: tuple[int, int] | None = None
     todo = [number for number in numbers if shard_problem(out, manifest, number) is not None]
     report = CorpusReport(shards=len(numbers))
     lines = sum(manifest["shards"][n]["end"] - manifest["shards"][n]["start"] for n in todo)
+    notes = ManifestNotes(out)
     with logging_redirect_tqdm(), tqdm(total=lines, unit=" sentences", desc="translating",
                                        disable=not todo) as progress:
         def done(number: int, record: dict[str, Any]) -> None:
-            _record_shard(out, number, record)
+            notes.add(number, record)
             report.shards_translated += 1
             report.sentences += record["sentences"]
             report.tokens += record["tokens"]
@@ -376,10 +414,13 @@ def translate_corpus(options: CorpusOptions, part: tuple[int, int] | None = None
             progress.set_postfix_str(f"shards {report.shards_translated}/{len(todo)}")
 
         tasks = [_task(out, manifest, number) for number in todo]
-        if part is not None:
-            _translate_here(options, tasks, done)
-        elif tasks:
-            report.shards_redone = _translate_in_workers(options, tasks, done)
+        try:
+            if part is not None:
+                _translate_here(options, tasks, done)
+            elif tasks:
+                report.shards_redone = _translate_in_workers(options, tasks, done)
+        finally:
+            notes.save()
     if part is None:
         report.outputs = tuple(str(path) for path in merge(out))
     report.seconds = time.perf_counter() - start
