@@ -41,6 +41,7 @@ from transformer_nmt.decode.threads import decoding_threads, use_cores
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import AtomicFile, check_format, file_sha256, write_json_atomic
+from transformer_nmt.interrupts import stop_signals_held
 from transformer_nmt.locks import DirectoryLock
 
 FORMAT = "nmt-translate-corpus"
@@ -431,7 +432,8 @@ def _translate_here(options: CorpusOptions, tasks: list[ShardTask], done) -> Non
     """The shards of `tasks` translated by this process's own Translator."""
     if not tasks:
         return
-    translator = Translator.from_files(options.models, options.translator)
+    with stop_signals_held():
+        translator = Translator.from_files(options.models, options.translator)
     for task in tasks:
         done(task.number, translate_shard(translator, task, options.output_format == "json",
                                           options.errors))
@@ -449,6 +451,7 @@ def _translate_in_workers(options: CorpusOptions, tasks: list[ShardTask], done) 
     context = multiprocessing.get_context("spawn")
     pending = {task.number: task for task in tasks}
     died: set[int] = set()
+    unseen = 0  # pools broken before a worker said which shard it had started
     while pending:
         started = context.Queue()
         pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_start_worker,
@@ -474,7 +477,8 @@ def _translate_in_workers(options: CorpusOptions, tasks: list[ShardTask], done) 
             raise
         pool.shutdown(wait=True, cancel_futures=True)
         lost = [number for number in _drain(started) if number in pending]
-        if pending and not lost:
+        unseen += bool(pending and not lost)
+        if unseen > 1:
             raise UserError("the worker processes ended before translating a shard (their "
                             "error is above); fix it and run the command again")
         for number in lost:
