@@ -211,3 +211,28 @@ def test_a_full_disk_is_one_line_and_the_rerun_finishes(model_file, corpus, expe
     monkeypatch.setattr(LineWriter, "write", write)
     assert _run(model_file, corpus, out, "--workers", "1") == 0
     assert _outputs(out) == expected
+
+
+@pytest.mark.parametrize("flags", [["--nbest", "2", "--alignments"], ["--format", "json"]])
+def test_nbest_and_json_lines_are_translates_across_shards(model_file, corpus, tmp_path,
+                                                           flags):
+    source = corpus / "a.en"
+    assert main(["translate", "--model", str(model_file), "--input", str(source),
+                 "--output", str(tmp_path / "expected"), *FAST, *flags]) == 0
+    out = tmp_path / "out"
+    for part in ("0/2", "1/2"):
+        assert main(["translate-corpus", "--model", str(model_file), "--input", str(source),
+                     "--out", str(out), "--shard-lines", "4", "--shard", part, *FAST,
+                     *flags]) == 0
+    assert main(["translate-corpus", "--model", str(model_file), "--input", str(source),
+                 "--out", str(out), "--merge"]) == 0
+    got, want = (path.read_text().splitlines() for path in (out / "a.en",
+                                                             tmp_path / "expected"))
+    if "json" not in flags:
+        assert got == want
+        return
+    # Other batches (a shard's lines batched apart) move a score in its last digit.
+    for line, expected_line in zip(got, want, strict=True):
+        ours, theirs = json.loads(line), json.loads(expected_line)
+        assert (ours["text"], ours["tokens"]) == (theirs["text"], theirs["tokens"])
+        assert ours["token_scores"] == pytest.approx(theirs["token_scores"], abs=1e-3)
