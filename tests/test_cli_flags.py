@@ -25,7 +25,7 @@ from transformer_nmt.serve.settings import ServeSettings
 
 DECODING = (DecodeConfig, TranslatorOptions)
 SETTINGS = {
-    "translate": DECODING, "evaluate": DECODING, "serve": (ServeSettings, *DECODING),
+    "translate": DECODING, "translate-corpus": DECODING, "evaluate": DECODING, "serve": (ServeSettings, *DECODING),
     "attention": (DecodeConfig,), "score": DECODING, "train": (TrainConfig,),
     "prepare": (PrepareOptions,), "quickstart": (QuickstartOptions,),
     "calibrate": (TranslatorOptions,),
@@ -34,6 +34,8 @@ SETTINGS = {
 NOT_SETTINGS = {
     "translate": {"--model", "--input", "--output", "--prefix", "--constraints", "--format",
                   "--interactive", "--errors", "--file"},
+    "translate-corpus": {"--model", "--input", "--out", "--shard", "--merge", "--shard-lines",
+                         "--report", "--format", "--errors"},
     "evaluate": {"--model", "--data", "--split", "--output", "--hyp", "--ref", "--src-lang",
                  "--tgt-lang", "--json", "--errors"},
     "serve": {"--model", "--models"},

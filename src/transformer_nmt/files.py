@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import glob
+import hashlib
 import json
 import os
 import re
@@ -260,6 +261,15 @@ def _raise_full_disk(error: BaseException | None, path: Path,
     raise UserError(f"{path}: no space left on its disk ({free / 2**20:.0f} MiB free{needs}); "
                     "the previous file, if any, is kept; free some space and run the "
                     "command again") from None
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> None:

@@ -59,6 +59,25 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        "precision is not int8, else cpu)")
 
 
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """--alignments, --format and --token-scores: what each output line holds, for
+    translate and translate-corpus."""
+    parser.add_argument("--alignments", action="store_true",
+                        help="append word alignments taken from the encoder-decoder attention "
+                        "of the penultimate decoder layer")
+    parser.add_argument("--format", choices=["text", "json"], default="text",
+                        help="text (default): the formats below; json: one JSON object per "
+                        "input line, {\"text\", \"tokens\" (subword pieces), "
+                        "\"token_scores\" (log P of each token, end of sentence last), "
+                        "\"score\", \"alignment\" (with --alignments, [source word, target "
+                        "word] pairs)}, or with --nbest {\"nbest\": [such objects, best "
+                        "first]}")
+    parser.add_argument("--token-scores", action="store_true",
+                        help="text format: append ' ||| ' and the log-probability of each "
+                        "subword token, end of sentence last, to each line (json always "
+                        "has them)")
+
+
 def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions:
     """The TranslatorOptions the decode arguments describe, with `fields` set as well;
     also routes the library's warnings (a line cut to fit the model) to stderr as
@@ -108,9 +127,7 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
                         "its structure and formatting kept: .txt, .html, .md, .srt, .vtt, "
                         ".docx, .pptx or .odt (recognised by content as well as name; not "
                         "PDF). Needs the files extra: pip install 'transformer-nmt[files]'")
-    parser.add_argument("--alignments", action="store_true",
-                        help="append word alignments taken from the encoder-decoder attention "
-                        "of the penultimate decoder layer")
+    _add_output_arguments(parser)
     parser.add_argument("--prefix", metavar="FILE",
                         help="a target prefix per input line, raw text: each translation "
                         "starts with it (its subword pieces are forced, then the search goes "
@@ -123,17 +140,6 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
                         "allocation (Post & Vilar 2018) over the phrases' subword pieces. "
                         "Phrases that cannot fit in the longest output give a warning. "
                         "Use a beam of 4 or more; not with --sampling")
-    parser.add_argument("--format", choices=["text", "json"], default="text",
-                        help="text (default): the formats below; json: one JSON object per "
-                        "input line, {\"text\", \"tokens\" (subword pieces), "
-                        "\"token_scores\" (log P of each token, end of sentence last), "
-                        "\"score\", \"alignment\" (with --alignments, [source word, target "
-                        "word] pairs)}, or with --nbest {\"nbest\": [such objects, best "
-                        "first]}")
-    parser.add_argument("--token-scores", action="store_true",
-                        help="text format: append ' ||| ' and the log-probability of each "
-                        "subword token, end of sentence last, to each line (json always "
-                        "has them)")
     parser.add_argument("--interactive", action="store_true",
                         help="translate each line of standard input as soon as it is typed")
     add_errors_argument(parser)

@@ -216,6 +216,10 @@ class LineWriter(AllOrNothing):
         """Close and delete the temporary file."""
         self._file.abort()
 
+    def __exit__(self, kind, value, traceback) -> None:
+        # The file's own exit: a full disk while writing lines is a UserError naming it.
+        self._file.__exit__(kind, value, traceback)
+
 
 FILTER_NAMES = ("empty", "max_len", "max_ratio")
 """Cleaning filters in the order they are applied; a removed pair counts under the first."""

@@ -20,6 +20,14 @@ _PROCESS_THREADS = torch.get_num_threads()
 (read once, as applying `decoding_threads` changes the process's setting)."""
 
 
+def use_cores(count: int) -> None:
+    """Decode on `count` cores from now on: for a process that is one of several sharing
+    the machine's cores (a worker of `nmt translate-corpus`), whatever PyTorch found."""
+    global _PROCESS_THREADS
+    _PROCESS_THREADS = max(count, 1)
+    torch.set_num_threads(_PROCESS_THREADS)
+
+
 def default_workers(device: str | torch.device) -> int:
     """Batches decoded at once by default: two on a CPU with two or more cores, else one.
 

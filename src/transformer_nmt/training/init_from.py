@@ -15,7 +15,6 @@ refused before anything is written.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from transformer_nmt.config import (NOT_ARCHITECTURE, ModelConfig, TrainConfig, 
 from transformer_nmt.data.manifest import SPM_MODEL
 from transformer_nmt.data.vocab_source import vocab_digest
 from transformer_nmt.errors import UserError
+from transformer_nmt.files import file_sha256
 from transformer_nmt.model_file import model_training_steps, read_model_file
 
 FINETUNE_WARMUP = 500
@@ -67,15 +67,6 @@ class InitModel:
         known = {field.name for field in dataclasses.fields(TrainConfig)}
         return config_from_dict(TrainConfig, {key: value for key, value in
                                               self.train_config.items() if key in known})
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_init_model(path: str | Path) -> InitModel:

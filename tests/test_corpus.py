@@ -1,0 +1,238 @@
+"""`nmt translate-corpus`: the outputs are `nmt translate`'s line for line, whatever the
+shards, workers, parts and dead workers; reruns do only what is not done; another
+model or setting is refused in one line."""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from decode_fixtures import make_model_file, sentences
+from transformer_nmt.cli import main
+from transformer_nmt.corpus import KILL_HOOK, MANIFEST, SHARDS
+
+FAST = ["--beam", "2", "--max-len-b", "5", "--precision", "fp32"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """Four inputs in a directory: plain, gzipped with empty and blank lines, one shorter
+    than a shard and an empty one."""
+    directory = tmp_path_factory.mktemp("corpus")
+    lines = sentences(23, seed=1)
+    lines[3] = ""
+    lines[10] = "   "
+    (directory / "a.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with gzip.open(directory / "b.en.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(["", *sentences(9, seed=2), "  "]))  # no final newline
+    (directory / "c.en").write_text("\n".join(sentences(3, seed=3)) + "\n", encoding="utf-8")
+    (directory / "d.en").write_bytes(b"")  # no shards, an empty output
+    return directory
+
+
+@pytest.fixture(scope="module")
+def expected(model_file, corpus, tmp_path_factory) -> dict[str, bytes]:
+    """`nmt translate`'s output for each input, by output name."""
+    out = tmp_path_factory.mktemp("expected")
+    result = {}
+    for path in sorted(corpus.iterdir()):
+        name = path.name.removesuffix(".gz")
+        assert main(["translate", "--model", str(model_file), "--input", str(path),
+                     "--output", str(out / name), *FAST]) == 0
+        result[name] = (out / name).read_bytes()
+    return result
+
+
+def _outputs(out: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in out.iterdir() if path.is_file()
+            and not path.name.startswith(".") and path.name not in (MANIFEST, "report.json")}
+
+
+def _run(model_file: Path, corpus: Path, out: Path, *extra: str) -> int:
+    return main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),
+                 "--out", str(out), "--shard-lines", "5", *FAST, *extra])
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def test_two_workers_give_translates_output_and_a_rerun_does_only_what_is_missing(
+        model_file, corpus, expected, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _run(model_file, corpus, out, "--workers", "2", "--report",
+                str(out / "report.json")) == 0
+    assert _outputs(out) == expected
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert len(manifest["shards"]) == 5 + 3 + 1
+    assert all(shard["state"] == "done" for shard in manifest["shards"])
+    report = _report(out)
+    assert (report["shards_translated"], report["shards_redone"]) == (9, 0)
+    assert report["sentences"] == 23 + 11 + 3
+    assert "9 of 9 shards translated" in capsys.readouterr().err
+
+    assert _run(model_file, corpus, out, "--workers", "1", "--report",
+                str(out / "report.json")) == 0
+    assert _report(out)["shards_translated"] == 0 and _outputs(out) == expected
+
+    (out / SHARDS / "000006.txt").unlink()
+    (out / "a.en").unlink()
+    assert _run(model_file, corpus, out, "--workers", "1", "--report",
+                str(out / "report.json")) == 0
+    assert _report(out)["shards_translated"] == 1 and _outputs(out) == expected
+
+
+@pytest.mark.parametrize("change, says", [
+    (["--beam", "3"], "beam 2, not 3"),
+    (["--shard-lines", "4"], "shard_lines 5, not 4"),
+    (["--format", "json"], "format 'text', not 'json'"),
+    ("model", "another model"),
+])
+def test_another_setting_or_model_is_refused_in_one_line(model_file, corpus, tmp_path,
+                                                         capsys, change, says):
+    out = tmp_path / "out"
+    assert _run(model_file, corpus / "c.en", out, "--shard", "0/1") == 0
+    capsys.readouterr()
+    if change == "model":
+        (tmp_path / "other").mkdir()
+        other = make_model_file(tmp_path / "other")
+        assert _run(other, corpus / "c.en", out, "--shard", "0/1") == 2
+    else:
+        arguments = ["translate-corpus", "--model", str(model_file), "--input",
+                     str(corpus / "c.en"), "--out", str(out), *FAST, "--shard", "0/1"]
+        if "--shard-lines" not in change:
+            arguments += ["--shard-lines", "5"]
+        assert main(arguments + change) == 2
+    error = capsys.readouterr().err
+    assert says in error and len(error.strip().splitlines()) == 1
+
+
+def test_two_parts_then_merge_equal_the_local_result(model_file, corpus, expected, tmp_path,
+                                                     capsys):
+    out = tmp_path / "out"
+    assert _run(model_file, corpus, out, "--shard", "0/2", "--workers", "1") == 0
+    assert _outputs(out) == {}
+    capsys.readouterr()
+    assert main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),
+                 "--out", str(out), "--merge"]) == 2
+    error = capsys.readouterr().err
+    assert "5 shards not done: shard 4 (" in error and "a.en lines 21-23) not translated" in error
+    assert "and 2 more" in error
+    assert len(error.strip().splitlines()) == 1
+
+    assert _run(model_file, corpus, out, "--shard", "1/2", "--workers", "1") == 0
+    capsys.readouterr()
+    (out / SHARDS / "000002.txt").write_text("damaged\n")
+    assert main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),
+                 "--out", str(out), "--merge"]) == 2
+    error = capsys.readouterr().err
+    assert "shard 2 (" in error and "damaged" in error and len(error.strip().splitlines()) == 1
+    (out / SHARDS / "000003.json").rename(tmp_path / "record")
+    (out / SHARDS / "000003.json").mkdir()  # unreadable as a file
+    assert main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),
+                 "--out", str(out), "--merge"]) == 2
+    error = capsys.readouterr().err
+    assert "shard 3 (" in error and "unreadable (Is a directory)" in error
+    assert len(error.strip().splitlines()) == 1
+    (out / SHARDS / "000003.json").rmdir()
+    (tmp_path / "record").rename(out / SHARDS / "000003.json")
+
+    assert _run(model_file, corpus, out, "--shard", "0/2", "--workers", "1") == 0
+    assert main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),
+                 "--out", str(out), "--merge"]) == 0
+    assert _outputs(out) == expected
+
+
+def test_a_worker_killed_mid_shard_has_its_shard_redone(model_file, corpus, expected,
+                                                       tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    # The worker translating shard 1 kills itself (SIGKILL) after 2 of its 5 lines, once.
+    monkeypatch.setenv(KILL_HOOK, f"1:2:{tmp_path / 'killed'}")
+    assert _run(model_file, corpus, out, "--workers", "2", "--report",
+                str(out / "report.json")) == 0
+    assert (tmp_path / "killed").exists()
+    assert _outputs(out) == expected
+    report = _report(out)
+    assert report["shards_translated"] == 9 and report["shards_redone"] >= 1
+
+
+@pytest.mark.parametrize("what, says", [("input", "missing.en: no such file"),
+                                        ("model", "missing.pt: no such model file")])
+def test_a_missing_input_or_model_is_one_line(model_file, corpus, tmp_path, capsys, what,
+                                              says):
+    model = tmp_path / "missing.pt" if what == "model" else model_file
+    inputs = tmp_path / "missing.en" if what == "input" else corpus
+    assert _run(model, inputs, tmp_path / "out") == 2
+    error = capsys.readouterr().err
+    assert says in error and len(error.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_help_says_how_to_run_it_under_slurm(capsys):
+    with pytest.raises(SystemExit):
+        main(["translate-corpus", "--help"])
+    assert "--shard $SLURM_ARRAY_TASK_ID/4" in " ".join(capsys.readouterr().out.split())
+
+
+def test_an_input_directory_with_two_files_of_one_name_is_refused(model_file, corpus,
+                                                                  tmp_path, capsys):
+    shutil.copy(corpus / "c.en", tmp_path / "b.en")
+    assert main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),
+                 str(tmp_path / "b.en"), "--out", str(tmp_path / "out")]) == 2
+    assert "would both be translated into b.en" in capsys.readouterr().err
+
+
+def test_a_full_disk_is_one_line_and_the_rerun_finishes(model_file, corpus, expected, tmp_path,
+                                                        capsys, monkeypatch):
+    from transformer_nmt.data.text import LineWriter
+
+    out = tmp_path / "out"
+    write = LineWriter.write
+    written = []
+
+    def fill_the_disk(self, line):
+        written.append(line)
+        if len(written) == 7:  # in the second shard
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write(self, line)
+
+    monkeypatch.setattr(LineWriter, "write", fill_the_disk)
+    assert _run(model_file, corpus, out, "--shard", "0/1") == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{out / SHARDS / '000001.txt'}: no space left on its disk" in error
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert [shard["state"] for shard in manifest["shards"][:3]] == ["done", "todo", "todo"]
+    assert not [path for path in (out / SHARDS).iterdir() if path.name.endswith(".tmp")]
+    monkeypatch.setattr(LineWriter, "write", write)
+    assert _run(model_file, corpus, out, "--workers", "1") == 0
+    assert _outputs(out) == expected
+
+
+@pytest.mark.parametrize("flags", [["--nbest", "2", "--alignments"], ["--format", "json"]])
+def test_nbest_and_json_lines_are_translates_across_shards(model_file, corpus, tmp_path,
+                                                           flags):
+    source = corpus / "a.en"
+    assert main(["translate", "--model", str(model_file), "--input", str(source),
+                 "--output", str(tmp_path / "expected"), *FAST, *flags]) == 0
+    out = tmp_path / "out"
+    for part in ("0/2", "1/2"):
+        assert main(["translate-corpus", "--model", str(model_file), "--input", str(source),
+                     "--out", str(out), "--shard-lines", "4", "--shard", part, *FAST,
+                     *flags]) == 0
+    assert main(["translate-corpus", "--model", str(model_file), "--input", str(source),
+                 "--out", str(out), "--merge"]) == 0
+    got, want = (path.read_text().splitlines() for path in (out / "a.en",
+                                                             tmp_path / "expected"))
+    if "json" not in flags:
+        assert got == want
+        return
+    # Other batches (a shard's lines batched apart) move a score in its last digit.
+    for line, expected_line in zip(got, want, strict=True):
+        ours, theirs = json.loads(line), json.loads(expected_line)
+        assert (ours["text"], ours["tokens"]) == (theirs["text"], theirs["tokens"])
+        assert ours["token_scores"] == pytest.approx(theirs["token_scores"], abs=1e-3)
