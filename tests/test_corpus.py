@@ -236,3 +236,16 @@ def test_nbest_and_json_lines_are_translates_across_shards(model_file, corpus, t
         ours, theirs = json.loads(line), json.loads(expected_line)
         assert (ours["text"], ours["tokens"]) == (theirs["text"], theirs["tokens"])
         assert ours["token_scores"] == pytest.approx(theirs["token_scores"], abs=1e-3)
+
+
+def test_samples_are_translates_however_the_input_is_cut(model_file, corpus, tmp_path):
+    """Each line's draws are seeded by its number in its input, as `nmt translate` seeds
+    them, not by its place in a shard."""
+    sampling = ["--sampling", "--seed", "3", "--max-len-b", "5", "--precision", "fp32"]
+    path = corpus / "a.en"
+    assert main(["translate", "--model", str(model_file), "--input", str(path), "--output",
+                 str(tmp_path / "whole"), *sampling]) == 0
+    out = tmp_path / "out"
+    assert main(["translate-corpus", "--model", str(model_file), "--input", str(path),
+                 "--out", str(out), "--shard-lines", "5", "--workers", "1", *sampling]) == 0
+    assert (out / "a.en").read_bytes() == (tmp_path / "whole").read_bytes()

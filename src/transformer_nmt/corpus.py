@@ -311,15 +311,16 @@ class ManifestNotes:
 def translate_shard(translator: Translator, task: ShardTask, as_json: bool,
                     errors: str) -> dict[str, Any]:
     """Translate `task`'s lines into its file, put in place whole; its record: SHA-256,
-    sentences and output tokens. Line numbers (n-best lines) count from the input's
-    first line, as `nmt translate` numbers them."""
+    sentences and output tokens. Line numbers (n-best lines, and the seeds of samples)
+    count from the input's first line, as `nmt translate` numbers them."""
     lines = itertools.islice(read_lines(task.path, errors), task.start, task.end)
     speed = SpeedReport()
     vocab = translator.vocab if as_json else None
     nbest = translator.options.decode.nbest > 1
     die_after = _kill_hook(task.number)
     with LineWriter(task.output) as writer:
-        for index, result in enumerate(speed.counted(translator.translate_nbest(lines))):
+        found = translator.translate_nbest(lines, first_line=task.start)
+        for index, result in enumerate(speed.counted(found)):
             for line in format_translations(task.start + index, result, nbest, vocab):
                 writer.write(line)
             if index + 1 == die_after:

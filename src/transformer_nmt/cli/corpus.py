@@ -26,8 +26,8 @@ def add_translate_corpus_parser(subparsers: argparse._SubParsersAction) -> None:
         "only the shards not done are translated; another model or setting is refused. "
         "Locally (default) --workers worker processes, each with its own model on its "
         "share of the cores, take the shards in order; a worker that dies has its shard "
-        "translated again. With --sampling, each shard's draws are seeded by its lines' "
-        "numbers within the shard, so they differ from `nmt translate`'s.",
+        "translated again. With --sampling, each line's draws are seeded by its line "
+        "number in its input, as `nmt translate` seeds them, however the input is cut.",
         epilog="on a cluster (Slurm): the N tasks of a job array translate a part each, "
         "e.g. for N=4: sbatch --array=0-3 --wrap 'nmt translate-corpus --model M.pt "
         "--input corpus/ --out DIR --shard $SLURM_ARRAY_TASK_ID/4'; then, once all are "

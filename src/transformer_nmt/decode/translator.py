@@ -211,16 +211,17 @@ class Translator:
 
     def translate_nbest(self, lines: Iterable[str | TranslationRequest],
                         decode: DecodeConfig | None = None, *, alignments: bool | None = None,
-                        token_scores: bool | None = None) -> Iterator[list[Translation]]:
+                        token_scores: bool | None = None, first_line: int = 0
+                        ) -> Iterator[list[Translation]]:
         """The decode.nbest best translations of each line, best first, in input order
-        (samples, with decode.sampling, seeded by each line's number in this call); a
-        line may be a TranslationRequest, to force a prefix or require phrases.
+        (samples, with decode.sampling, seeded by each line's number, counted from
+        `first_line`: a part of a file translated on its own samples as the whole file
+        does); a line may be a TranslationRequest, to force a prefix or require phrases.
 
         decode, alignments and token_scores are this call's settings (None: the
         options'). Lines are read ahead options.buffer_size at a time, sorted by length
         into batches, and translated by options.workers workers at once."""
         call = self._call(decode, alignments, token_scores)
-        first_line = 0
         for buffer in buffers(lines, self.options.buffer_size):
             numbers = list(range(first_line, first_line + len(buffer)))
             yield from self._translate_items(buffer, call, numbers, self.options.workers)
