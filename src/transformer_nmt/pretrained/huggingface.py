@@ -25,6 +25,7 @@ from transformer_nmt.config import ModelConfig
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import SINUSOIDS, Transformer
 from transformer_nmt.model_file import model_payload
+from transformer_nmt.pretrained.layer_names import layer_weights
 from transformer_nmt.pretrained.vocab_map import IdOrder, mapped_vocab
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
@@ -135,31 +136,7 @@ def _our_weights(theirs: dict[str, Tensor], cfg: ModelConfig, order: IdOrder
     ours = {"tgt_embed.weight": embedding, "src_embed.weight": embedding,
             "logits_bias": order.rows(theirs["final_logits_bias"][0])}
     _check_positions(theirs, cfg)
-
-    def linear(to: str, *names: str) -> None:
-        for kind in ("weight", "bias"):
-            ours[f"{to}.{kind}"] = torch.cat([theirs[f"{name}.{kind}"] for name in names])
-
-    for i in range(cfg.encoder_layers):
-        at, to = f"model.encoder.layers.{i}", f"encoder_layers.{i}"
-        linear(f"{to}.self_attn.qkv_proj", *(f"{at}.self_attn.{x}_proj" for x in "qkv"))
-        linear(f"{to}.self_attn.out_proj", f"{at}.self_attn.out_proj")
-        linear(f"{to}.attn_block.norm", f"{at}.self_attn_layer_norm")
-        linear(f"{to}.ffn.linear1", f"{at}.fc1")
-        linear(f"{to}.ffn.linear2", f"{at}.fc2")
-        linear(f"{to}.ffn_block.norm", f"{at}.final_layer_norm")
-    for i in range(cfg.decoder_layers):
-        at, to = f"model.decoder.layers.{i}", f"decoder_layers.{i}"
-        linear(f"{to}.self_attn.qkv_proj", *(f"{at}.self_attn.{x}_proj" for x in "qkv"))
-        linear(f"{to}.self_attn.out_proj", f"{at}.self_attn.out_proj")
-        linear(f"{to}.self_attn_block.norm", f"{at}.self_attn_layer_norm")
-        linear(f"{to}.cross_attn.q_proj", f"{at}.encoder_attn.q_proj")
-        linear(f"{to}.cross_attn.kv_proj", *(f"{at}.encoder_attn.{x}_proj" for x in "kv"))
-        linear(f"{to}.cross_attn.out_proj", f"{at}.encoder_attn.out_proj")
-        linear(f"{to}.cross_attn_block.norm", f"{at}.encoder_attn_layer_norm")
-        linear(f"{to}.ffn.linear1", f"{at}.fc1")
-        linear(f"{to}.ffn.linear2", f"{at}.fc2")
-        linear(f"{to}.ffn_block.norm", f"{at}.final_layer_norm")
+    ours.update(layer_weights(theirs, cfg, "model.encoder", "model.decoder"))
     return ours
 
 
