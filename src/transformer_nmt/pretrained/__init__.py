@@ -1,3 +1,3 @@
 """Pretrained models of other toolkits (Hugging Face's MarianMTModel, the form OPUS-MT is
-published in) imported as this project's model files, which every command then takes as
-it takes its own."""
+published in; fairseq's Transformer checkpoints) imported as this project's model files,
+which every command then takes as it takes its own."""

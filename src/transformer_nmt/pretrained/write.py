@@ -8,27 +8,38 @@ from typing import Any
 
 from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import save_model_file
+from transformer_nmt.pretrained.fairseq import read_fairseq_checkpoint
 from transformer_nmt.pretrained.huggingface import read_marian_dir
 
-SOURCES = ("huggingface",)
+SOURCES = ("huggingface", "fairseq")
 """The toolkits `nmt import` reads."""
 
 
 def import_model(source: str, path: str | Path, out: str | Path, force: bool = False,
-                 languages: tuple[str | None, str | None] = (None, None)) -> dict[str, Any]:
-    """Read the pretrained model at `path` (a directory of `source`'s format) and write it
-    as the model file `out`; returns its payload. `languages` (source, target) replace
-    what the model records, where given."""
+                 languages: tuple[str | None, str | None] = (None, None), *,
+                 dict_dir: str | Path | None = None, bpe: str = "sentencepiece",
+                 bpe_model: str | Path | None = None) -> dict[str, Any]:
+    """Read the pretrained model at `path` (a directory of `source`'s format; fairseq: its
+    checkpoint file, with its dictionaries in `dict_dir`, default the checkpoint's
+    directory, and its `bpe` model `bpe_model`) and write it as the model file `out`;
+    returns its payload. `languages` (source, target) replace what the model records,
+    where given."""
     path, out = Path(path), Path(out)
     if source not in SOURCES:
         raise UserError(f"cannot import from {source!r}; choose one of {', '.join(SOURCES)}")
-    if not path.is_dir():
+    if source == "huggingface" and not path.is_dir():
         raise UserError(f"{path}: no such directory; give the directory the model was "
                         "saved in (save_pretrained)")
+    if source != "fairseq" and (dict_dir or bpe_model):
+        raise UserError("--dict-dir and --bpe-model are for --from fairseq")
     if out.exists() and not force:
         raise UserError(f"{out} already exists; choose another --out or pass --force to "
                         "replace it")
-    payload = read_marian_dir(path)
+    if source == "fairseq":
+        payload = read_fairseq_checkpoint(path, Path(dict_dir) if dict_dir else path.parent,
+                                          bpe, Path(bpe_model) if bpe_model else None)
+    else:
+        payload = read_marian_dir(path)
     src_lang, tgt_lang = languages
     if src_lang or tgt_lang:
         recorded = (payload.get("src_lang"), payload.get("tgt_lang"))
