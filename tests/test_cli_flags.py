@@ -57,7 +57,8 @@ NOT_SETTINGS = {
     "params": {"--preset", "--vocab-size"},
     "presets": set(),
     "info": {"model"},
-    "import": {"--from", "path", "--out", "--src-lang", "--tgt-lang", "--force"},
+    "import": {"--from", "path", "--out", "--src-lang", "--tgt-lang", "--dict-dir", "--bpe",
+               "--bpe-model", "--force"},
 }
 """Flags that set no field of a settings dataclass."""
 
