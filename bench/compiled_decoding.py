@@ -243,7 +243,8 @@ class CompiledDecoder(nn.Module):
         with torch._inductor.config.patch(freezing=True):
             return self._step(
                 self.model, tokens, torch.tensor([position], device=tgt.device),
-                self.model._positional(position, 1).clone(), *inputs, memory_mask)
+                self.model._positional(position, 1, self.model.positions).clone(), *inputs,
+                memory_mask)
 
     def _give_up(self, error: Exception) -> None:
         with self._lock:

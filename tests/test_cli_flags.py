@@ -59,7 +59,8 @@ NOT_SETTINGS = {
     "params": {"--preset", "--vocab-size"},
     "presets": set(),
     "info": {"model"},
-    "import": {"--from", "path", "--out", "--src-lang", "--tgt-lang", "--force"},
+    "import": {"--from", "path", "--out", "--src-lang", "--tgt-lang", "--dict-dir", "--bpe",
+               "--bpe-model", "--force"},
 }
 """Flags that set no field of a settings dataclass."""
 
@@ -184,7 +185,8 @@ def test_the_decode_flags_follow_decode_config():
     (ModelConfig, {"heads": 8.0}, "heads must be a whole number, not 8.0"),
     (ModelConfig, {"d_model": True}, "d_model must be a whole number, not True"),
     (ModelConfig, {"positional": "rotary"},
-     "positional must be one of 'sinusoidal', 'learned', 'sinusoidal-halves', not 'rotary'"),
+     "positional must be one of 'sinusoidal', 'learned', 'sinusoidal-halves', "
+     "'sinusoidal-fairseq', not 'rotary'"),
     (TrainConfig, {"max_bad_steps": 0}, "max_bad_steps must be at least 1, not 0"),
     (TrainConfig, {"valid_metric": "ter"}, "valid_metric must be one of 'loss'"),
     (TrainConfig, {"lr_scale": "2"}, "lr_scale must be a number, not '2'"),
@@ -210,7 +212,7 @@ def test_a_set_outside_the_choices_is_a_one_line_error(tmp_path, capsys):
     assert main(["train", "--out", str(tmp_path / "run"), "--set", "positional=rotary"]) == 2
     assert capsys.readouterr().err == (
         "nmt train: error: positional must be one of 'sinusoidal', 'learned', "
-        "'sinusoidal-halves', not 'rotary'\n")
+        "'sinusoidal-halves', 'sinusoidal-fairseq', not 'rotary'\n")
 
 
 def test_text_reads_as_each_fields_type():

@@ -87,11 +87,15 @@ def test_the_export_records_where_it_came_from(exported):
 
 
 @pytest.mark.parametrize("change", [dict(pre_norm=True), dict(positional="learned"),
-                                    dict(tie_embeddings="none"), dict(d_k=4, d_v=4)])
+                                    dict(tie_embeddings="none"), dict(d_k=4, d_v=4),
+                                    dict(positional="learned", tie_positions=False),
+                                    dict(positional="sinusoidal-fairseq",
+                                         scale_embeddings=False)])
 def test_other_architectures_decode_the_same_greedy_tokens(tmp_path, model_file, change):
-    """Pre-norm (final norms), learned positions (a table like ours), untied embeddings and
-    heads narrower than d_model / h, on random models: greedy tokens agree, the length
-    limit included (random models rarely stop by themselves)."""
+    """Pre-norm (final norms), learned positions (a table like ours, or one per stack),
+    untied embeddings, heads narrower than d_model / h, fairseq's table and unscaled
+    embeddings, on random models: greedy tokens agree, the length limit included (random
+    models rarely stop by themselves)."""
     vocab = load_for_inference(model_file).vocab
     torch.manual_seed(1)
     cfg = replace(get_preset("tiny").model, dropout=0.0, max_positions=64, **change)

@@ -77,6 +77,21 @@ def test_the_logits_bias_and_new_fields_survive_saving_and_loading(tiny_data, tm
             "logits bias\n") in capsys.readouterr().out
 
 
+def test_fairseqs_fields_survive_saving_and_loading(tiny_data, tmp_path, capsys):
+    """Unscaled embeddings and a learned position table per stack (fairseq's models)."""
+    model = save_marian_like_model(tmp_path / "model.pt", (tiny_data / SPM_MODEL).read_bytes(),
+                                   64, positional="learned", tie_positions=False,
+                                   scale_embeddings=False)
+    loaded = load_for_inference(tmp_path / "model.pt").model
+    assert loaded.cfg == model.cfg
+    assert torch.equal(loaded.src_positions.weight, model.src_positions.weight)
+    src, tgt = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 8, 9]])
+    assert torch.equal(loaded(src, tgt), model(src, tgt))
+    assert main(["info", str(tmp_path / "model.pt")]) == 0
+    assert ("learned positions (a table per stack) up to 256, post-norm, swish FFN, tied "
+            "embeddings: all, logits bias, unscaled embeddings\n") in capsys.readouterr().out
+
+
 def test_missing_fields_are_a_damaged_file_not_a_key_error(tmp_path):
     torch.save({"format": "transformer-nmt", "version": 1, "model": {}}, tmp_path / "forged.pt")
     with pytest.raises(UserError, match=r"forged.pt: damaged model file \(no model_config, "

@@ -12,7 +12,9 @@ from torch import nn
 
 from transformer_nmt.config import PRESETS, ModelConfig, get_preset
 from transformer_nmt.model.attention import scaled_dot_product_attention
+from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import (Transformer, sinusoidal_encodings,
+                                               sinusoidal_fairseq_encodings,
                                                sinusoidal_halves_encodings)
 
 VOCAB = 53
@@ -105,12 +107,39 @@ def test_the_halves_table_holds_sines_then_cosines_of_the_same_angles():
             assert ours == pytest.approx(theirs, abs=1e-6)
 
 
-@pytest.mark.parametrize("positional", ["sinusoidal", "sinusoidal-halves"])
+def fairseq_table(length: int, d_model: int) -> list[list[float]]:
+    """fairseq's SinusoidalPositionalEmbedding.get_embedding, from its documented math:
+    half = d // 2 frequencies w_i = exp(-i * ln(10000) / (half - 1)), row r holds the
+    sines of r * w_i then their cosines (a zero column after them when d is odd), and
+    position p is row p + padding_idx + 1 = p + 2. Here in double precision."""
+    half = d_model // 2
+    frequencies = [math.exp(-i * math.log(10000) / (half - 1)) for i in range(half)]
+    return [[math.sin((pos + 2) * w) for w in frequencies]
+            + [math.cos((pos + 2) * w) for w in frequencies] + [0.0] * (d_model % 2)
+            for pos in range(length)]
+
+
+def test_the_fairseq_table_holds_fairseqs_rows_from_row_two():
+    # d_model = 6, by hand: frequencies 1, 10000^(-1/2), 10000^(-1); position 0 is row 2.
+    table = sinusoidal_fairseq_encodings(3, 6)
+    for pos in range(3):
+        angles = [(pos + 2) * w for w in (1.0, 0.01, 0.0001)]
+        expected = [math.sin(a) for a in angles] + [math.cos(a) for a in angles]
+        assert table[pos].tolist() == pytest.approx(expected, abs=1e-6)
+    for length, d_model in ((4, 6), (4, 5), (300, 32), (9, 7)):
+        for ours, theirs in zip(sinusoidal_fairseq_encodings(length, d_model).tolist(),
+                                fairseq_table(length, d_model)):
+            assert ours == pytest.approx(theirs, abs=2e-5)  # float32 angles up to 301
+    assert sinusoidal_fairseq_encodings(4, 5)[:, 4].abs().max() == 0
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "sinusoidal-halves", "sinusoidal-fairseq"])
 def test_a_model_uses_its_table_and_extends_it_beyond_max_positions(positional):
     """Positions past max_positions are computed as the table would hold them: a model
     with a short table decodes a long sentence as one with a long table."""
     tables = {"sinusoidal": sinusoidal_encodings,
-              "sinusoidal-halves": sinusoidal_halves_encodings}
+              "sinusoidal-halves": sinusoidal_halves_encodings,
+              "sinusoidal-fairseq": sinusoidal_fairseq_encodings}
     torch.manual_seed(0)
     short = Transformer(tiny_config(positional=positional, max_positions=8), VOCAB).eval()
     long = Transformer(tiny_config(positional=positional, max_positions=32), VOCAB).eval()
@@ -167,6 +196,10 @@ def test_weights_path_equals_fused_path_through_the_model():
 
 @pytest.mark.parametrize("changes", [dict(positional="sinusoidal"), dict(positional="learned"),
                                      dict(positional="sinusoidal-halves"),
+                                     dict(positional="sinusoidal-fairseq",
+                                          scale_embeddings=False),
+                                     dict(positional="learned", tie_positions=False,
+                                          pre_norm=True),
                                      dict(activation="swish", logits_bias=True),
                                      dict(activation="gelu", logits_bias=True,
                                           tie_embeddings="none")])
@@ -306,11 +339,35 @@ def test_tied_weights_are_one_tensor():
     assert untied.output_proj.weight is not untied.tgt_embed.weight
 
 
-def test_embeddings_are_scaled_by_sqrt_d_model():
+def test_embeddings_are_scaled_by_sqrt_d_model_unless_told_not_to():
     model = Transformer(tiny_config(), VOCAB).eval()
     tokens = torch.tensor([[5, 6]])
     expected = model.tgt_embed(tokens) * math.sqrt(32) + sinusoidal_encodings(2, 32)
-    torch.testing.assert_close(model._embed(model.tgt_embed, tokens), expected)
+    torch.testing.assert_close(model._embed(model.tgt_embed, None, tokens), expected)
+    unscaled = Transformer(tiny_config(scale_embeddings=False), VOCAB).eval()
+    expected = unscaled.tgt_embed(tokens) + sinusoidal_encodings(2, 32)
+    torch.testing.assert_close(unscaled._embed(unscaled.tgt_embed, None, tokens), expected)
+
+
+def test_learned_positions_take_a_table_per_stack_when_untied():
+    """fairseq's encoder and decoder learn a position table each: the encoder adds
+    src_positions, the decoder (and decoding row by row) positions; tied, one table."""
+    torch.manual_seed(0)
+    tied = Transformer(tiny_config(positional="learned"), VOCAB).eval()
+    assert tied.src_positions is None and tied.source_positions is tied.positions
+    model = Transformer(tiny_config(positional="learned", tie_positions=False), VOCAB).eval()
+    assert set(model.state_dict()) == set(tied.state_dict()) | {"src_positions.weight"}
+    src, tgt = random_batch(2, 6, 5)
+    full = model(src, tgt)
+    with torch.no_grad():
+        model.src_positions.weight.add_(1.0)
+    assert not torch.allclose(model(src, tgt), full)
+    cache = model.new_row_cache(1)
+    model.join_rows(cache, model.encode(src))
+    steps = [model.decode_rows(tgt[:, i], torch.full((2,), i), cache).logits for i in range(5)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), model(src, tgt))
+    with pytest.raises(UserError, match="tie_positions False needs learned positions"):
+        tiny_config(tie_positions=False)
 
 
 def copy_into_torch_transformer(model: Transformer) -> tuple[nn.Module, nn.Module]:
@@ -359,9 +416,9 @@ def test_matches_torch_nn_transformer_with_the_same_weights():
     src, tgt = random_batch(2, 6, 5)
     src[1, 4:] = PAD
     ours = model(src, tgt)
-    memory = encoder(model._embed(model.src_embed, src), src_key_padding_mask=src.eq(PAD))
+    memory = encoder(model._embed(model.src_embed, None, src), src_key_padding_mask=src.eq(PAD))
     causal = nn.Transformer.generate_square_subsequent_mask(5)
-    hidden = decoder(model._embed(model.tgt_embed, tgt), memory, tgt_mask=causal,
+    hidden = decoder(model._embed(model.tgt_embed, None, tgt), memory, tgt_mask=causal,
                      memory_key_padding_mask=src.eq(PAD))
     torch.testing.assert_close(ours, model.project(hidden), atol=1e-5, rtol=1e-4)
 

@@ -16,7 +16,7 @@ from typing import Callable, Literal, get_args
 from transformer_nmt.errors import UserError
 from transformer_nmt.fields import check_types, marked, parse_duration, setting
 
-Positional = Literal["sinusoidal", "learned", "sinusoidal-halves"]
+Positional = Literal["sinusoidal", "learned", "sinusoidal-halves", "sinusoidal-fairseq"]
 Activation = Literal["relu", "swish", "gelu"]
 TieEmbeddings = Literal["all", "decoder", "none"]
 TrainPrecision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -110,11 +110,19 @@ class ModelConfig:
     models) or 'gelu' (exact, with erf, as Hugging Face's 'gelu')."""
     positional: Positional = "sinusoidal"
     """'sinusoidal' (section 3.5: sines and cosines interleaved), 'learned' (Table 3 row
-    (E)) or 'sinusoidal-halves' (the same sines in the first half of the dimensions and
-    cosines in the second, as Marian lays them out)."""
+    (E)), 'sinusoidal-halves' (the same sines in the first half of the dimensions and
+    cosines in the second, as Marian lays them out) or 'sinusoidal-fairseq' (fairseq's
+    tensor2tensor-style table: halves too, frequencies 10000^(-i / (d_model // 2 - 1)),
+    and position p at fairseq's row p + 2)."""
+    tie_positions: bool = True
+    """With learned positions: one table for the encoder and the decoder (True), or one
+    each (False, as fairseq's encoder and decoder have)."""
     max_positions: int = 1024
     """Longest sequence the positional encodings cover: the learned table's size, and the
     longest input and output the model takes, so part of the architecture."""
+    scale_embeddings: bool = True
+    """Multiply the embeddings by sqrt(d_model) before adding the positions (section 3.4);
+    False as fairseq's no_scale_embedding."""
     pre_norm: bool = False
     """False: the paper's LayerNorm(x + Dropout(Sublayer(x))); True: x + Dropout(Sublayer(LayerNorm(x)))."""
     tie_embeddings: TieEmbeddings = "all"
@@ -130,6 +138,9 @@ class ModelConfig:
                           "heads", "d_k", "d_v")
         _require_at_least(self, 2, "max_positions")
         _require_fraction(self, "dropout", "attention_dropout", "activation_dropout")
+        if not self.tie_positions and self.positional != "learned":
+            raise UserError(f"tie_positions False needs learned positions; "
+                            f"{self.positional!r} ones are one fixed table")
 
 
 NOT_ARCHITECTURE = marked(ModelConfig, "architecture", False)

@@ -242,9 +242,11 @@ def _architecture_line(payload: dict[str, Any]) -> str:
               else f"{cfg.encoder_layers}+{cfg.decoder_layers}")
     return (f"{preset or 'no preset'} ({preset_from}): N={layers} d_model={cfg.d_model} "
             f"d_ff={cfg.d_ff} h={cfg.heads} d_k={cfg.d_k} d_v={cfg.d_v}, {cfg.positional} "
-            f"positions up to {cfg.max_positions}, {'pre' if cfg.pre_norm else 'post'}-norm, "
+            f"positions{'' if cfg.tie_positions else ' (a table per stack)'} up to "
+            f"{cfg.max_positions}, {'pre' if cfg.pre_norm else 'post'}-norm, "
             f"{cfg.activation} FFN, tied embeddings: {cfg.tie_embeddings}"
-            f"{', logits bias' if cfg.logits_bias else ''}")
+            f"{', logits bias' if cfg.logits_bias else ''}"
+            f"{'' if cfg.scale_embeddings else ', unscaled embeddings'}")
 
 
 def describe_model(path: str | Path) -> list[tuple[str, str]]:

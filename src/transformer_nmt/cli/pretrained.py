@@ -6,16 +6,18 @@ import argparse
 
 from transformer_nmt.interrupts import sigterm_unwinds, stop_signals_held
 
-SOURCES = ("huggingface", "marian")
+SOURCES = ("huggingface", "marian", "fairseq")
 """What --from takes (transformer_nmt.pretrained.write.SOURCES, named here so that
 `nmt --help` imports no torch)."""
+BPES = ("sentencepiece", "subword_nmt", "fastbpe")
+"""What --bpe takes (transformer_nmt.pretrained.fairseq.BPES)."""
 
 
 def add_import_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "import",
         help="import a pretrained model of another toolkit (OPUS-MT's, from Hugging Face or "
-        "Marian)",
+        "Marian; fairseq checkpoints)",
         description="Write a pretrained translation model of another toolkit as a model "
         "file of this project, which translate, evaluate, score, attention, serve, "
         "calibrate, train --init-from (fine-tuning) and export then take as they take "
@@ -29,21 +31,40 @@ def add_import_parser(subparsers: argparse._SubParsersAction) -> None:
         "release of OPUS-MT or the Tatoeba-Challenge unzipped (decoder.yml, the .npz "
         "weights, the .vocab.yml id map with source.spm and target.spm, or .spm "
         "vocabularies; LICENSE or README.md gives the licence), read with numpy and PyYAML "
-        "(in the same extra). What this project's Transformer "
-        "cannot represent (separate source and target vocabularies, multilingual "
-        "target-language tokens) is refused in one line, never imported wrong.",
-        epilog="example: nmt import --from huggingface opus-mt-en-de --out en-de.pt && "
-        "nmt serve --model en-de.pt",
+        "(in the same extra). fairseq: a checkpoint of fairseq's "
+        "Transformer (checkpoint_best.pt of --arch transformer, transformer_wmt_en_de, "
+        "transformer_vaswani_wmt_en_de_big, ...), read as data without running it, with "
+        "the dict.SRC.txt and dict.TGT.txt of its data (--dict-dir) and the sentencepiece "
+        "model its pieces come from (--bpe sentencepiece --bpe-model); subword-nmt and "
+        "fastBPE models, which need Moses tokenization, are not supported yet. What this "
+        "project's Transformer cannot represent (separate source and target "
+        "vocabularies, multilingual target-language tokens, fairseq's layernorm_embedding) "
+        "is refused in one line, never imported wrong.",
+        epilog="examples: nmt import --from huggingface opus-mt-en-de --out en-de.pt && "
+        "nmt serve --model en-de.pt; nmt import --from marian opus-2020-02-26 --out "
+        "en-de.pt; nmt import --from fairseq checkpoints/checkpoint_best.pt "
+        "--dict-dir data-bin --bpe sentencepiece --bpe-model spm.model --out en-de.pt",
     )
     parser.add_argument("--from", dest="source", required=True, choices=SOURCES,
                         help="the toolkit the model comes from")
-    parser.add_argument("path", metavar="DIR", help="the model's directory")
+    parser.add_argument("path", metavar="PATH", help="the model's directory (huggingface, "
+                        "marian) or checkpoint file (fairseq)")
     parser.add_argument("--out", required=True, metavar="MODEL.pt",
                         help="the model file to write")
     parser.add_argument("--src-lang", metavar="LANG",
                         help="the source language (default: what the model records)")
     parser.add_argument("--tgt-lang", metavar="LANG",
                         help="the target language (default: what the model records)")
+    parser.add_argument("--dict-dir", metavar="DIR",
+                        help="fairseq: the directory of the checkpoint's dict.SRC.txt and "
+                        "dict.TGT.txt (fairseq-preprocess's --destdir; default: the "
+                        "checkpoint's directory)")
+    parser.add_argument("--bpe", choices=BPES, default="sentencepiece",
+                        help="fairseq: how the dictionaries' pieces were made; only "
+                        "sentencepiece is supported yet, subword_nmt and fastbpe (which need "
+                        "Moses tokenization) are refused (default: sentencepiece)")
+    parser.add_argument("--bpe-model", metavar="FILE.model",
+                        help="fairseq: the sentencepiece model of the dictionaries' pieces")
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
     parser.set_defaults(func=run_import)
 
@@ -55,7 +76,8 @@ def run_import(args: argparse.Namespace) -> None:
         from transformer_nmt.pretrained.write import import_model
 
     payload = import_model(args.source, args.path, args.out, args.force,
-                           (args.src_lang, args.tgt_lang))
+                           (args.src_lang, args.tgt_lang), dict_dir=args.dict_dir,
+                           bpe=args.bpe, bpe_model=args.bpe_model)
     languages = "-".join(filter(None, (payload.get("src_lang"), payload.get("tgt_lang"))))
     print(f"wrote {args.out}{f' ({languages})' if languages else ''}; translate with "
           f"nmt translate --model {args.out}, serve with nmt serve --model {args.out}")

@@ -10,8 +10,10 @@ fused key/value projections its linear[0] and linear[1], each residual block's L
 the layer_norm of its attention or FFN, and pre-norm stacks' final norms the encoder's and
 decoder's layer_norm, the logits bias the decoder projection's bias. The position table
 goes across as it is, whichever layout its sines and cosines have (CTranslate2's built-in
-ones are in halves, ours interleaved unless "sinusoidal-halves"), and a learned table is a
-table too. Source and target vocabularies are the one shared sentencepiece vocabulary.
+ones are in halves, ours interleaved unless "sinusoidal-halves"; fairseq's start at row 2),
+and learned tables are tables too, one per stack; unscaled embeddings are CTranslate2's
+scale_embeddings off. Source and target vocabularies are the one shared sentencepiece
+vocabulary.
 """
 
 from __future__ import annotations
@@ -79,11 +81,10 @@ def _attention_and_ffn(layer_spec: Any, layer: nn.Module, attention_norm: nn.Lay
     _norm(layer_spec.ffn.layer_norm, layer.ffn_block.norm)
 
 
-def _position_table(model: Transformer) -> np.ndarray:
-    """(max_positions, d_model) the encodings added to the scaled embeddings."""
-    if model.positions is not None:
-        return _array(model.positions.weight)
-    return _array(model.sinusoids)
+def _position_table(model: Transformer, learned: nn.Embedding | None) -> np.ndarray:
+    """(max_positions, d_model) the encodings added to one stack's embeddings: its
+    `learned` table, or the sinusoids."""
+    return _array(model.sinusoids if learned is None else learned.weight)
 
 
 def model_spec(model: Transformer, vocab: Vocab) -> Any:
@@ -103,13 +104,13 @@ def model_spec(model: Transformer, vocab: Vocab) -> Any:
                  activation=activation)
     spec = TransformerSpec(TransformerEncoderSpec(cfg.encoder_layers, **shape),
                            TransformerDecoderSpec(cfg.decoder_layers, **shape))
-    table = _position_table(model)
     spec.encoder.embeddings[0].weight = _array(model.src_embed.weight)  # (vocab, d_model)
-    spec.encoder.position_encodings.encodings = table
+    spec.encoder.position_encodings.encodings = _position_table(model, model.source_positions)
+    spec.encoder.scale_embeddings = spec.decoder.scale_embeddings = cfg.scale_embeddings
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder_layers):
         _attention_and_ffn(layer_spec, layer, layer.attn_block.norm)
     spec.decoder.embeddings.weight = _array(model.tgt_embed.weight)
-    spec.decoder.position_encodings.encodings = table
+    spec.decoder.position_encodings.encodings = _position_table(model, model.positions)
     spec.decoder.projection.weight = _array(model.projection_weight)
     if model.projection_bias is not None:
         spec.decoder.projection.bias = _array(model.projection_bias)

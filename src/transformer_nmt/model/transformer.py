@@ -45,7 +45,28 @@ def sinusoidal_halves_encodings(length: int, d_model: int) -> Tensor:
     return torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)
 
 
-SINUSOIDS = {"sinusoidal": sinusoidal_encodings, "sinusoidal-halves": sinusoidal_halves_encodings}
+FAIRSEQ_FIRST_ROW = 2
+"""fairseq's row of position 0: its positions count from padding_idx + 1, padding_idx 1."""
+
+
+def sinusoidal_fairseq_encodings(length: int, d_model: int) -> Tensor:
+    """fairseq's SinusoidalPositionalEmbedding rows of positions 0..length-1, (length,
+    d_model): the half = d_model // 2 sines, then the cosines, of angle row * w_i with
+    w_i = 10000^(-i / (half - 1)), where position p sits at row p + 2; a zero last column
+    when d_model is odd. float32 arithmetic, as fairseq computes its table, so that an
+    imported model adds what it was trained with."""
+    half = d_model // 2
+    step = math.log(10000.0) / max(half - 1, 1)  # fairseq has no table below d_model 4
+    frequencies = torch.exp(torch.arange(half, dtype=torch.float32) * -step)  # (half,)
+    rows = torch.arange(FAIRSEQ_FIRST_ROW, FAIRSEQ_FIRST_ROW + length, dtype=torch.float32)
+    angle = rows.unsqueeze(1) * frequencies.unsqueeze(0)  # (length, half)
+    table = torch.zeros(length, d_model)
+    table[:, :half], table[:, half: 2 * half] = torch.sin(angle), torch.cos(angle)
+    return table
+
+
+SINUSOIDS = {"sinusoidal": sinusoidal_encodings, "sinusoidal-halves": sinusoidal_halves_encodings,
+             "sinusoidal-fairseq": sinusoidal_fairseq_encodings}
 """The fixed table of each ModelConfig.positional that is not learned."""
 
 
@@ -86,15 +107,19 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> None:
         super().__init__()
         self.cfg, self.vocab_size, self.pad_id = cfg, vocab_size, pad_id
-        self.embed_scale = math.sqrt(cfg.d_model)
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
 
         self.tgt_embed = nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id)
         self.src_embed = (self.tgt_embed if cfg.tie_embeddings == "all"
                           else nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id))
         self.output_proj = (None if cfg.tie_embeddings in ("all", "decoder")
                             else nn.Linear(cfg.d_model, vocab_size, bias=False))
+        # The decoder's learned table, and the encoder's too unless tie_positions is False.
+        self.src_positions = None
         if cfg.positional == "learned":
             self.positions = nn.Embedding(cfg.max_positions, cfg.d_model)
+            if not cfg.tie_positions:
+                self.src_positions = nn.Embedding(cfg.max_positions, cfg.d_model)
         else:
             self.positions = None
             self.register_buffer("sinusoids", SINUSOIDS[cfg.positional](cfg.max_positions,
@@ -130,32 +155,41 @@ class Transformer(nn.Module):
             nn.init.normal_(embedding.weight, mean=0.0, std=self.cfg.d_model ** -0.5)
             with torch.no_grad():
                 embedding.weight[self.pad_id].zero_()
-        if self.positions is not None:
-            nn.init.normal_(self.positions.weight, mean=0.0, std=self.cfg.d_model ** -0.5)
+        for table in (self.positions, self.src_positions):
+            if table is not None:
+                nn.init.normal_(table.weight, mean=0.0, std=self.cfg.d_model ** -0.5)
 
-    def _positional(self, start: int, length: int) -> Tensor:
-        """Positional encodings of positions start..start+length-1, (length, d_model)."""
+    @property
+    def source_positions(self) -> nn.Embedding | None:
+        """The learned table the encoder adds (the decoder's, unless tie_positions is
+        False), or None for sinusoids."""
+        return self.positions if self.src_positions is None else self.src_positions
+
+    def _positional(self, start: int, length: int, learned: nn.Embedding | None) -> Tensor:
+        """Positional encodings of positions start..start+length-1, (length, d_model):
+        rows of the `learned` table, or the sinusoids where it is None."""
         end = start + length
         if end > self.cfg.max_positions:
-            if self.positions is not None:
+            if learned is not None:
                 raise ValueError(f"position {end - 1} is beyond the learned table of "
                                  f"{self.cfg.max_positions} positions")
             table = SINUSOIDS[self.cfg.positional](end, self.cfg.d_model)  # (end, d_model)
             return table.to(self.sinusoids)[start:end]
-        if self.positions is not None:
-            return self.positions.weight[start:end]
+        if learned is not None:
+            return learned.weight[start:end]
         return self.sinusoids[start:end]
 
-    def _embed(self, embedding: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
+    def _embed(self, embedding: nn.Embedding, learned: nn.Embedding | None, tokens: Tensor,
+               start: int = 0) -> Tensor:
         x = embedding(tokens) * self.embed_scale  # (batch, len, d_model)
-        x = x + self._positional(start, tokens.size(1))
+        x = x + self._positional(start, tokens.size(1), learned)
         return bool_mask_dropout(x, self.cfg.dropout, self.training)
 
     def encode(self, src: Tensor, need_weights: bool = False) -> EncoderOut:
         """Run the encoder stack on source token ids src (batch, src_len)."""
         src_mask = src.ne(self.pad_id)  # (batch, src_len)
         attn_mask = src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
-        x = self._embed(self.src_embed, src)  # (batch, src_len, d_model)
+        x = self._embed(self.src_embed, self.source_positions, src)  # (batch, src_len, d_model)
         weights = []
         for layer in self.encoder_layers:
             x, layer_weights = layer(x, attn_mask, need_weights)
@@ -232,7 +266,7 @@ class Transformer(nn.Module):
         decoder weights (as in DecoderOut)."""
         start = 0 if cache is None else cache.length
         memory_mask = enc.src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
-        x = self._embed(self.tgt_embed, tgt, start)  # (batch, tgt_len, d_model)
+        x = self._embed(self.tgt_embed, self.positions, tgt, start)  # (batch, tgt_len, d_model)
         self_attention: list[Tensor] = []
         cross_attention: list[Tensor] = []
         probed = None

@@ -25,6 +25,7 @@ from transformer_nmt.config import ModelConfig
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import SINUSOIDS, Transformer
 from transformer_nmt.model_file import model_payload
+from transformer_nmt.pretrained.layer_names import layer_weights
 from transformer_nmt.pretrained.vocab_map import IdOrder, mapped_vocab
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
@@ -127,31 +128,6 @@ def _marian_weights(directory: Path) -> dict[str, Tensor]:
     return {name: tensor.detach().float() for name, tensor in model.state_dict().items()}
 
 
-ENCODER_LAYER = {
-    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "self_attn.out_proj": ("self_attn.out_proj",),
-    "attn_block.norm": ("self_attn_layer_norm",),
-    "ffn.linear1": ("fc1",),
-    "ffn.linear2": ("fc2",),
-    "ffn_block.norm": ("final_layer_norm",),
-}
-"""Each weight (and bias) of our encoder layer: the MarianMTModel layer's it is made of,
-concatenated in this order (our self-attention's q, k and v are one matrix)."""
-DECODER_LAYER = {
-    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "self_attn.out_proj": ("self_attn.out_proj",),
-    "self_attn_block.norm": ("self_attn_layer_norm",),
-    "cross_attn.q_proj": ("encoder_attn.q_proj",),
-    "cross_attn.kv_proj": ("encoder_attn.k_proj", "encoder_attn.v_proj"),
-    "cross_attn.out_proj": ("encoder_attn.out_proj",),
-    "cross_attn_block.norm": ("encoder_attn_layer_norm",),
-    "ffn.linear1": ("fc1",),
-    "ffn.linear2": ("fc2",),
-    "ffn_block.norm": ("final_layer_norm",),
-}
-"""The same for our decoder layer."""
-
-
 def our_weights(theirs: dict[str, Tensor], cfg: ModelConfig, order: IdOrder
                 ) -> dict[str, Tensor]:
     """Our state dict from a MarianMTModel's (or from names made into its by marian.py):
@@ -162,14 +138,7 @@ def our_weights(theirs: dict[str, Tensor], cfg: ModelConfig, order: IdOrder
     if cfg.logits_bias:
         ours["logits_bias"] = order.rows(theirs["final_logits_bias"][0])
     _check_positions(theirs, cfg)
-
-    for stack, layers, names in (("encoder", cfg.encoder_layers, ENCODER_LAYER),
-                                 ("decoder", cfg.decoder_layers, DECODER_LAYER)):
-        for i in range(layers):
-            for to, sources in names.items():
-                for kind in ("weight", "bias"):
-                    ours[f"{stack}_layers.{i}.{to}.{kind}"] = torch.cat(
-                        [theirs[f"model.{stack}.layers.{i}.{name}.{kind}"] for name in sources])
+    ours.update(layer_weights(theirs, cfg, "model.encoder", "model.decoder"))
     return ours
 
 
