@@ -33,7 +33,8 @@ from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import load_for_inference, read_model_file, vocab_source
-from transformer_nmt.pretrained.fairseq import NEVER, FairseqArgs, load_checkpoint
+from transformer_nmt.pretrained.fairseq import FairseqArgs, load_checkpoint
+from transformer_nmt.pretrained.vocab_map import COPY_BIAS
 from transformer_nmt.pretrained.write import import_model
 from transformer_nmt.training.checkpoint import LAST
 from transformer_nmt.training.session import train
@@ -93,7 +94,7 @@ def test_the_imported_model_computes_fairseqs_logits(imported, reference, name):
     others = [i for i in range(len(theirs)) if i != bos]
     torch.testing.assert_close(found[..., others], expected[..., others], atol=1e-5, rtol=1e-5)
     # The start token, a copy of </s>, takes no probability from it.
-    torch.testing.assert_close(found[..., bos], expected[..., bos] + NEVER)
+    torch.testing.assert_close(found[..., bos], expected[..., bos] + COPY_BIAS)
     torch.testing.assert_close(torch.log_softmax(found, -1)[..., others],
                                torch.log_softmax(reference["logits"][name], -1)[..., theirs]
                                [..., others], atol=1e-5, rtol=1e-5)

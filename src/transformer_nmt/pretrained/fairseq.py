@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from transformer_nmt.config import ModelConfig
-from transformer_nmt.data.vocab import BOS_ID, Vocab
+from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import FAIRSEQ_FIRST_ROW, Transformer
 from transformer_nmt.model_file import model_payload
@@ -49,9 +49,6 @@ ACTIVATIONS = ("relu", "gelu")
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
 """A fairseq Dictionary's first four entries, ids 0 to 3, which dict.txt does not list."""
 PAD, EOS, UNK = 1, 2, 3
-NEVER = -1e4
-"""The logits bias of our start token, the copy of </s>: no probability left, and finite,
-so that label smoothing in fine-tuning stays finite (and in float16 too)."""
 DERIVED_KEYS = re.compile(r"(encoder|decoder)\.version|.*\.embed_positions\._float_tensor"
                           r"|encoder\.layers\.\d+\.(in_proj|out_proj|fc1|fc2)_(weight|bias)")
 """State-dict entries that are no weights of the model: version stamps, the sinusoids'
@@ -297,8 +294,7 @@ def _our_weights(theirs: _ReadKeys, cfg: ModelConfig, order: IdOrder, path: Path
     position tables from their row 2, the layers as layer_names.py maps them."""
     source = order.rows(theirs["encoder.embed_tokens.weight"])
     target = order.rows(theirs["decoder.embed_tokens.weight"])
-    bias = torch.zeros(target.size(0))
-    bias[BOS_ID] = NEVER
+    bias = order.logits_bias(torch.zeros(theirs["decoder.embed_tokens.weight"].size(0)))
     ours = {"src_embed.weight": target if cfg.tie_embeddings == "all" else source,
             "tgt_embed.weight": target, "logits_bias": bias}
     output = theirs.get("decoder.output_projection.weight")

@@ -134,9 +134,8 @@ def our_weights(theirs: dict[str, Tensor], cfg: ModelConfig, order: IdOrder
     q, k and v concatenated as our fused projections take them, the vocabulary's rows in
     our id order."""
     embedding = order.rows(theirs["model.shared.weight"])
-    ours = {"tgt_embed.weight": embedding, "src_embed.weight": embedding}
-    if cfg.logits_bias:
-        ours["logits_bias"] = order.rows(theirs["final_logits_bias"][0])
+    ours = {"tgt_embed.weight": embedding, "src_embed.weight": embedding,
+            "logits_bias": order.logits_bias(theirs["final_logits_bias"][0])}
     _check_positions(theirs, cfg)
     ours.update(layer_weights(theirs, cfg, "model.encoder", "model.decoder"))
     return ours

@@ -26,6 +26,14 @@ from transformer_nmt.errors import UserError
 Piece = sentencepiece_model_pb2.ModelProto.SentencePiece
 
 
+COPY_BIAS = -1e4
+"""The logits bias of our bos where it is a second copy of one of the model's specials
+(Marian's <pad>, fairseq's </s>): its logit would otherwise count twice in the softmax,
+halving an ending's probability under fairseq's models. No probability is left to it,
+and the bias is finite so that label smoothing in fine-tuning stays finite (in float16
+too)."""
+
+
 @dataclass(frozen=True)
 class IdOrder:
     """Where each of our ids comes from in the imported model."""
@@ -37,6 +45,14 @@ class IdOrder:
     def rows(self, table):
         """`table` (source vocab, ...) with its rows in our order (our vocab, ...)."""
         return table[self.source_ids]
+
+    def logits_bias(self, theirs):
+        """Our logits bias (our vocab,) from the model's (its vocab,), COPY_BIAS on a bos
+        that copies another special."""
+        bias = self.rows(theirs).clone()
+        if self.source_ids[BOS_ID] in (self.source_ids[i] for i in (PAD_ID, UNK_ID, EOS_ID)):
+            bias[BOS_ID] = COPY_BIAS
+        return bias
 
 
 def mapped_vocab(source_spm: bytes, pieces: Sequence[str], specials: dict[str, int],
