@@ -35,7 +35,7 @@ NOT_SETTINGS = {
     "translate": {"--model", "--input", "--output", "--prefix", "--constraints", "--format",
                   "--interactive", "--errors", "--file"},
     "translate-corpus": {"--model", "--input", "--out", "--shard", "--merge", "--shard-lines",
-                         "--report", "--format", "--errors"},
+                         "--report", "--format", "--errors", "--backend", "--ray-address"},
     "evaluate": {"--model", "--data", "--split", "--output", "--hyp", "--ref", "--src-lang",
                  "--tgt-lang", "--json", "--errors"},
     "serve": {"--model", "--models"},

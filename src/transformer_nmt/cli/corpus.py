@@ -26,7 +26,9 @@ def add_translate_corpus_parser(subparsers: argparse._SubParsersAction) -> None:
         "only the shards not done are translated; another model or setting is refused. "
         "Locally (default) --workers worker processes, each with its own model on its "
         "share of the cores, take the shards in order; a worker that dies has its shard "
-        "translated again. With --sampling, each line's draws are seeded by its line "
+        "translated again. With --backend ray, Ray Data hands the shards to --workers Ray "
+        "actors instead, each with its own model, and Ray restarts an actor that dies and "
+        "retries its shard. With --sampling, each line's draws are seeded by its line "
         "number in its input, as `nmt translate` seeds them, however the input is cut.",
         epilog="on a cluster (Slurm): the N tasks of a job array translate a part each, "
         "e.g. for N=4: sbatch --array=0-3 --wrap 'nmt translate-corpus --model M.pt "
@@ -35,7 +37,9 @@ def add_translate_corpus_parser(subparsers: argparse._SubParsersAction) -> None:
         "corpus/ --out DIR --merge checks every shard and writes the outputs. examples: "
         "nmt translate-corpus --model model.pt --input mono.de.gz --out back/ --sampling "
         "--beam 1; nmt translate-corpus --model model.pt --input corpus/ --out out/ "
-        "--workers 4 --report out/report.json",
+        "--workers 4 --report out/report.json; on a Ray cluster: nmt translate-corpus "
+        "--model model.pt --input corpus/ --out /shared/out/ --backend ray --ray-address "
+        "auto --workers 16",
     )
     parser.add_argument("--model", required=True, nargs="+", metavar="MODEL.pt",
                         help="model file (several: an ensemble, see `nmt translate --help`)")
@@ -53,6 +57,15 @@ def add_translate_corpus_parser(subparsers: argparse._SubParsersAction) -> None:
                         "SHA-256 and write the outputs, or say which shards are missing")
     parser.add_argument("--shard-lines", type=int, default=10000, metavar="N",
                         help="input lines per shard (default: 10000)")
+    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="who translates the shards: local, --workers worker processes "
+                        "on this machine (default); ray, --workers Ray actors through Ray "
+                        "Data (pip install 'transformer-nmt[ray]')")
+    parser.add_argument("--ray-address", metavar="ADDR",
+                        help="with --backend ray, the Ray cluster to join (e.g. auto, or "
+                        "ray://HEAD:10001; default: start Ray on this machine); the actors "
+                        "write the shards into DIR themselves, so on a cluster DIR must be "
+                        "on a filesystem every node shares, at the same path")
     parser.add_argument("--report", metavar="FILE",
                         help="write what was done as JSON here at the end: sentences, "
                         "tokens, seconds, shards translated and redone")
@@ -87,7 +100,8 @@ def run_translate_corpus(args: argparse.Namespace) -> None:
         models=tuple(args.model), inputs=tuple(args.input), out=args.out,
         translator=_translator_options(args, alignments=args.alignments,
                                        token_scores=args.token_scores or args.format == "json"),
-        output_format=args.format, errors=args.errors, shard_lines=args.shard_lines)
+        output_format=args.format, errors=args.errors, shard_lines=args.shard_lines,
+        backend=args.backend, ray_address=args.ray_address)
     report = translate_corpus(options, part)
     print(f"nmt translate-corpus: {report.summary()}", file=sys.stderr)
     if args.report is not None:
