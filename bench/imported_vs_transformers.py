@@ -11,7 +11,8 @@ Protocol, the same for all three: the first --sentences sentences of newstest201
 sorted by length and cut into batches of --batch sentences (and one sentence at a time,
 as a lone user sends them), beam 4 and greedy, float32, --threads threads, outputs of at
 most --max-len tokens (a random model rarely ends a sentence by itself, so every output
-runs to the limit, and the three do the same work: the outputs are compared). Speed is
+runs to the limit, and the three do the same work: the outputs are compared; --precision
+auto lets ours decode as `nmt translate` would on this CPU). Speed is
 output tokens per second, loading excluded; --repeats rounds are run back to back and
 the median is printed with each ratio to transformers' speed in the same round.
 
@@ -162,6 +163,12 @@ def main() -> None:
     parser.add_argument("--max-len", type=int, default=48)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--precision", default="fp32",
+                        help="our decoding's precision (transformers and CTranslate2 stay "
+                        "in float32): fp32 compares like with like, auto is what "
+                        "`nmt translate` picks on this CPU")
+    parser.add_argument("--modes", default="batch,lone",
+                        help="which of batch and lone to run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
@@ -178,11 +185,12 @@ def main() -> None:
     lines = [line.split(">", 1)[1].rsplit("<", 1)[0] for line in lines][: args.sentences]
     cases = [("batch", beam, batches(lines, args.batch)) for beam in (4, 1)]
     cases += [("lone", beam, [[line] for line in lines[: args.lone]]) for beam in (4, 1)]
+    cases = [case for case in cases if case[0] in args.modes.split(",")]
     for mode, beam, groups in cases:
         rounds = []
         for _ in range(args.repeats):
             reference, theirs = run_transformers(directory, groups, beam, args.max_len)
-            ours_s, mine = run_ours(model_file, groups, beam, args.max_len, "fp32")
+            ours_s, mine = run_ours(model_file, groups, beam, args.max_len, args.precision)
             ct2_s, ct2 = run_ctranslate2(exported, model_file, groups, beam, args.max_len,
                                          args.threads)
             tokens = sum(len(pieces) + 1 for pieces in theirs)
@@ -196,7 +204,8 @@ def main() -> None:
                            "ctranslate2_same_as_ours": sum(a == b for a, b in zip(mine, ct2))
                            / len(mine)})
         median = {key: round(statistics.median(r[key] for r in rounds), 3) for key in rounds[0]}
-        figure(mode=mode, beam=beam, sentences=sum(len(g) for g in groups),
+        figure(mode=mode, beam=beam, precision=args.precision,
+               sentences=sum(len(g) for g in groups),
                batch=len(groups[0]), threads=args.threads, max_len=args.max_len,
                median=median, rounds=rounds)
 
