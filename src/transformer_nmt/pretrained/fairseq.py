@@ -160,11 +160,10 @@ def _unpickling_refusal(path: Path, message: str) -> UserError:
     if found and found.group(1).startswith("omegaconf."):
         return UserError(
             f"{path}: its settings are omegaconf objects ({found.group(1)}), which only code "
-            "can read; save them as plain data where fairseq is installed: python -c "
-            "\"import sys, torch; from omegaconf import OmegaConf; "
-            "s = torch.load(sys.argv[1], weights_only=False); "
-            "s['cfg'] = OmegaConf.to_container(s['cfg'], resolve=True, enum_to_str=True); "
-            f"torch.save(s, sys.argv[2])\" {path} plain.pt")
+            "can read, so it is refused unread; where fairseq is installed and you trust the "
+            "file, load it with fairseq's checkpoint_utils.load_checkpoint_to_cpu, turn its "
+            "'cfg' into plain data with OmegaConf.to_container(cfg, resolve=True) and "
+            "torch.save it again")
     if found:
         return UserError(f"{path}: refused unread: it holds {found.group(1)}, which is not "
                          "data a fairseq checkpoint holds")
