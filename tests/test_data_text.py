@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from transformer_nmt.data.text import (MAX_LINE_BYTES, CleaningFilters, LineWriter, count_lines,
-                                       normalize, read_lines, read_parallel, read_tsv)
+                                       line_offsets, normalize, read_lines, read_parallel,
+                                       read_tsv)
 from transformer_nmt.errors import UserError
 
 
@@ -117,3 +118,20 @@ def test_a_line_over_the_bound_is_an_error_naming_it_read_no_further(tmp_path):
     # A line of exactly the bound, newline aside, is read.
     path.write_bytes(b"y" * MAX_LINE_BYTES + b"\n")
     assert [len(line) for line in read_lines(path)] == [MAX_LINE_BYTES]
+
+
+@pytest.mark.parametrize("every", [1, 2, 3, 7])
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_line_offsets_start_each_part_where_its_first_line_begins(tmp_path, every, gzipped):
+    text = "\ufeffeins\n\nzwei drei\n  \nvier\nfünf sechs\nsieben"  # no final newline
+    path = tmp_path / ("text.gz" if gzipped else "text")
+    data = text.encode("utf-8")
+    path.write_bytes(gzip.compress(data) if gzipped else data)
+    whole = list(read_lines(path))
+    lines, offsets = line_offsets(path, every)
+    assert lines == count_lines(path) == len(whole) == 7
+    assert len(offsets) == -(-lines // every)
+    for part, offset in enumerate(offsets):
+        start = part * every
+        found = list(read_lines(path, offset=offset, first_number=start + 1))
+        assert found == whole[start:]

@@ -39,7 +39,7 @@ import numpy as np
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from transformer_nmt.data.text import LineWriter, count_lines, read_lines
+from transformer_nmt.data.text import LineWriter, line_offsets, read_lines
 from transformer_nmt.decode.stream import SpeedReport, format_translations
 from transformer_nmt.decode.threads import decoding_threads, use_cores
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
@@ -119,6 +119,8 @@ class ShardTask:
     end: int
     output: str
     record: str
+    offset: int = 0
+    """The byte where line `start` begins in the (decompressed) text of `path`."""
 
 
 def input_files(inputs: Sequence[str]) -> list[Path]:
@@ -162,14 +164,15 @@ def settings_record(options: CorpusOptions) -> dict[str, Any]:
 
 
 def _plan(files: list[Path], shard_lines: int) -> tuple[list[dict], list[dict]]:
-    """The inputs and their shards, lines counted once."""
+    """The inputs and their shards, lines counted once: each shard with the byte offset
+    (in the decompressed text) where it starts, so that it reads only its own lines."""
     inputs, shards = [], []
     for index, path in enumerate(files):
-        lines = count_lines(path)
+        lines, offsets = line_offsets(path, shard_lines)
         inputs.append({"path": str(path.resolve()), "output": output_name(path),
                        "lines": lines, "bytes": path.stat().st_size})
-        for start in range(0, lines, shard_lines):
-            shards.append({"input": index, "start": start,
+        for start, offset in zip(range(0, lines, shard_lines), offsets):
+            shards.append({"input": index, "start": start, "offset": offset,
                            "end": min(start + shard_lines, lines), "state": "todo"})
     return inputs, shards
 
@@ -299,7 +302,7 @@ def _task(out: Path, manifest: dict, number: int) -> ShardTask:
     shard = manifest["shards"][number]
     return ShardTask(number, manifest["inputs"][shard["input"]]["path"], shard["start"],
                      shard["end"], str(shard_path(out, number)),
-                     str(checksum_path(out, number)))
+                     str(checksum_path(out, number)), shard["offset"])
 
 
 class ManifestNotes:
@@ -332,7 +335,10 @@ def translate_shard(translator: Translator, task: ShardTask, as_json: bool,
     """Translate `task`'s lines into its file, put in place whole; its record: SHA-256,
     sentences and output tokens. Line numbers (n-best lines, and the seeds of samples)
     count from the input's first line, as `nmt translate` numbers them."""
-    lines = itertools.islice(read_lines(task.path, errors), task.start, task.end)
+    # From the shard's own first byte: a part of a corpus of millions of lines reads only
+    # its lines, not all those before it.
+    lines = itertools.islice(read_lines(task.path, errors, task.offset, task.start + 1),
+                             task.end - task.start)
     speed = SpeedReport()
     vocab = translator.vocab if as_json else None
     nbest = translator.options.decode.nbest > 1

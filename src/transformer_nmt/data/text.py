@@ -95,17 +95,19 @@ def read_error(name: str | Path, error: Exception) -> UserError:
     return UserError(f"{name}: cannot read: {error}")
 
 
-def iter_lines(handle: BinaryIO, name: str | Path, errors: str = "strict") -> Iterator[str]:
+def iter_lines(handle: BinaryIO, name: str | Path, errors: str = "strict",
+               first_number: int = 1) -> Iterator[str]:
     """Stream the lines of an open binary stream (a file, a member of a tar archive),
     without their newline; `name` is what error messages call it.
 
     Lines are split on b"\\n" only; a final line without a newline counts, a byte-order
     mark at the start is dropped. Memory holds one line at a time, of at most
-    MAX_LINE_BYTES: a longer one is a UserError naming it, read no further.
+    MAX_LINE_BYTES: a longer one is a UserError naming it, read no further. Errors name
+    the first line read `first_number` (a handle that starts mid-file).
     """
     _check_errors(errors)
     try:
-        for number in itertools.count(1):
+        for number in itertools.count(first_number):
             raw = handle.readline(MAX_LINE_BYTES + 1)
             if not raw:
                 return
@@ -124,25 +126,53 @@ def iter_lines(handle: BinaryIO, name: str | Path, errors: str = "strict") -> It
         raise read_error(name, error) from None
 
 
-def read_lines(path: str | Path, errors: str = "strict") -> Iterator[str]:
-    """Stream the lines of a UTF-8 (optionally gzipped) text file, as `iter_lines` does."""
+def read_lines(path: str | Path, errors: str = "strict", offset: int = 0,
+               first_number: int = 1) -> Iterator[str]:
+    """Stream the lines of a UTF-8 (optionally gzipped) text file, as `iter_lines` does;
+    from byte `offset` of its (decompressed) text, which holds line `first_number`, where
+    given (`line_offsets` finds them)."""
     _check_errors(errors)
     with open_binary(path) as handle:
-        yield from iter_lines(handle, path, errors)
+        if offset:
+            try:
+                handle.seek(offset)
+            except READ_ERRORS as error:
+                raise read_error(path, error) from None
+        yield from iter_lines(handle, path, errors, first_number)
 
 
 def count_lines(path: str | Path) -> int:
     """The number of lines `read_lines` yields for `path`, counted without decoding."""
-    count = 0
-    last = b"\n"
+    return line_offsets(path, None)[0]
+
+
+def line_offsets(path: str | Path, every: int | None) -> tuple[int, list[int]]:
+    """The number of lines `read_lines` yields for `path`, and the byte offsets (in its
+    decompressed text) where lines 0, every, 2 * every, ... begin, found in the same one
+    pass, without decoding: where the parts of a file cut every `every` lines start
+    reading (None: the count alone)."""
+    count, last, read = 0, b"\n", 0
+    offsets = [0]
     with open_binary(path) as handle:
         try:
             while chunk := handle.read(1 << 20):
-                count += chunk.count(b"\n")
+                found = chunk.count(b"\n")
+                if every is not None and count + found >= len(offsets) * every:
+                    position = -1
+                    for _ in range(found):
+                        position = chunk.index(b"\n", position + 1)
+                        count += 1
+                        if count % every == 0:
+                            offsets.append(read + position + 1)
+                else:
+                    count += found
+                read += len(chunk)
                 last = chunk[-1:]
         except READ_ERRORS as error:
             raise read_error(path, error) from None
-    return count + (last != b"\n")
+    lines = count + (last != b"\n")
+    return lines, [offset for number, offset in enumerate(offsets)
+                   if every is None or number * every < lines]
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path,
