@@ -10,6 +10,8 @@
 # repository's data/task1/raw (default ../shared/data/multi30k), SOURCE_TEXT the English
 # sentences decoded for speed (default ../shared/data/wmt14/newstest2014.en). The project
 # is used from src/ (PYTHONPATH), so the GPU machine's own PyTorch stays in place.
+# GPU_CHECK_STAGES (comma-separated stage names) runs only those, for a rerun that must
+# fit in what is left of a device's time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:?usage: bench/gpu_check.sh OUT_DIR [MULTI30K_MIRROR] [SOURCE_TEXT]}")
@@ -24,6 +26,9 @@ python=${PYTHON:-python3}
 stage() {
     local name=$1 seconds=$2
     shift 2
+    if [[ -n "${GPU_CHECK_STAGES:-}" && ",$GPU_CHECK_STAGES," != *",$name,"* ]]; then
+        return
+    fi
     local start=$SECONDS
     echo "== $name (at most ${seconds}s): $*"
     timeout --signal=INT --kill-after=10 "$seconds" "$@" >"$out/$name.log" 2>&1
@@ -40,7 +45,12 @@ stage gpu_tests 100 "$python" -m pytest -m gpu -q -rs -s -p no:cacheprovider tes
 # on an H100 (`--cases ours,reference,ours-compiled,reference-compiled` runs all four).
 stage train_throughput 70 "$python" bench/train_throughput.py --device cuda \
     --cases ours,reference
-stage translate_speed 50 "$python" bench/translate_speed.py --device cuda --src "$source_text"
+# Where the GPU's time in a base step goes (its kernels, by family, and the launches).
+stage train_profile 40 "$python" bench/train_step_profile.py --device cuda --tokens 12500 \
+    --steps 5 --top 25
+# bf16 first: it is what `auto` decodes in on a GPU with native bf16.
+stage translate_speed 60 "$python" bench/translate_speed.py --device cuda --src "$source_text" \
+    --precisions bf16,fp32
 stage prepare 30 "$python" -m transformer_nmt.cli prepare --corpus multi30k --src de --tgt en \
     --mirror "$mirror" --out "$work/multi30k-de-en"
 stage attention_shapes 100 "$python" bench/gpu_attention_shapes.py --data "$work/multi30k-de-en" \

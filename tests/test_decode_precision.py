@@ -115,3 +115,15 @@ def test_int8_keeps_bf16_caches_only_where_bf16_is_native(monkeypatch, native_bf
     int8 = prepare_model(Transformer(get_preset("tiny").model, 60), "cpu", "int8")
     assert int8.cache_dtype == (torch.bfloat16 if native_bf16 else None)
     assert prepare_model(Transformer(get_preset("tiny").model, 60), "cpu", "fp32").cache_dtype is None
+
+
+def test_a_gpu_decoder_leaves_out_cudnn_attention_which_plans_every_new_shape():
+    from transformer_nmt.decode.precision import leave_out_per_shape_attention
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        leave_out_per_shape_attention()
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)

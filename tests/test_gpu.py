@@ -376,6 +376,22 @@ def test_cached_decoding_equals_uncached(gpu_device, beam):
             [hyp.score for hyp in without], abs=1e-4)
 
 
+
+def test_a_bf16_search_on_a_gpu_never_runs_cudnn_attention(gpu_device):
+    # cuDNN plans each new shape, and every decoding step has a new key length: a bf16
+    # search that PyTorch sent there made no progress (bench/RESULTS.md).
+    from transformer_nmt.decode.precision import prepare_model
+
+    model = prepare_model(tiny_transformer(), gpu_device, "bf16")
+    src = random_sources(6, 12, seed=1).to(gpu_device)
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        found = beam_search(model, src, DecodeConfig(beam=4, max_len_b=8), SPECIAL)
+    assert len(found) == 6
+    ops = {event.key for event in profiler.key_averages()}
+    assert "aten::_scaled_dot_product_cudnn_attention" not in ops
+    assert any(name in op for op in ops for name in FUSED_ATTENTION)
+
+
 # Out of GPU memory.
 
 HEADROOM = 256 * 2 ** 20

@@ -177,3 +177,12 @@ def test_perplexity():
     assert perplexity(0.0) == 1.0
     assert perplexity(math.log(42.0)) == pytest.approx(42.0)
     assert perplexity(1e6) == math.inf
+
+
+def test_the_loss_projects_in_chunks_on_a_cpu_and_in_one_piece_on_a_gpu():
+    from transformer_nmt.training.loss import CHUNK_ROW_MULTIPLE, _chunk_rows
+
+    cpu_rows = _chunk_rows(37000, 12500, torch.device("cpu"))
+    assert 0 < cpu_rows < 12500 and cpu_rows % CHUNK_ROW_MULTIPLE == 0
+    assert _chunk_rows(37000, 12500, torch.device("cuda")) == 12500
+    assert _chunk_rows(37000, 0, torch.device("cuda")) == 1  # no zero step for range()

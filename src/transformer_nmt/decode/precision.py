@@ -36,6 +36,8 @@ def prepare_model(model: nn.Module, device: str | torch.device | None, precision
     the conversions would cost more than they save.
     """
     device = resolve_runtime(device, precision).device
+    if device.type == "cuda":
+        leave_out_per_shape_attention()
     if precision == "fp32":
         model = model.to(device).eval()
         if device.type == "cpu":
@@ -78,3 +80,18 @@ def prepare_model(model: nn.Module, device: str | torch.device | None, precision
     gc.collect()
     release_free_memory()
     return quantized
+
+
+def leave_out_per_shape_attention() -> None:
+    """Stop SDPA from choosing cuDNN's attention in this process (a GPU decodes).
+
+    cuDNN's attention builds an execution graph for every new shape, and a decoding step
+    has a new key length at every step: a bf16 search on a GPU, which PyTorch sent to
+    cuDNN, made no progress in a stage's time box (bench/RESULTS.md, "The CUDA paths on an
+    H200"), where fp32, which cuDNN's attention does not take, decoded at once. Flash and
+    memory-efficient attention take the same inputs with no per-shape cost. The switch is
+    process-wide, not a context around the search, because SDPA's backend flags are
+    global and the engine decodes from several threads; training leaves cuDNN's
+    attention out as well (training/precision.py).
+    """
+    torch.backends.cuda.enable_cudnn_sdp(False)

@@ -96,7 +96,7 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
             grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         nll = states.new_zeros((), dtype=torch.float32)
         uniform = states.new_zeros((), dtype=torch.float32)
-        rows = _chunk_rows(vocab)
+        rows = _chunk_rows(vocab, hidden.size(0), hidden.device)
         for start in range(0, hidden.size(0), rows):
             chunk, chunk_labels = hidden[start: start + rows], labels[start: start + rows]
             count = chunk.size(0)
@@ -140,9 +140,14 @@ CHUNK_LOGITS = 2 ** 23
 (1048 rounded down to CHUNK_ROW_MULTIPLE), a quarter of a 4000-token batch's."""
 
 
-def _chunk_rows(vocab: int) -> int:
-    """Rows per chunk: CHUNK_LOGITS' worth, a multiple of CHUNK_ROW_MULTIPLE where that
-    many fit, so that only the last chunk needs padding."""
+def _chunk_rows(vocab: int, tokens: int, device: torch.device) -> int:
+    """Rows per chunk of `tokens` rows on `device`: on a CPU, CHUNK_LOGITS' worth, a
+    multiple of CHUNK_ROW_MULTIPLE where that many fit, so that only the last chunk needs
+    padding. On a GPU all of them in one chunk: its memory holds a batch's logits, and
+    each chunk costs a dozen kernel launches, which bound a GPU's step, not its products.
+    """
+    if device.type != "cpu":
+        return max(tokens, 1)
     rows = max(1, CHUNK_LOGITS // vocab)
     return rows - rows % CHUNK_ROW_MULTIPLE if rows >= CHUNK_ROW_MULTIPLE else rows
 
