@@ -240,6 +240,22 @@ def test_batches_are_padded_to_the_length_multiple_the_runtime_asks_for(tiny_dat
     assert all(source % 8 == 0 and target % 8 == 0 for source, target in shapes)
 
 
+def test_shape_buckets_train_on_a_few_fixed_shapes(tiny_data, tmp_path, monkeypatch):
+    shapes = []
+    real_step = trainer_module.Trainer.train_step
+
+    def recording_step(self, batches):
+        shapes.extend(tuple(b.tgt_in.shape) + (b.src.size(1),) for b in batches if b is not None)
+        return real_step(self, batches)
+
+    monkeypatch.setattr(trainer_module.Trainer, "train_step", recording_step)
+    summary = run(tiny_data, tmp_path / "run", max_steps=12, shape_buckets=True)
+    assert summary.step == 12 and len(shapes) >= 12
+    # Each shape's rows follow from its lengths; lengths are multiples of 8.
+    assert all(rows == max(96 // max(src_len, tgt_len), 1) and src_len % 8 == tgt_len % 8 == 0
+               for rows, tgt_len, src_len in shapes)
+
+
 def test_training_on_a_cpu_keeps_each_bf16_kernel_once(tiny_data, tmp_path, monkeypatch):
     # Set before the run's first product: ideep reads it once per process (memory.py).
     monkeypatch.delenv(memory.IDEEP_CACHE_VARIABLE, raising=False)

@@ -209,7 +209,13 @@ class TrainConfig:
     """'auto': bf16 autocast where the device has native bf16, else fp32; 'bf16'
     (autocast); 'fp16' (autocast and a gradient scaler, GPU only); 'fp32'."""
     compile: bool = setting(False, resume="free")
-    """Run the model through torch.compile."""
+    """Run the model through torch.compile (with shape_buckets, one static graph per
+    shape; otherwise with dynamic shapes)."""
+    shape_buckets: bool = setting(False, resume="free")
+    """Batches of a fixed set of shapes: each side padded to a length of a geometric grid,
+    each batch filled with empty rows up to its token budget (data/shapes.py), for a
+    compiled or captured step on a GPU, which builds once per shape. Costs padding
+    (bench/RESULTS.md, "Few shapes"); an eager step gains nothing from it."""
     valid_every: int = setting(1000, resume="free", metavar="STEPS")
     """Validate every this many steps, and at the end (0: at the end only)."""
     valid_bleu: bool = setting(False, resume="free")

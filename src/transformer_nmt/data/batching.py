@@ -19,6 +19,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from transformer_nmt.data.shapes import BatchShapes
 from transformer_nmt.errors import UserError
 
 
@@ -41,7 +42,10 @@ class TokenBatchSampler:
     With `length_multiple` m > 1 every side is padded to a multiple of m tokens (collate
     pads alike), and the budget counts those padded lengths: a batch's shape then comes
     from a few dozen rather than hundreds, which is what the runtime asks for where every
-    new shape costs (runtime.length_multiple).
+    new shape costs (runtime.length_multiple). With `shapes` (data/shapes.py) every side
+    is padded to a length of its grid instead, and the budget counts the empty rows that
+    fill each batch up to the sentences its shape holds: a compiled step meets each shape
+    once.
 
     Iteration starts at the current position and advances it; `set_epoch` with a new
     epoch rewinds it. `state_dict` / `load_state_dict` save and restore (epoch,
@@ -54,9 +58,11 @@ class TokenBatchSampler:
     def __init__(self, src_lengths: Sequence[int] | np.ndarray,
                  tgt_lengths: Sequence[int] | np.ndarray, max_tokens: int, *, seed: int,
                  shuffle: bool = True, rank: int = 0, world_size: int = 1,
-                 length_multiple: int = 1) -> None:
+                 length_multiple: int = 1, shapes: BatchShapes | None = None) -> None:
         if length_multiple < 1:
             raise ValueError(f"length_multiple must be positive, not {length_multiple}")
+        if shapes is not None and (length_multiple > 1 or shapes.max_tokens != max_tokens):
+            raise ValueError("shapes pad lengths to their own grid, under their own budget")
         # int32 halves the transient memory of sorting 36M pairs; costs are int64 below.
         src = np.asarray(src_lengths, dtype=np.int32) + 1  # + EOS
         tgt = np.asarray(tgt_lengths, dtype=np.int32) + 1  # + BOS or EOS
@@ -68,6 +74,7 @@ class TokenBatchSampler:
             raise ValueError(f"rank {rank} is not in a world of size {world_size}")
         self.max_tokens = max_tokens
         self.length_multiple = length_multiple
+        self.shapes = shapes
         self.seed = seed
         self.shuffle = shuffle
         self.rank = rank
@@ -77,11 +84,13 @@ class TokenBatchSampler:
         real_tokens = int(src.sum(dtype=np.int64) + tgt.sum(dtype=np.int64))
         if length_multiple > 1:  # from here on a length is what a batch computes
             src, tgt = round_up(src, length_multiple), round_up(tgt, length_multiple)
+        if shapes is not None:
+            src, tgt = shapes.padded(src), shapes.padded(tgt)
         self._order = self._sort(src, tgt, seed).astype(index_dtype)  # (n,) pair indices
         sorted_src, sorted_tgt = src[self._order], tgt[self._order]
         self._bounds = self._cut(sorted_src, sorted_tgt, max_tokens)  # (n_batches + 1,)
         self._padding_efficiency = self._efficiency(sorted_src, sorted_tgt, self._bounds,
-                                                    real_tokens)
+                                                    real_tokens, shapes)
         del sorted_src, sorted_tgt
         self.epoch = 0
         self.position = 0
@@ -123,13 +132,17 @@ class TokenBatchSampler:
 
     @staticmethod
     def _efficiency(src: np.ndarray, tgt: np.ndarray, bounds: np.ndarray,
-                    real_tokens: int) -> float:
-        """`real_tokens` / the padded tokens of batches `bounds` over length-sorted pairs."""
+                    real_tokens: int, shapes: BatchShapes | None = None) -> float:
+        """`real_tokens` / the padded tokens of batches `bounds` over length-sorted pairs
+        (with `shapes`, each batch's empty rows counted as padding too)."""
         if len(src) == 0:
             return 1.0
         starts, sizes = bounds[:-1], np.diff(bounds)
-        padded = (np.maximum.reduceat(src, starts) * sizes).sum() \
-            + (np.maximum.reduceat(tgt, starts) * sizes).sum()
+        longest_src = np.maximum.reduceat(src, starts).astype(np.int64)
+        longest_tgt = np.maximum.reduceat(tgt, starts).astype(np.int64)
+        if shapes is not None:  # (batches,) the sentences each batch's shape holds
+            sizes = np.maximum(shapes.max_tokens // np.maximum(longest_src, longest_tgt), 1)
+        padded = (longest_src * sizes).sum() + (longest_tgt * sizes).sum()
         return float(real_tokens / padded)
 
     @property
@@ -179,7 +192,8 @@ class TokenBatchSampler:
         return {"epoch": self.epoch, "position": self.position, "offset": self._offset,
                 "world_size": self.world_size, "seed": self.seed,
                 "max_tokens": self.max_tokens, "num_pairs": self.num_pairs,
-                "num_batches": self.num_batches, "length_multiple": self.length_multiple}
+                "num_batches": self.num_batches, "length_multiple": self.length_multiple,
+                "shapes": self.shapes.signature() if self.shapes else ""}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state`, saved from a sampler over the same pairs and seed.
@@ -187,7 +201,7 @@ class TokenBatchSampler:
         With another world size, the batches every rank had consumed are skipped and the
         rest of the epoch is shared among the new ranks. With another max_tokens (a
         process's share of a global batch changes with the world size) or length
-        multiple (a run resumed in another precision) the batches are cut anew, and the
+        multiple (a run resumed in another precision) or shapes the batches are cut anew, and the
         epoch goes on from the same fraction of the new batches: about the data that was
         left, though not exactly the same pairs.
         """
@@ -199,8 +213,10 @@ class TokenBatchSampler:
         self.epoch = int(state["epoch"])
         world_size = state.get("world_size", self.world_size)
         consumed = int(state.get("offset", 0)) + int(state["position"]) * world_size
+        shapes = self.shapes.signature() if self.shapes else ""
         if (state.get("max_tokens", self.max_tokens) != self.max_tokens
-                or state.get("length_multiple", 1) != self.length_multiple):
+                or state.get("length_multiple", 1) != self.length_multiple
+                or state.get("shapes", "") != shapes):
             fraction = min(consumed / max(int(state["num_batches"]), 1), 1.0)
             self._offset = round(fraction * self.num_batches)
             self.position = 0

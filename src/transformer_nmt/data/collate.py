@@ -14,6 +14,7 @@ import torch
 
 from transformer_nmt.data.batching import round_up
 from transformer_nmt.data.binarize import ParallelData
+from transformer_nmt.data.shapes import BatchShapes
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -46,9 +47,11 @@ class Batch:
 
 def collate(data: ParallelData, indices: Sequence[int], pad_id: int = PAD_ID,
             bos_id: int = BOS_ID, eos_id: int = EOS_ID, max_len: int | None = None,
-            length_multiple: int = 1) -> Batch:
+            length_multiple: int = 1, shapes: BatchShapes | None = None) -> Batch:
     """Pad the pairs `indices` of `data` into a Batch, each side to a multiple of
-    `length_multiple` tokens (as the batch sampler counted them).
+    `length_multiple` tokens (as the batch sampler counted them), or with `shapes` to
+    lengths of their grid, with empty rows (data/shapes.py) up to the sentences that
+    shape holds.
 
     `max_len`, if given, truncates each side to max_len - 1 ids (max_len with its
     special), for a model whose positions end there; prepare keeps long valid and test
@@ -60,11 +63,17 @@ def collate(data: ParallelData, indices: Sequence[int], pad_id: int = PAD_ID,
     rows = len(pairs)
     src_len = round_up(max((len(src) for src, _ in pairs), default=0) + 1, length_multiple)
     tgt_len = round_up(max((len(tgt) for _, tgt in pairs), default=0) + 1, length_multiple)
+    if shapes is not None and rows:
+        src_len, tgt_len = shapes.padded(src_len), shapes.padded(tgt_len)
+        rows = max(shapes.rows(src_len, tgt_len), rows)
     if max_len is not None:  # the padding, too, must have positions
         src_len, tgt_len = min(src_len, max_len), min(tgt_len, max_len)
     src = np.full((rows, src_len), pad_id, dtype=np.int64)
     tgt_in = np.full((rows, tgt_len), pad_id, dtype=np.int64)
     tgt_out = np.full((rows, tgt_len), pad_id, dtype=np.int64)
+    # Empty rows past the pairs: one source key each, nothing in the loss.
+    src[len(pairs):, 0] = eos_id
+    tgt_in[len(pairs):, 0] = bos_id
     src_tokens = tgt_tokens = 0
     for row, (s, t) in enumerate(pairs):
         src[row, :len(s)] = s

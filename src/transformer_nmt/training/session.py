@@ -23,6 +23,7 @@ from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.collate import Batch, collate
 from transformer_nmt.data.binarize import load_split
 from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
+from transformer_nmt.data.shapes import BatchShapes
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import atomic_link
@@ -77,10 +78,14 @@ class _Session:
         self.trainer = Trainer(model, self.cfg, context, self.precision, self.cfg.compile)
         self.length_multiple = length_multiple(context.device, self.precision)
         self.valid_precision = validation_precision(context.device, self.precision)
+        self.shapes = self._batch_shapes()
+        if self.shapes is not None:
+            self.length_multiple = 1  # the grid's lengths are the shapes that occur
         self.sampler = TokenBatchSampler(
             self.train_data.src_lengths, self.train_data.tgt_lengths,
             self.batch.per_batch_tokens, seed=self.cfg.seed, rank=context.rank,
-            world_size=context.world_size, length_multiple=self.length_multiple)
+            world_size=context.world_size, length_multiple=self.length_multiple,
+            shapes=self.shapes)
         self.progress = RunProgress()
         self.resume_step = None
         if checkpoint is not None:
@@ -120,6 +125,14 @@ class _Session:
                             "with valid files or a held-out --valid-size")
         self.vocab = Vocab.load(data_dir / SPM_MODEL)
         self.vocab_bytes = self.vocab.to_bytes()
+
+    def _batch_shapes(self) -> BatchShapes | None:
+        """The fixed batch shapes of this process's batches, if the run asks for them."""
+        if not self.cfg.shape_buckets:
+            return None
+        data = self.train_data
+        longest = int(max(data.src_lengths.max(), data.tgt_lengths.max())) + 1  # + a special
+        return BatchShapes.for_lengths(longest, self.batch.per_batch_tokens)
 
     def _fresh_model(self) -> Transformer:
         """The run's model initialized from its seed, then torch's stream set for dropout."""
@@ -256,7 +269,7 @@ class _Session:
                and self.sampler.position < len(self.sampler)):
             indices = next(self._indices)
             batches.append(collate(self.train_data, indices, max_len=limit,
-                                   length_multiple=self.length_multiple)
+                                   length_multiple=self.length_multiple, shapes=self.shapes)
                            if indices else None)
         result = self.trainer.train_step(batches)
         if self.sampler.position >= len(self.sampler):

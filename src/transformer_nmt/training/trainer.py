@@ -91,7 +91,10 @@ class Trainer:
         if context.enabled:
             network = DistributedDataParallel(
                 model, device_ids=[self.device] if self.device.type == "cuda" else None)
-        self.model = torch.compile(network, dynamic=True) if compile else network
+        # Batches of a few fixed shapes (cfg.shape_buckets) get one static graph each;
+        # otherwise one graph with symbolic lengths rather than a recompilation per batch.
+        self.model = (torch.compile(network, dynamic=not cfg.shape_buckets) if compile
+                      else network)
         self.step = 0
         """Optimizer updates taken."""
         self.bad_steps = 0
