@@ -112,3 +112,23 @@ def test_a_step_on_a_batch_with_empty_rows_trains_like_one_without(tiny_data):
     for a, b in zip(plain_trainer.raw_model.parameters(), filled_trainer.raw_model.parameters()):
         assert torch.isfinite(b).all()
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_step_compiled_for_fixed_shapes_trains_like_the_eager_step(tiny_data):
+    # torch.compile(dynamic=False), as the trainer compiles with shape_buckets on: the
+    # compiled forward and backward give the eager step's update, to float tolerance.
+    data = load_split(tiny_data, "train")
+    shapes = BatchShapes.for_lengths(64, 96)
+    sampler = TokenBatchSampler(data.src_lengths, data.tgt_lengths, 96, seed=1, shapes=shapes)
+    batches = [collate(data, sampler.batch(i), shapes=shapes) for i in range(3)]
+    eager = tiny_trainer()
+    torch.manual_seed(3)
+    model = Transformer(dataclasses.replace(PRESETS["tiny"].model, dropout=0.0), 64)
+    cfg = dataclasses.replace(PRESETS["tiny"].train, adam_eps=1e-4, shape_buckets=True)
+    compiled = Trainer(model, cfg, init_distributed("cpu"), "fp32", compile=True)
+    for batch in batches:
+        expected, found = eager.train_step([batch]), compiled.train_step([batch])
+        assert found.updated and found.nll == pytest.approx(expected.nll, rel=1e-4)
+    for a, b in zip(eager.raw_model.parameters(), compiled.raw_model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
