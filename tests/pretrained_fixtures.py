@@ -35,14 +35,15 @@ def _train_spm(directory: Path, name: str, words: list[str]) -> Path:
     return Path(shutil.move(directory / f"{name}.model", directory / f"{name}.spm"))
 
 
-def make_marian_dir(directory: Path, zero_start: bool = False, **config: Any) -> Path:
+def make_marian_dir(directory: Path, zero_start: bool = False,
+                    language_tokens: tuple[str, ...] = (), **config: Any) -> Path:
     """A MarianMTModel with OPUS-MT's layout (Swish, shared embeddings, a random logits
     bias, </s> 0, <unk> 1, <pad> last and the decoder's start), taught to copy its
     source, saved into `directory` with its tokenizer files; `config` changes
     MarianConfig fields. `zero_start`: the start's embedding and logits bias stay 0, as
     in every model converted from Marian, whose decoder starts from a zero vector and
     which has no <pad>, so that `make_marian_release` can write the model in Marian's
-    format."""
+    format. `language_tokens` (>>fra<<, ...) make it a multilingual model's vocabulary."""
     transformers = __import__("transformers")
     directory.mkdir(parents=True, exist_ok=True)
     work = directory / "spm-work"
@@ -55,7 +56,7 @@ def make_marian_dir(directory: Path, zero_start: bool = False, **config: Any) ->
             piece = processor.id_to_piece(i)
             if not (processor.is_control(i) or processor.is_unknown(i)) and piece not in pieces:
                 pieces.append(piece)
-    pieces.append("<pad>")
+    pieces += list(language_tokens) + ["<pad>"]
     vocab = {piece: i for i, piece in enumerate(pieces)}
     (work / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     pad = vocab["<pad>"]
@@ -117,15 +118,17 @@ def id_maps(imported: Path, marian_dir: Path) -> tuple[list[int], dict[int, int]
     return theirs, ours
 
 
-def assert_greedy_is_transformers(imported: Path, marian_dir: Path, longest: int = 12) -> None:
+def assert_greedy_is_transformers(imported: Path, marian_dir: Path, longest: int = 12,
+                                  lines: list[str] | None = None) -> None:
     """Our greedy search with the model file `imported` finds what transformers' generate
-    finds with the MarianMTModel in `marian_dir`, on sentences whose outputs differ."""
+    finds with the MarianMTModel in `marian_dir`, on `lines` (default: sentences whose
+    outputs differ)."""
     from transformer_nmt.config import DecodeConfig
     from transformer_nmt.decode.translator import Translator, TranslatorOptions
 
     model, tokenizer = marian_model_and_tokenizer(marian_dir)
     _, ours = id_maps(imported, marian_dir)
-    lines = sentences(ENGLISH, 8, seed=3)
+    lines = lines or sentences(ENGLISH, 8, seed=3)
     with torch.no_grad():
         generated = model.generate(**tokenizer(lines, padding=True, return_tensors="pt"),
                                    num_beams=1, do_sample=False, max_new_tokens=longest)

@@ -147,16 +147,44 @@ def test_what_the_model_cannot_represent_is_refused_in_one_line(marian_dir, tmp_
     assert "\n" not in str(raised.value) and not (tmp_path / "out.pt").exists()
 
 
-def test_a_multilingual_model_and_a_directory_of_something_else_are_refused(marian_dir,
-                                                                            tmp_path):
+def test_a_multilingual_model_takes_its_target_language_from_the_sources_first_token(
+        tmp_path, capsys):
+    marian = make_marian_dir(tmp_path / "opus-mt-en-mul", language_tokens=(">>fra<<", ">>spa<<"))
+    imported = tmp_path / "en-mul.pt"
+    import_model("huggingface", marian, imported)
+    _, tokenizer = marian_model_and_tokenizer(marian)
+    _, ours = id_maps(imported, marian)
+    translator = Translator.from_file(imported, TranslatorOptions(precision="fp32"))
+    lines = [">>fra<< the house is small", ">>spa<<  a dog runs in the garden",
+             "the cat sleeps", ">>fra<<children play near old trees"]
+    expected = tokenizer(lines)["input_ids"]
+    found = [ids + [translator.vocab.eos_id] for ids in translator.source_ids(lines)]
+    assert [[ours[i] for i in row] for row in expected] == found
+    # Spaces before the token, which transformers would read as text, are only spaces.
+    assert translator.source_ids(["  " + lines[0]]) == translator.source_ids(lines[:1])
+    assert found[0][0] == translator.vocab.language_tokens[">>fra<<"] != found[1][0]
+    assert_greedy_is_transformers(imported, marian, lines=lines)
+    with pytest.raises(UserError, match="no target-language token >>deu<<; it has >>fra<<"):
+        list(translator.translate([">>deu<< the house"]))
+    source = tmp_path / "in.txt"
+    source.write_text(">>fra<< the dog\n>>deu<< the cat\n", encoding="utf-8")
+    assert main(["translate", "--model", str(imported), "--input", str(source), "--output",
+                 str(tmp_path / "out.txt"), "--precision", "fp32"]) != 0
+    assert "no target-language token >>deu<<" in capsys.readouterr().err
+    with TestClient(make_app(imported)) as client:
+        answer = client.post("/translate", json={"q": ">>deu<< the dog", "source": "en",
+                                                 "target": "de"})
+        assert answer.status_code == 422 and ">>deu<<" in answer.json()["error"]
+        answer = client.post("/translate", json={"q": ">>spa<< the dog", "source": "en",
+                                                 "target": "de"})
+        assert answer.status_code == 200
+
+
+def test_a_directory_of_something_else_is_refused(marian_dir, tmp_path):
     changed = tmp_path / "multi"
     changed.mkdir()
     for path in marian_dir.iterdir():
         (changed / path.name).write_bytes(path.read_bytes())
-    vocab = json.loads((changed / "vocab.json").read_text(encoding="utf-8"))
-    (changed / "vocab.json").write_text(json.dumps({**vocab, ">>fra<<": len(vocab)}))
-    with pytest.raises(UserError, match="multilingual model"):
-        import_model("huggingface", changed, tmp_path / "out.pt")
     (changed / "source.spm").unlink()
     with pytest.raises(UserError, match="no source.spm"):
         import_model("huggingface", changed, tmp_path / "out.pt")

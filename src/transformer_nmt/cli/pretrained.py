@@ -38,8 +38,9 @@ def add_import_parser(subparsers: argparse._SubParsersAction) -> None:
         "model its pieces come from (--bpe sentencepiece --bpe-model); subword-nmt and "
         "fastBPE models, which need Moses tokenization, are not supported yet. What this "
         "project's Transformer cannot represent (separate source and target "
-        "vocabularies, multilingual target-language tokens, fairseq's layernorm_embedding) "
-        "is refused in one line, never imported wrong.",
+        "vocabularies, fairseq's layernorm_embedding) is refused in one line, never "
+        "imported wrong. A multilingual OPUS-MT model's sources start with the "
+        "target-language token, as with Marian: '>>fra<< Hello'.",
         epilog="examples: nmt import --from huggingface opus-mt-en-de --out en-de.pt && "
         "nmt serve --model en-de.pt; nmt import --from marian opus-2020-02-26 --out "
         "en-de.pt; nmt import --from fairseq checkpoints/checkpoint_best.pt "

@@ -2,6 +2,11 @@
 
 The special ids are fixed, because the model and the decoder rely on them:
 pad 0, unk 1, bos 2 (<s>), eos 3 (</s>).
+
+A multilingual model (an imported OPUS-MT one-to-many model) chooses its output language
+by a token at the start of the source, such as >>fra<<: the vocabulary holds each as a
+piece of its own (a user-defined piece), and a source that starts with one is encoded as
+that token followed by the rest of the sentence, as Marian's own tokenizer does.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
+
+LANGUAGE_TOKEN = re.compile(r">>[^<>\s]+<<")
+"""A target-language token of a multilingual model, such as >>fra<<."""
+_LEADING_LANGUAGE_TOKEN = re.compile(r"\s*(>>[^<>\s]+<<)\s*")
 
 
 def available_cores() -> int:
@@ -47,6 +56,13 @@ class Vocab:
     def __init__(self, processor: spm.SentencePieceProcessor) -> None:
         self.processor = processor
         self.threads = available_cores()
+        # A language token is a piece that sentencepiece keeps whole (a user-defined one).
+        pieces = (processor.id_to_piece(i) for i in range(processor.get_piece_size()))
+        self.language_tokens = {
+            piece: i for i, piece in enumerate(pieces)
+            if piece.startswith(">>") and LANGUAGE_TOKEN.fullmatch(piece)
+            and i in processor.encode(piece)}
+        """The target-language tokens of a multilingual model and their ids (else none)."""
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocab":
@@ -93,12 +109,32 @@ class Vocab:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of one sentence, without BOS or EOS."""
-        return self.processor.encode(text)
+        return self.encode_batch([text], threads=1)[0]
 
     def encode_batch(self, texts: Sequence[str], threads: int | None = None) -> list[list[int]]:
         """Token ids of many sentences, encoded by sentencepiece's thread pool
-        (`threads`, default every available core)."""
-        return self.processor.encode(list(texts), num_threads=threads or self.threads)
+        (`threads`, default every available core); a leading target-language token of a
+        multilingual vocabulary is one id before the rest's."""
+        threads = threads or self.threads
+        if not self.language_tokens:
+            return self.processor.encode(list(texts), num_threads=threads)
+        leading, rests = zip(*(self._split_language(text) for text in texts)) if texts \
+            else ((), ())
+        return [language + ids for language, ids in
+                zip(leading, self.processor.encode(list(rests), num_threads=threads))]
+
+    def _split_language(self, text: str) -> tuple[list[int], str]:
+        """([the id of `text`'s leading language token] or [], the rest of `text`); a
+        UserError for a language token this vocabulary does not have."""
+        match = _LEADING_LANGUAGE_TOKEN.match(text)
+        if match is None:
+            return [], text
+        token = match.group(1)
+        if token not in self.language_tokens:
+            known = ", ".join(sorted(self.language_tokens)[:12])
+            raise UserError(f"the model has no target-language token {token}; it has "
+                            f"{known}{', ...' if len(self.language_tokens) > 12 else ''}")
+        return [self.language_tokens[token]], text[match.end():]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of a sequence of ids; pad, bos and eos are skipped wherever they are."""
@@ -106,7 +142,7 @@ class Vocab:
 
     def pieces(self, text: str) -> list[str]:
         """The subword pieces of one sentence, as strings (▁ marks a word start)."""
-        return self.processor.encode(text, out_type=str)
+        return [self.piece(i) for i in self.encode(text)]
 
     def piece(self, token_id: int) -> str:
         """The subword piece of one id (▁ marks a word start)."""

@@ -5,7 +5,8 @@ Marian's Transformer is the paper's post-norm one with Swish in the feed-forward
 sines and cosines in two halves rather than interleaved, a bias on the logits, and one
 embedding matrix shared by source, target and output; those are ModelConfig fields here.
 What the model does that ours cannot (separate source and target vocabularies, unscaled
-embeddings, target-language tokens of multilingual models) is refused in one line. The
+embeddings) is refused in one line; a multilingual model's target-language tokens
+(>>fra<<) become pieces of their own, which a source starts with (data/vocab.py). The
 weights are read by `transformers` itself, which the import needs and the imported model
 does not.
 """
@@ -31,8 +32,6 @@ from transformer_nmt.pretrained.vocab_map import IdOrder, mapped_vocab
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 """transformers' activation_function names and ours."""
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
-LANGUAGE_TOKEN = re.compile(r">>.+<<")
-"""Multilingual OPUS-MT models choose their target language with a token like >>fra<<."""
 
 
 def require_transformers() -> Any:
@@ -161,10 +160,6 @@ def id_map(vocab: Any, path: Path) -> list[str]:
     pieces = sorted(vocab, key=vocab.__getitem__)
     if [vocab[piece] for piece in pieces] != list(range(len(pieces))):
         raise UserError(f"{path}: the ids are not 0 to {len(pieces) - 1}, each once")
-    tokens = [piece for piece in pieces if LANGUAGE_TOKEN.fullmatch(piece)]
-    if tokens:
-        raise UserError(f"{path}: a multilingual model (target-language tokens such as "
-                        f"{tokens[0]}), which this import does not support yet")
     return pieces
 
 

@@ -9,7 +9,8 @@ the output layer the same way; bos is a second copy of the decoder's start token
 no search emits. The sentencepiece model is the source side's, its pieces replaced by the
 id map's: those the source model does not know (target-language pieces) are marked
 unused, so that encoding a source text never produces them while decoding still spells
-them out.
+them out. A multilingual model's target-language tokens (>>fra<<) are user-defined pieces,
+which sentencepiece never splits (data/vocab.py reads a source's leading one).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Sequence
 from google.protobuf.message import DecodeError
 from sentencepiece import sentencepiece_model_pb2
 
-from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
+from transformer_nmt.data.vocab import BOS_ID, EOS_ID, LANGUAGE_TOKEN, PAD_ID, UNK_ID, Vocab
 from transformer_nmt.errors import UserError
 
 Piece = sentencepiece_model_pb2.ModelProto.SentencePiece
@@ -86,6 +87,8 @@ def mapped_vocab(source_spm: bytes, pieces: Sequence[str], specials: dict[str, i
             piece.piece, piece.type = pieces[theirs], Piece.CONTROL
         elif ours == UNK_ID:
             piece.piece, piece.type = pieces[theirs], Piece.UNKNOWN
+        elif LANGUAGE_TOKEN.fullmatch(pieces[theirs]):
+            piece.piece, piece.type = pieces[theirs], Piece.USER_DEFINED
         else:
             score, kind = known.get(pieces[theirs], (0.0, Piece.UNUSED))
             piece.piece, piece.score = pieces[theirs], score

@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from transformer_nmt.config import ALPHA_RANGE
+from transformer_nmt.errors import UserError
 from transformer_nmt.version import __version__
 from transformer_nmt.serve.access import presented_key, require_key
 from transformer_nmt.serve.batcher import QueueFull
@@ -185,6 +186,10 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(BadOption)
     async def bad_option(request: Request, exc: BadOption) -> JSONResponse:
+        return error(422, str(exc))
+
+    @app.exception_handler(UserError)  # the text itself (a language token the model lacks)
+    async def unusable_text(request: Request, exc: UserError) -> JSONResponse:
         return error(422, str(exc))
 
 
