@@ -1,0 +1,142 @@
+"""Stage 2 of `nmt distill`: per sentence, the teacher's candidate to learn from, and the
+sentences to leave out.
+
+Among a sentence's n-best candidates the one closest to the reference by sentence chrF is
+kept (Mozilla's translations pipeline, `extract_best`); a monolingual sentence, which has
+no reference, keeps the teacher's best. Then the worst share by the teacher's per-token
+cross-entropy of the kept candidate is dropped (Mozilla's default: 5%): what the teacher
+was least sure of is most often wrong, and a student copies its teacher's mistakes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from transformer_nmt.data.text import LineWriter, read_lines
+from transformer_nmt.errors import UserError
+from transformer_nmt.evaluate import sentence_chrf
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One source sentence and the teacher's candidate kept for it."""
+
+    source: str
+    target: str
+    cross_entropy: float
+    """The teacher's mean negative log-probability per token of `target`, end included."""
+
+
+@dataclass
+class Selection:
+    """What the selection kept and dropped, and why."""
+
+    sentences: int = 0
+    kept: int = 0
+    empty: int = 0
+    """Dropped because the chosen candidate was empty."""
+    worst: int = 0
+    """Dropped as the worst share by cross-entropy."""
+    threshold: float | None = None
+    """The lowest cross-entropy dropped as worst (None: none was)."""
+    closest_not_first: int = 0
+    """Sentences whose closest candidate to the reference was not the teacher's best."""
+    files: list[str] = field(default_factory=list)
+
+    def summary(self, drop: float) -> str:
+        """One line: how many were kept, how many dropped and why."""
+        above = f" (above {self.threshold:.3f} nats/token)" if self.threshold is not None else ""
+        return (f"kept {self.kept} of {self.sentences} pairs; dropped {self.empty} empty "
+                f"translations and {self.worst} as the worst {drop:.0%} by the teacher's "
+                f"per-token cross-entropy{above}; {self.closest_not_first} sentences kept a "
+                "candidate closer to the reference than the teacher's best")
+
+
+def _valid_candidates(candidates: object) -> bool:
+    return (isinstance(candidates, list) and bool(candidates)
+            and all(isinstance(c, dict) and isinstance(c.get("text"), str)
+                    and isinstance(c.get("token_scores"), list) for c in candidates))
+
+
+def read_nbest(path: Path) -> Iterator[list[dict]]:
+    """The candidates of each line of a JSON n-best output of `translate_corpus`, best
+    first; UserError naming the file and line for anything else."""
+    for number, line in enumerate(read_lines(path), start=1):
+        try:
+            candidates = json.loads(line).get("nbest")
+        except (ValueError, AttributeError):
+            candidates = None
+        if not _valid_candidates(candidates):
+            raise UserError(f"{path} line {number}: not a JSON n-best line with token scores; "
+                            f"delete {path.parent} to translate again")
+        yield candidates
+
+
+def choose(sources: Iterable[str], nbest: Iterable[list[dict]],
+           references: Iterable[str] | None) -> Iterator[tuple[Choice, int]]:
+    """Per sentence, the candidate closest to its reference by sentence chrF (ties: the
+    teacher's order), or the teacher's best where there are no references; with the
+    chosen candidate's rank in the teacher's n-best. ValueError if the counts differ."""
+    rows = (zip(sources, nbest, references, strict=True) if references is not None
+            else ((source, candidates, None) for source, candidates
+                  in zip(sources, nbest, strict=True)))
+    for source, candidates, reference in rows:
+        best = 0
+        if reference is not None:
+            scores = sentence_chrf([c["text"] for c in candidates], [reference] * len(candidates))
+            best = max(range(len(candidates)), key=lambda i: (scores[i], -i))
+        chosen = candidates[best]
+        token_scores = chosen["token_scores"]  # log P of each token, end of sentence last
+        cross_entropy = -sum(token_scores) / max(len(token_scores), 1)
+        yield Choice(source, chosen["text"], cross_entropy), best
+
+
+def filter_worst(choices: list[Choice], drop: float, source: str) -> tuple[list[Choice], Selection]:
+    """`choices` without empty translations and without the `drop` share with the highest
+    cross-entropy (of all sentences, rounded to the nearest count), in their order;
+    UserError in one line if nothing would be left."""
+    selection = Selection(sentences=len(choices))
+    non_empty = [i for i, choice in enumerate(choices) if choice.target.strip()]
+    selection.empty = len(choices) - len(non_empty)
+    worst = min(round(len(choices) * drop), len(non_empty))
+    ranked = sorted(non_empty, key=lambda i: choices[i].cross_entropy, reverse=True)
+    dropped = set(ranked[:worst])
+    kept = [choices[i] for i in non_empty if i not in dropped]
+    if not kept:
+        raise UserError(f"the filter would drop all {len(choices)} translations of {source} "
+                        f"({selection.empty} empty, {worst} as the worst {drop:.0%}); give a "
+                        "smaller --drop, or check the teacher's translations")
+    selection.kept, selection.worst = len(kept), worst
+    if worst:
+        selection.threshold = choices[ranked[worst - 1]].cross_entropy
+    return kept, selection
+
+
+def select(inputs: list[tuple[Path, Path, Path | None]], drop: float, out_src: Path,
+           out_tgt: Path) -> Selection:
+    """Choose and filter the teacher's translations of each (sources, n-best output,
+    references or None) into the parallel files `out_src` and `out_tgt`, written whole."""
+    choices: list[Choice] = []
+    closest_not_first = 0
+    for sources, nbest, references in inputs:
+        found = choose(read_lines(sources), read_nbest(nbest),
+                       read_lines(references) if references is not None else None)
+        try:
+            for choice, rank in found:
+                choices.append(choice)
+                closest_not_first += rank > 0
+        except ValueError:  # zip(strict=True): the files' line counts differ
+            files = ", ".join(str(path) for path in (nbest, sources, references) if path)
+            raise UserError(f"{files}: not the same number of lines; delete {nbest.parent} "
+                            "to translate again") from None
+    kept, selection = filter_worst(choices, drop, ", ".join(str(i[0]) for i in inputs))
+    selection.closest_not_first = closest_not_first
+    with LineWriter(out_src) as src, LineWriter(out_tgt) as tgt:
+        for choice in kept:
+            src.write(choice.source)
+            tgt.write(choice.target)
+    selection.files = [str(out_src), str(out_tgt)]
+    return selection
