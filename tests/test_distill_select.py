@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
-from transformer_nmt.distill.select import Choice, choose, filter_worst, read_nbest, select
+from transformer_nmt.distill.select import choose, filter_worst, read_nbest, select
 from transformer_nmt.errors import UserError
 
 
@@ -35,21 +36,26 @@ def test_equal_candidates_keep_the_teachers_order():
     assert rank == 0
 
 
-def test_the_worst_share_and_empty_translations_are_dropped_in_order():
-    choices = [Choice(f"s{i}", f"t{i}", float(i)) for i in range(10)]
-    choices[3] = Choice("s3", "  ", 0.0)
-    kept, selection = filter_worst(choices, 0.2, "train")
-    assert [c.source for c in kept] == ["s0", "s1", "s2", "s4", "s5", "s6", "s7"]
+def test_the_worst_share_and_empty_translations_are_dropped():
+    cross_entropy = np.arange(10, dtype=np.float64)
+    empty = np.zeros(10, dtype=bool)
+    empty[3] = True
+    keep, selection = filter_worst(cross_entropy, empty, 0.2, "train")
+    assert np.flatnonzero(keep).tolist() == [0, 1, 2, 4, 5, 6, 7]
     assert (selection.sentences, selection.kept, selection.empty, selection.worst) == (10, 7, 1, 2)
     assert selection.threshold == 8.0
     assert "dropped 1 empty translations and 2 as the worst 20%" in selection.summary(0.2)
 
 
+def test_equal_scores_drop_the_same_sentences_every_time():
+    keep, _ = filter_worst(np.ones(4), np.zeros(4, dtype=bool), 0.5, "train")
+    assert keep.tolist() == [False, False, True, True]
+
+
 @pytest.mark.parametrize("drop", [1.0, 0.99])
 def test_a_filter_that_drops_everything_is_refused_in_one_line(drop):
-    choices = [Choice(f"s{i}", f"t{i}", float(i)) for i in range(10)]
     with pytest.raises(UserError, match="would drop all 10 translations of train") as raised:
-        filter_worst(choices, drop, "train")
+        filter_worst(np.arange(10, dtype=np.float64), np.zeros(10, dtype=bool), drop, "train")
     assert "\n" not in str(raised.value)
 
 

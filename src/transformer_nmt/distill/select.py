@@ -6,14 +6,21 @@ kept (Mozilla's translations pipeline, `extract_best`); a monolingual sentence, 
 no reference, keeps the teacher's best. Then the worst share by the teacher's per-token
 cross-entropy of the kept candidate is dropped (Mozilla's default: 5%): what the teacher
 was least sure of is most often wrong, and a student copies its teacher's mistakes.
+
+Two passes over the files: the first chooses and scores, keeping per sentence only the
+chosen rank, its cross-entropy and whether it is empty (a few bytes, whatever the corpus
+size); the second writes the kept pairs.
 """
 
 from __future__ import annotations
 
 import json
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
+
+import numpy as np
 
 from transformer_nmt.data.text import LineWriter, read_lines
 from transformer_nmt.errors import UserError
@@ -94,49 +101,63 @@ def choose(sources: Iterable[str], nbest: Iterable[list[dict]],
         yield Choice(source, chosen["text"], cross_entropy), best
 
 
-def filter_worst(choices: list[Choice], drop: float, source: str) -> tuple[list[Choice], Selection]:
-    """`choices` without empty translations and without the `drop` share with the highest
-    cross-entropy (of all sentences, rounded to the nearest count), in their order;
-    UserError in one line if nothing would be left."""
-    selection = Selection(sentences=len(choices))
-    non_empty = [i for i, choice in enumerate(choices) if choice.target.strip()]
-    selection.empty = len(choices) - len(non_empty)
-    worst = min(round(len(choices) * drop), len(non_empty))
-    ranked = sorted(non_empty, key=lambda i: choices[i].cross_entropy, reverse=True)
-    dropped = set(ranked[:worst])
-    kept = [choices[i] for i in non_empty if i not in dropped]
-    if not kept:
-        raise UserError(f"the filter would drop all {len(choices)} translations of {source} "
+def filter_worst(cross_entropy: np.ndarray, empty: np.ndarray, drop: float,
+                 source: str) -> tuple[np.ndarray, Selection]:
+    """Which sentences to keep (a bool mask): not those whose chosen translation is
+    `empty`, nor the `drop` share (of all sentences, rounded to the nearest count) with
+    the highest `cross_entropy`; UserError in one line if nothing would be left."""
+    count = len(cross_entropy)
+    selection = Selection(sentences=count, empty=int(empty.sum()))
+    non_empty = np.flatnonzero(~empty)
+    worst = min(round(count * drop), len(non_empty))
+    # Stable: among equal scores the earlier sentences go first, the same on every run.
+    ranked = non_empty[np.argsort(-cross_entropy[non_empty], kind="stable")]
+    keep = ~empty
+    keep[ranked[:worst]] = False
+    if not keep.any():
+        raise UserError(f"the filter would drop all {count} translations of {source} "
                         f"({selection.empty} empty, {worst} as the worst {drop:.0%}); give a "
                         "smaller --drop, or check the teacher's translations")
-    selection.kept, selection.worst = len(kept), worst
+    selection.kept, selection.worst = int(keep.sum()), worst
     if worst:
-        selection.threshold = choices[ranked[worst - 1]].cross_entropy
-    return kept, selection
+        selection.threshold = float(cross_entropy[ranked[worst - 1]])
+    return keep, selection
+
+
+def _rows(sources: Path, nbest: Path, references: Path | None) -> Iterator[tuple[Choice, int]]:
+    """`choose` over one input's files; UserError if their line counts differ."""
+    found = choose(read_lines(sources), read_nbest(nbest),
+                   read_lines(references) if references is not None else None)
+    try:
+        yield from found
+    except ValueError:  # zip(strict=True): the files' line counts differ
+        files = ", ".join(str(path) for path in (nbest, sources, references) if path)
+        raise UserError(f"{files}: not the same number of lines; delete {nbest.parent} "
+                        "to translate again") from None
 
 
 def select(inputs: list[tuple[Path, Path, Path | None]], drop: float, out_src: Path,
            out_tgt: Path) -> Selection:
     """Choose and filter the teacher's translations of each (sources, n-best output,
     references or None) into the parallel files `out_src` and `out_tgt`, written whole."""
-    choices: list[Choice] = []
-    closest_not_first = 0
-    for sources, nbest, references in inputs:
-        found = choose(read_lines(sources), read_nbest(nbest),
-                       read_lines(references) if references is not None else None)
-        try:
-            for choice, rank in found:
-                choices.append(choice)
-                closest_not_first += rank > 0
-        except ValueError:  # zip(strict=True): the files' line counts differ
-            files = ", ".join(str(path) for path in (nbest, sources, references) if path)
-            raise UserError(f"{files}: not the same number of lines; delete {nbest.parent} "
-                            "to translate again") from None
-    kept, selection = filter_worst(choices, drop, ", ".join(str(i[0]) for i in inputs))
-    selection.closest_not_first = closest_not_first
+    # Typed arrays, 13 bytes a sentence: a list of Python floats would take ten times that.
+    ranks, cross_entropy, empty = array("i"), array("d"), array("b")
+    for files in inputs:
+        for choice, rank in _rows(*files):
+            ranks.append(rank)
+            cross_entropy.append(choice.cross_entropy)
+            empty.append(not choice.target.strip())
+    keep, selection = filter_worst(np.frombuffer(cross_entropy, dtype=np.float64),
+                                   np.frombuffer(empty, dtype=np.int8).astype(bool), drop,
+                                   ", ".join(str(files[0]) for files in inputs))
+    selection.closest_not_first = int(np.count_nonzero(np.frombuffer(ranks, dtype=np.int32)))
+    line = 0
     with LineWriter(out_src) as src, LineWriter(out_tgt) as tgt:
-        for choice in kept:
-            src.write(choice.source)
-            tgt.write(choice.target)
+        for sources, nbest, _ in inputs:
+            for source, candidates in zip(read_lines(sources), read_nbest(nbest)):
+                if keep[line]:
+                    src.write(source)
+                    tgt.write(candidates[ranks[line]]["text"])
+                line += 1
     selection.files = [str(out_src), str(out_tgt)]
     return selection
