@@ -8,16 +8,19 @@ import json
 import shlex
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from train_fixtures import tiny_overrides
 from transformer_nmt.cli import build_parser, main
+from transformer_nmt.distill import pipeline
 from transformer_nmt.distill.options import DistillOptions
 from transformer_nmt.data.manifest import text_path
 from transformer_nmt.distill.pipeline import cluster_command, distill, translate_stage
 from transformer_nmt.distill.state import STAGES, STATE, DistillState
 from transformer_nmt.errors import UserError
+from transformer_nmt.interrupts import Terminated
 
 STUDENT_SETTINGS = tuple((name, str(value)) for name, value in tiny_overrides(
     max_steps=4, d_model=32, d_ff=64, d_k=8, d_v=8))
@@ -184,3 +187,19 @@ def test_stage_1_translated_by_translate_corpus_on_a_cluster_is_found_done(
     record = translate_stage(opts, DistillState(opts.out), log.append)
     assert record["summary"].startswith("translated 0 sentences")
     assert (tmp_path / "out" / "translate" / "train.en").exists()
+
+
+@pytest.mark.parametrize("signal_name, raised", [("SIGINT", KeyboardInterrupt),
+                                                 ("SIGTERM", Terminated)])
+def test_training_stopped_by_a_signal_is_not_recorded_done(distilled, tmp_path, monkeypatch,
+                                                          signal_name, raised):
+    """`train` answers Ctrl-C by saving a checkpoint and returning: the stage must not
+    count as done, so that the next run resumes the training."""
+    out = copy_of(distilled, tmp_path)
+    drop_record(out, "train")
+    shutil.rmtree(out / "data")  # its recipe names the files of the directory copied
+    monkeypatch.setattr(pipeline, "train", lambda **_: SimpleNamespace(stopped_by=signal_name,
+                                                                       lines=[]))
+    with pytest.raises(raised):
+        run(options_for(distilled, out))
+    assert "train" not in DistillState(out).stages

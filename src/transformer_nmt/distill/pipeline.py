@@ -40,6 +40,7 @@ from transformer_nmt.distill.state import STAGES, DistillState
 from transformer_nmt.errors import UserError
 from transformer_nmt.evaluate import split_languages
 from transformer_nmt.files import write_json_atomic
+from transformer_nmt.interrupts import Terminated
 from transformer_nmt.model_file import (model_languages, read_model_file, save_model_file,
                                         vocab_source)
 from transformer_nmt.training.checkpoint import (average_checkpoints, checkpoints_to_average,
@@ -197,6 +198,12 @@ def train_stage(options: DistillOptions, state: DistillState, selected: dict[str
                     command="nmt distill", progress=options.progress)
     for line in summary.lines:
         log(f"  {line}")
+    # Training stopped by a signal has written its checkpoint and returned; the stage is
+    # not done, and the next run resumes the training.
+    if summary.stopped_by == "SIGINT":
+        raise KeyboardInterrupt
+    if summary.stopped_by == "SIGTERM":
+        raise Terminated
     count = min(options.average_last, len(numbered_checkpoints(run)))
     paths = checkpoints_to_average([run], max(count, 1))
     student = Path(options.out) / STUDENT
