@@ -17,10 +17,12 @@ from transformer_nmt.cli import build_parser, main
 from transformer_nmt.distill import pipeline
 from transformer_nmt.distill.options import DistillOptions
 from transformer_nmt.data.manifest import text_path
-from transformer_nmt.distill.pipeline import cluster_command, distill, translate_stage
+from transformer_nmt.distill.pipeline import (cluster_command, distill, select_stage,
+                                              translate_stage)
 from transformer_nmt.distill.state import STAGES, STATE, DistillState
 from transformer_nmt.errors import UserError
 from transformer_nmt.interrupts import Terminated
+from transformer_nmt.model_file import read_model_file, save_model_file
 
 STUDENT_SETTINGS = tuple((name, str(value)) for name, value in tiny_overrides(
     max_steps=4, d_model=32, d_ff=64, d_k=8, d_v=8))
@@ -203,3 +205,32 @@ def test_training_stopped_by_a_signal_is_not_recorded_done(distilled, tmp_path, 
     with pytest.raises(raised):
         run(options_for(distilled, out))
     assert "train" not in DistillState(out).stages
+
+
+def test_a_teacher_of_another_direction_is_refused_before_any_work(tiny_model_file, tiny_data,
+                                                                   tmp_path):
+    payload = read_model_file(tiny_model_file)
+    payload["src_lang"], payload["tgt_lang"] = "xx", "en"
+    teacher = tmp_path / "reverse.pt"
+    save_model_file(payload, teacher)
+    with pytest.raises(UserError, match=r"reverse.pt translates xx-en, but .* is en-xx"):
+        distill(options(teacher, tiny_data, tmp_path / "out"))
+    assert not (tmp_path / "out" / "translate").exists()
+
+
+def test_mono_sentences_keep_the_teachers_best_beside_the_training_pairs(
+        trained_model_file, tiny_data, tmp_path):
+    mono = tmp_path / "mono.en"
+    mono.write_text("the cat sees a dog\nred car and blue tree\n", encoding="utf-8")
+    opts = options(trained_model_file, tiny_data, tmp_path / "out", mono=(str(mono),), drop=0.0)
+    state = DistillState(opts.out)
+    translated = translate_stage(opts, state, lambda line: None)
+    assert [Path(path).name for path in translated["files"]] == ["train.en", "mono.en"]
+    selected = select_stage(opts, state, translated, lambda line: None)
+    assert selected["sentences"] == selected["kept"] == 242
+    sources = (tmp_path / "out" / "select" / "train.en").read_text(encoding="utf-8")
+    assert sources.endswith("the cat sees a dog\nred car and blue tree\n")
+    best = [json.loads(line)["nbest"][0]["text"] for line in
+            (tmp_path / "out" / "translate" / "mono.en").read_text(encoding="utf-8").splitlines()]
+    targets = (tmp_path / "out" / "select" / "train.xx").read_text(encoding="utf-8")
+    assert targets.splitlines()[-2:] == best
