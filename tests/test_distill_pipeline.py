@@ -175,6 +175,9 @@ def test_a_missing_teacher_or_unknown_preset_is_refused_before_any_work(tmp_path
     with pytest.raises(UserError, match="unknown preset 'student-huge'"):
         distill(options(tmp_path / "missing.pt", tiny_data, tmp_path / "out",
                         student="student-huge"))
+    with pytest.raises(UserError, match="unknown setting 'colour'"):
+        distill(options(tmp_path / "missing.pt", tiny_data, tmp_path / "out",
+                        overrides=(("colour", "red"),)))
     assert not (tmp_path / "out").exists()
 
 

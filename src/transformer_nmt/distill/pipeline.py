@@ -45,6 +45,7 @@ from transformer_nmt.model_file import (model_languages, read_model_file, save_m
                                         vocab_source)
 from transformer_nmt.training.checkpoint import (average_checkpoints, checkpoints_to_average,
                                                  numbered_checkpoints)
+from transformer_nmt.training.run import apply_overrides
 from transformer_nmt.training.session import train
 
 Log = Callable[[str], None]
@@ -241,7 +242,9 @@ def report_stage(options: DistillOptions, state: DistillState, student: Path,
 
 def distill(options: DistillOptions, log: Log = print) -> dict[str, Any]:
     """Run every stage not done yet; the report (what DIR/report.json holds)."""
-    get_preset(options.student)  # an unknown preset is refused before hours of translating
+    # An unknown preset or a bad --set is refused before hours of translating.
+    preset = get_preset(options.student)
+    apply_overrides(preset.model, preset.train, options.overrides)
     for path in options.teachers:
         if not Path(path).is_file():
             raise UserError(f"{path}: no such teacher model file")
