@@ -18,6 +18,7 @@ from transformer_nmt.cli.flags import add_fields, field_values, flag_of
 from transformer_nmt.config import DecodeConfig, ModelConfig, Quantization, TrainConfig
 from transformer_nmt.data.prepare_options import PrepareOptions
 from transformer_nmt.decode.translator import TranslatorOptions
+from transformer_nmt.distill.options import DistillOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.fields import setting
 from transformer_nmt.quickstart import QuickstartOptions
@@ -28,7 +29,7 @@ SETTINGS = {
     "translate": DECODING, "translate-corpus": DECODING, "evaluate": DECODING, "serve": (ServeSettings, *DECODING),
     "attention": (DecodeConfig,), "score": DECODING, "train": (TrainConfig,),
     "prepare": (PrepareOptions,), "quickstart": (QuickstartOptions,),
-    "calibrate": (TranslatorOptions,),
+    "calibrate": (TranslatorOptions,), "distill": (DistillOptions,),
 }
 """The dataclasses whose fields each subcommand's flags set."""
 NOT_SETTINGS = {
@@ -52,6 +53,7 @@ NOT_SETTINGS = {
     "prepare": {"--vocab"} | {f"--{split}-{kind}" for split in ("train", "valid", "test")
                               for kind in ("src", "tgt", "tsv")},
     "quickstart": {"--set"},
+    "distill": {"--teacher", "--data", "--mono", "--out", "--set", "--device"},
     "export": {"--model", "--to", "out", "--quantization", "--force", "--from-code",
                "--to-code", "--package-version"},
     "average": {"inputs", "--last", "--best", "--out"},

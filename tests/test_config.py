@@ -7,7 +7,7 @@ import math
 import pytest
 
 from transformer_nmt.config import (MAX_BEAM, DecodeConfig, ModelConfig, TrainConfig,
-                                    differences, get_preset)
+                                    differences, get_preset, preset_of_architecture)
 from transformer_nmt.errors import UserError
 
 
@@ -120,3 +120,13 @@ def test_alpha_has_one_range():
     for value in (low - 0.5, high + 0.5):
         with pytest.raises(UserError, match="alpha must be a finite number between"):
             DecodeConfig(alpha=value)
+
+
+@pytest.mark.parametrize("name, d_model", [("student-tiny", 256), ("student-base", 512)])
+def test_student_presets_have_a_deep_encoder_and_a_shallow_decoder(name, d_model):
+    """Decoding runs the decoder once per output token and the encoder once per sentence:
+    a student's depth belongs in its encoder."""
+    model = get_preset(name).model
+    assert (model.encoder_layers, model.decoder_layers, model.d_model) == (6, 2, d_model)
+    assert model.heads * model.d_k == d_model
+    assert preset_of_architecture(model) == name

@@ -19,6 +19,7 @@ from transformer_nmt.version import __version__
 from transformer_nmt.cli.allocator import start_again_with_tcmalloc
 from transformer_nmt.cli.calibrate import add_calibrate_parser
 from transformer_nmt.cli.corpus import add_translate_corpus_parser
+from transformer_nmt.cli.distill import add_distill_parser
 from transformer_nmt.cli.decode import (add_attention_parser, add_evaluate_parser,
                                         add_translate_parser)
 from transformer_nmt.cli.export import add_export_parser
@@ -43,6 +44,7 @@ PARSERS = [
     add_average_parser,
     add_translate_parser,
     add_translate_corpus_parser,
+    add_distill_parser,
     add_evaluate_parser,
     add_calibrate_parser,
     add_score_parser,

@@ -1,0 +1,78 @@
+"""What `nmt distill` does and from what: its options, declared once for the library and
+the command line (which derives its flags from these fields without importing torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from transformer_nmt.errors import UserError
+from transformer_nmt.fields import check_types, setting
+
+
+@dataclass(frozen=True)
+class DistillOptions:
+    """One distillation: the teacher(s), the data, the student and how each stage runs.
+    The fields without a flag of their own (teachers, data, out, mono, overrides, device,
+    progress) are given by hand on the command line."""
+
+    teachers: tuple[str, ...]
+    """The teacher's model file, or several for an ensemble (mean of log-probabilities)."""
+    data: Path
+    """The prepared data directory whose train sources the teacher translates and whose
+    valid and test splits the student is validated and measured on."""
+    out: Path
+    """The working directory: every stage's output, its state file and the report."""
+    student: str = setting("student-tiny", metavar="PRESET")
+    """The student's preset (see `nmt presets`: student-tiny, student-base)."""
+    mono: tuple[str, ...] = ()
+    """Monolingual source files translated by the teacher too (no reference: the teacher's
+    best candidate is kept)."""
+    overrides: tuple[tuple[str, str], ...] = ()
+    """(field, value) pairs of ModelConfig/TrainConfig for the student, as `nmt train --set`."""
+    beam: int = setting(4, metavar="K")
+    """The teacher's beam size when translating the training sources."""
+    nbest: int = setting(4, metavar="N")
+    """Candidates per sentence kept from the teacher's beam, among which the one closest to
+    the reference (sentence chrF) is chosen; at most the beam."""
+    drop: float = setting(0.05, metavar="SHARE")
+    """Share of the chosen translations dropped, those with the teacher's worst per-token
+    cross-entropy (Mozilla's translations pipeline drops 5%)."""
+    average_last: int = setting(4, metavar="N")
+    """The student's last numbered checkpoints averaged into DIR/student.pt."""
+    workers: int | None = setting(None, metavar="N")
+    """Processes translating shards of the training sources in stage 1 (default: as many as
+    `nmt translate-corpus` starts; 1 translates in this process)."""
+    shard_lines: int = setting(10000, metavar="N")
+    """Source lines per shard of stage 1 (the unit a rerun resumes from, and of
+    `nmt translate-corpus --shard` on a cluster)."""
+    backend: Literal["local", "ray"] = "local"
+    """Who translates stage 1's shards: local worker processes, or Ray actors through Ray
+    Data, here or on a Ray cluster (as `nmt translate-corpus --backend`)."""
+    ray_address: str | None = setting(None, metavar="ADDR")
+    """With --backend ray, the Ray cluster to join (e.g. auto); DIR must then be on a
+    filesystem every node shares, at the same path."""
+    report_beam: int = setting(4, metavar="K")
+    """The beam of the report's beam-search speed and scores (greedy is measured too)."""
+    device: str | None = None
+    """Where every stage computes: 'cpu', 'cuda', or None for CUDA when present."""
+    progress: bool = True
+    """Show progress bars."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        if not self.teachers:
+            raise UserError("give at least one --teacher model file")
+        if not 0 <= self.drop <= 1:
+            raise UserError(f"--drop is a share of the sentences, from 0 to 1, not {self.drop!r}")
+        for name in ("beam", "nbest", "average_last", "shard_lines", "report_beam"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, not "
+                                f"{getattr(self, name)!r}")
+        if self.nbest > self.beam:
+            raise UserError(f"--nbest {self.nbest} is more candidates than --beam {self.beam} "
+                            "finds; give --nbest at most the beam")
+        if self.workers is not None and self.workers < 1:
+            raise UserError(f"--workers must be at least 1, not {self.workers!r}")
+

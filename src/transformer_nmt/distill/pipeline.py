@@ -1,0 +1,273 @@
+"""`nmt distill`: the stages, in order, each skipped when DIR/distill.json records it done.
+
+```
+DIR/
+  distill.json     which stages are done, with their settings (distill/state.py)
+  translate/       stage 1: `translate_corpus`'s directory: the teacher's n-best of the
+                   training sources (and of --mono files), JSON lines with token scores
+  select/          stage 2: train.SRC and train.TGT, the pairs the student learns from
+  data/            stage 3: those pairs prepared with the teacher's vocabulary, and the
+                   valid and test splits of --data
+  run/             stage 3: the student's training run
+  student.pt       stage 3: its last checkpoints averaged
+  report/          stage 4: each model's test translations
+  report.json      stage 4: teacher and student measured alike
+```
+
+Within a stage, an interrupted run resumes where the stage's own machinery can: the
+corpus translation by shards, the preparation from scratch, the training from its last
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from transformer_nmt.config import DecodeConfig, get_preset
+from transformer_nmt.corpus import (CorpusOptions, file_sha256_of, merge, output_name,
+                                    translate_corpus)
+from transformer_nmt.data.manifest import SPLITS, text_path
+from transformer_nmt.data.prepare import PrepareOptions, prepare
+from transformer_nmt.decode.translator import TranslatorOptions
+from transformer_nmt.distill.measure import format_report, measure
+from transformer_nmt.distill.options import DistillOptions
+from transformer_nmt.distill.select import select
+from transformer_nmt.distill.state import STAGES, DistillState
+from transformer_nmt.errors import UserError
+from transformer_nmt.evaluate import split_languages
+from transformer_nmt.files import write_json_atomic
+from transformer_nmt.interrupts import Terminated
+from transformer_nmt.model_file import (model_languages, read_model_file, save_model_file,
+                                        vocab_source)
+from transformer_nmt.training.checkpoint import (average_checkpoints, checkpoints_to_average,
+                                                 numbered_checkpoints)
+from transformer_nmt.training.run import apply_overrides
+from transformer_nmt.training.session import train
+
+Log = Callable[[str], None]
+REPORT = "report.json"
+STUDENT = "student.pt"
+
+
+def _stage(log: Log, stage: str, text: str) -> None:
+    log(f"\n[{STAGES.index(stage) + 1}/{len(STAGES)}] {text}")
+
+
+def _skipped(log: Log, stage: str, text: str, record: dict[str, Any]) -> dict[str, Any]:
+    _stage(log, stage, f"{text}: done already ({record.get('summary', 'see distill.json')})")
+    return record
+
+
+OUTPUTS = {"translate": ("translate",), "select": ("select",),
+           "train": ("data", "run", STUDENT), "report": ("report", REPORT)}
+"""What each stage makes in DIR."""
+
+
+def _finish(options: DistillOptions, state: DistillState, log: Log, stage: str,
+            settings: dict[str, Any], files: list[Path], **facts: Any) -> dict[str, Any]:
+    """Record `stage` done, after removing what later stages made from its previous
+    output: their inputs have changed, and a data directory or a run made from other
+    pairs would be refused or, worse, resumed. Nothing is removed when a stage fails."""
+    for later in STAGES[STAGES.index(stage) + 1:]:
+        for name in OUTPUTS[later]:
+            path = Path(options.out) / name
+            if path.is_dir():
+                log(f"  removing {path}, made by stage {later} from the previous output")
+                shutil.rmtree(path)
+            elif path.exists():
+                log(f"  removing {path}, made by stage {later} from the previous output")
+                path.unlink()
+    return state.finish(stage, settings, files, **facts)
+
+
+def _translator(options: DistillOptions) -> TranslatorOptions:
+    """The teacher's search: beam with n-best and each token's log-probability, which
+    stage 2 chooses and filters by."""
+    return TranslatorOptions(decode=DecodeConfig(beam=options.beam, nbest=options.nbest),
+                             device=options.device, token_scores=True, workers=options.workers)
+
+
+def cluster_command(options: DistillOptions, inputs: list[str], out: Path) -> str:
+    """The `nmt translate-corpus` command that translates a part of stage 1 on a cluster
+    (a job array's task I of N) into the same directory, with the same settings."""
+    q = shlex.quote
+    return (f"nmt translate-corpus --model {' '.join(q(t) for t in options.teachers)} "
+            f"--input {' '.join(q(i) for i in inputs)} --out {q(str(out))} --format json "
+            f"--beam {options.beam} --nbest {options.nbest} --shard-lines "
+            f"{options.shard_lines} --shard I/N")
+
+
+def translate_stage(options: DistillOptions, state: DistillState, log: Log) -> dict[str, Any]:
+    """Stage 1: the teacher's n-best of the training sources and the --mono files."""
+    src, _ = split_languages(options.data, None, None)
+    inputs = [str(text_path(options.data, "train", src)), *options.mono]
+    out = Path(options.out) / "translate"
+    settings = {"teachers": [file_sha256_of(path) for path in options.teachers],
+                "inputs": [str(Path(path).resolve()) for path in inputs],
+                "beam": options.beam, "nbest": options.nbest}
+    text = (f"translating {len(inputs)} file{'s' if len(inputs) > 1 else ''} with the teacher"
+            f"{'s (an ensemble)' if len(options.teachers) > 1 else ''}, beam {options.beam}, "
+            f"{options.nbest}-best")
+    if (record := state.done("translate", settings)) is not None:
+        return _skipped(log, "translate", text, record)
+    _stage(log, "translate", f"{text}, into {out}")
+    log(f"  on a cluster, each task of a job array may translate its part first:\n"
+        f"    {cluster_command(options, inputs, out)}")
+    corpus = CorpusOptions(models=tuple(options.teachers), inputs=tuple(inputs), out=str(out),
+                           translator=_translator(options), output_format="json",
+                           shard_lines=options.shard_lines, backend=options.backend,
+                           ray_address=options.ray_address)
+    # One local worker translates in this process: no process to start, nothing to hand over.
+    here = options.workers == 1 and options.backend == "local"
+    report = translate_corpus(corpus, (0, 1) if here else None)
+    if here:
+        merge(out)
+    log(f"  {report.summary()}")
+    files = [out / output_name(Path(path)) for path in inputs]
+    return _finish(options, state, log, "translate", settings, files,
+                   summary=report.summary(), sources=inputs)
+
+
+def select_stage(options: DistillOptions, state: DistillState, translated: dict[str, Any],
+                 log: Log) -> dict[str, Any]:
+    """Stage 2: per sentence the candidate closest to the reference, the worst dropped."""
+    src, tgt = split_languages(options.data, None, None)
+    out = Path(options.out) / "select"
+    settings = {"drop": options.drop}
+    text = (f"choosing per sentence the candidate closest to the reference (sentence chrF), "
+            f"dropping the worst {options.drop:.0%} by the teacher's per-token cross-entropy")
+    if (record := state.done("select", settings)) is not None:
+        return _skipped(log, "select", text, record)
+    _stage(log, "select", text)
+    # The training sources come first and have references; --mono files have none.
+    references = [text_path(options.data, "train", tgt)] + [None] * len(options.mono)
+    inputs = [(Path(source), Path(output), reference) for source, output, reference
+              in zip(translated["sources"], translated["files"], references)]
+    selection = select(inputs, options.drop, out / f"train.{src}", out / f"train.{tgt}")
+    summary = selection.summary(options.drop)
+    log(f"  {summary}")
+    return _finish(options, state, log, "select", settings,
+                   [Path(path) for path in selection.files], summary=summary,
+                   kept=selection.kept, sentences=selection.sentences,
+                   dropped_empty=selection.empty, dropped_worst=selection.worst)
+
+
+def _prepare_student_data(options: DistillOptions, selected: dict[str, Any], log: Log) -> Path:
+    """The selected pairs, with --data's valid and test splits, prepared with the
+    teacher's vocabulary (a student shares its teacher's pieces, and an ensemble's
+    teachers share one vocabulary)."""
+    src, tgt = split_languages(options.data, None, None)
+    vocab = vocab_source(options.teachers[0])
+    for other in options.teachers[1:]:
+        if vocab_source(other).sha256 != vocab.sha256:
+            raise UserError(f"{other} has another vocabulary than {options.teachers[0]}; "
+                            "an ensemble's teachers must share one")
+    files = {"train_src": selected["files"][0], "train_tgt": selected["files"][1]}
+    for split in SPLITS[1:]:
+        files[f"{split}_src"] = str(text_path(options.data, split, src))
+        files[f"{split}_tgt"] = str(text_path(options.data, split, tgt))
+    data = Path(options.out) / "data"
+    # No length filters: the data was filtered when --data was prepared, and the teacher's
+    # outputs are bounded by its own length limit.
+    prepare(PrepareOptions(corpus="files", src=src, tgt=tgt, out=data, files=files,
+                           vocab=vocab, max_len=0, max_ratio=0),
+            command="nmt distill", progress=options.progress, log=log)
+    return data
+
+
+def train_stage(options: DistillOptions, state: DistillState, selected: dict[str, Any],
+                log: Log) -> dict[str, Any]:
+    """Stage 3: prepare the student's data, train the student, average its checkpoints."""
+    preset = get_preset(options.student)
+    settings = {"student": options.student, "overrides": [list(o) for o in options.overrides],
+                "average_last": options.average_last}
+    model = preset.model
+    text = (f"training the student, preset {options.student} ({model.encoder_layers} encoder "
+            f"and {model.decoder_layers} decoder layers, d_model {model.d_model}), on the "
+            "selected pairs with the teacher's vocabulary")
+    if (record := state.done("train", settings)) is not None:
+        return _skipped(log, "train", text, record)
+    _stage(log, "train", text)
+    data = _prepare_student_data(options, selected, log)
+    run = Path(options.out) / "run"
+    summary = train(out=run, data=data, preset=options.student,
+                    overrides=list(options.overrides), device=options.device,
+                    command="nmt distill", progress=options.progress)
+    for line in summary.lines:
+        log(f"  {line}")
+    # Training stopped by a signal has written its checkpoint and returned; the stage is
+    # not done, and the next run resumes the training.
+    if summary.stopped_by == "SIGINT":
+        raise KeyboardInterrupt
+    if summary.stopped_by == "SIGTERM":
+        raise Terminated
+    count = min(options.average_last, len(numbered_checkpoints(run)))
+    paths = checkpoints_to_average([run], max(count, 1))
+    student = Path(options.out) / STUDENT
+    save_model_file(average_checkpoints(paths), student)
+    done = f"averaged {', '.join(p.name for p in paths)} into {student}"
+    log(f"  {done}")
+    return _finish(options, state, log, "train", settings, [student], summary=done,
+                   data=str(data), run=str(run))
+
+
+def report_stage(options: DistillOptions, state: DistillState, student: Path,
+                 log: Log) -> dict[str, Any]:
+    """Stage 4: teacher and student measured alike on the test split, on this machine."""
+    src, tgt = split_languages(options.data, None, None)
+    out = Path(options.out)
+    settings = {"beam": options.report_beam, "student": file_sha256_of(student)}
+    text = (f"measuring teacher and student on the test split: greedy and beam "
+            f"{options.report_beam}, each in a fresh process")
+    if (record := state.done("report", settings)) is not None:
+        _skipped(log, "report", text, record)
+        log(record["table"])
+        return record
+    _stage(log, "report", text)
+    sources, references = text_path(options.data, "test", src), text_path(options.data, "test", tgt)
+    rows = {}
+    for label, models in (("teacher", [Path(t) for t in options.teachers]), ("student", [student])):
+        rows[label] = measure(models, sources, references, tgt, options.report_beam,
+                              options.device, out / "report" / f"{label}.test.{tgt}")
+    table = format_report(rows)
+    log(table)
+    write_json_atomic(out / REPORT, {"split": "test", "data": str(options.data), **rows})
+    return _finish(options, state, log, "report", settings, [out / REPORT],
+                   summary=f"{out / REPORT}", table=table)
+
+
+def distill(options: DistillOptions, log: Log = print) -> dict[str, Any]:
+    """Run every stage not done yet; the report (what DIR/report.json holds)."""
+    # An unknown preset or a bad --set is refused before hours of translating.
+    preset = get_preset(options.student)
+    apply_overrides(preset.model, preset.train, options.overrides)
+    for path in options.teachers:
+        if not Path(path).is_file():
+            raise UserError(f"{path}: no such teacher model file")
+    for path in options.mono:
+        if not Path(path).is_file():
+            raise UserError(f"{path}: no such --mono file")
+    languages = split_languages(options.data, None, None)
+    for path in options.teachers:
+        recorded = model_languages(read_model_file(path))
+        if recorded is not None and recorded != languages:
+            raise UserError(f"{path} translates {'-'.join(recorded)}, but {options.data} is "
+                            f"{'-'.join(languages)}; give data of the teacher's direction")
+    Path(options.out).mkdir(parents=True, exist_ok=True)
+    state = DistillState(Path(options.out))
+    translated = translate_stage(options, state, log)
+    selected = select_stage(options, state, translated, log)
+    trained = train_stage(options, state, selected, log)
+    student = Path(trained["files"][0])
+    report_stage(options, state, student, log)
+    q = shlex.quote
+    log("\nnext (quantizing and exporting the student are not stages of their own yet):")
+    log(f"  int8 on a CPU:   nmt translate --model {q(str(student))} --precision int8 ...")
+    log(f"  CTranslate2:     nmt export --model {q(str(student))} --to ctranslate2 OUT "
+        "--quantization int8")
+    log(f"  Argos Translate: nmt export --model {q(str(student))} --to argos OUT")
+    return json.loads((Path(options.out) / REPORT).read_text(encoding="utf-8"))

@@ -1,0 +1,239 @@
+"""`nmt distill` end to end on a tiny teacher: every stage runs and says so, a rerun skips
+what is done, an interrupted stage is redone, changed settings are refused in one line,
+and the report has its fields."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from train_fixtures import tiny_overrides
+from transformer_nmt.cli import build_parser, main
+from transformer_nmt.distill import pipeline
+from transformer_nmt.distill.options import DistillOptions
+from transformer_nmt.data.manifest import text_path
+from transformer_nmt.distill.pipeline import (cluster_command, distill, select_stage,
+                                              translate_stage)
+from transformer_nmt.distill.state import STAGES, STATE, DistillState
+from transformer_nmt.errors import UserError
+from transformer_nmt.interrupts import Terminated
+from transformer_nmt.model_file import read_model_file, save_model_file
+
+STUDENT_SETTINGS = tuple((name, str(value)) for name, value in tiny_overrides(
+    max_steps=4, d_model=32, d_ff=64, d_k=8, d_v=8))
+"""A few steps of a narrow student: the student preset's 6+2 layers, at the tiny width."""
+REPORT_FIELDS = {"parameters", "megabytes", "bleu", "chrf", "greedy_bleu", "greedy_chrf",
+                 "greedy_sentences_per_second", "beam_sentences_per_second",
+                 "peak_memory_mb", "presets", "sentences"}
+
+
+def options(teacher: Path, data: Path, out: Path, **changes) -> DistillOptions:
+    settings = {"teachers": (str(teacher),), "data": data, "out": out, "nbest": 2, "beam": 2,
+                "drop": 0.1, "average_last": 1, "workers": 1, "shard_lines": 100,
+                "overrides": STUDENT_SETTINGS, "report_beam": 2, "device": "cpu",
+                "progress": False, **changes}
+    return DistillOptions(**settings)
+
+
+def run(opts: DistillOptions) -> tuple[dict, list[str]]:
+    log: list[str] = []
+    report = distill(opts, log=log.append)
+    return report, log
+
+
+@pytest.fixture(scope="module")
+def distilled(trained_model_file, tiny_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("distill") / "out"
+    report, log = run(options(trained_model_file, tiny_data, out))
+    return out, report, log
+
+
+def started(log: list[str]) -> list[str]:
+    """The stages a run did, by their printed headings."""
+    return [stage for stage in STAGES
+            if any(line.startswith(f"\n[{STAGES.index(stage) + 1}/{len(STAGES)}]")
+                   and "done already" not in line for line in log)]
+
+
+def copy_of(distilled, tmp_path) -> Path:
+    out = tmp_path / "out"
+    shutil.copytree(distilled[0], out)
+    return out
+
+
+def drop_record(out: Path, stage: str) -> None:
+    state = json.loads((out / STATE).read_text(encoding="utf-8"))
+    del state["stages"][stage]
+    (out / STATE).write_text(json.dumps(state), encoding="utf-8")
+
+
+def test_every_stage_runs_and_leaves_its_files(distilled):
+    out, report, log = distilled
+    assert started(log) == list(STAGES)
+    for path in ("translate/train.en", "select/train.en", "select/train.xx",
+                 "data/manifest.json", "run/config.json", "student.pt", "report.json",
+                 "report/student.test.xx", "report/teacher.test.xx"):
+        assert (out / path).exists(), path
+    text = "\n".join(log)
+    assert "kept 216 of 240 pairs" in text  # 10% of 240 dropped, none empty
+    assert "nmt translate-corpus --model" in text and "--shard I/N" in text
+
+
+def test_the_report_compares_teacher_and_student(distilled):
+    out, report, log = distilled
+    assert json.loads((out / "report.json").read_text(encoding="utf-8")) == report
+    for label in ("teacher", "student"):
+        assert REPORT_FIELDS <= set(report[label]), label
+        assert report[label]["sentences"] == 24
+        assert report[label]["peak_memory_mb"] > 0
+    assert report["student"]["presets"] == ["student-tiny"]  # as its run recorded it
+    assert any(line.split()[:1] == ["student"] for line in "\n".join(log).splitlines())
+
+
+def test_a_rerun_skips_every_stage(distilled, tmp_path):
+    out = copy_of(distilled, tmp_path)
+    report, log = run(options_for(distilled, out))
+    assert started(log) == []
+    assert sum("done already" in line for line in log) == len(STAGES)
+    assert report == distilled[1] | {"data": report["data"]}
+
+
+def options_for(distilled, out: Path, **changes) -> DistillOptions:
+    """The fixture's options, into `out`."""
+    first = json.loads((distilled[0] / "report.json").read_text(encoding="utf-8"))
+    return options(Path(first["teacher"]["models"][0]), Path(first["data"]), out, **changes)
+
+
+def test_an_interrupted_stage_is_redone_with_what_follows(distilled, tmp_path):
+    out = copy_of(distilled, tmp_path)
+    drop_record(out, "select")
+    selected = out / "select" / "train.xx"
+    whole = selected.read_text(encoding="utf-8")
+    selected.write_text(whole[:len(whole) // 2], encoding="utf-8")  # a partial output
+    report, log = run(options_for(distilled, out))
+    assert started(log) == ["select", "train", "report"]
+    assert selected.read_text(encoding="utf-8") == whole
+    assert set(report) == set(distilled[1]) and REPORT_FIELDS <= set(report["student"])
+
+
+def test_a_stage_whose_files_are_gone_is_redone(distilled, tmp_path):
+    out = copy_of(distilled, tmp_path)
+    (out / "report.json").unlink()
+    _, log = run(options_for(distilled, out))
+    assert started(log) == ["report"]
+
+
+def test_changed_settings_of_a_done_stage_are_refused_in_one_line(distilled, tmp_path):
+    out = copy_of(distilled, tmp_path)
+    with pytest.raises(UserError, match=r"stage select was done with other settings "
+                                        r"\(drop: 0.1 -> 0.2\)") as raised:
+        run(options_for(distilled, out, drop=0.2))
+    assert "\n" not in str(raised.value)
+
+
+def test_a_filter_that_drops_everything_is_refused_in_one_line(distilled, tmp_path, capsys):
+    out = copy_of(distilled, tmp_path)
+    drop_record(out, "select")
+    opts = options_for(distilled, out)
+    status = main(["distill", "--teacher", opts.teachers[0], "--data", str(opts.data),
+                   "--out", str(out), "--nbest", "2", "--beam", "2", "--drop", "1",
+                   "--workers", "1", "--shard-lines", "100"])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert error[-1].startswith("nmt distill: error: the filter would drop all 240 translations")
+    assert "Traceback" not in "\n".join(error)
+
+
+def test_help_lists_the_stages(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["distill", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for heading in ("(1) translate", "(2) select", "(3) train", "(4) report", "--teacher",
+                    "--mono", "--student", "--set", "--drop",
+                    "--shard $SLURM_ARRAY_TASK_ID/N", "--backend ray"):
+        assert heading in text, heading
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"drop": 1.5}, "--drop is a share of the sentences, from 0 to 1, not 1.5"),
+    ({"nbest": 5}, "--nbest 5 is more candidates than --beam 2"),
+    ({"teachers": ()}, "give at least one --teacher"),
+])
+def test_bad_options_are_refused_in_one_line(tmp_path, changes, message):
+    with pytest.raises(UserError, match=message):
+        options(tmp_path / "t.pt", tmp_path, tmp_path / "out", **changes)
+
+
+def test_a_missing_teacher_or_unknown_preset_is_refused_before_any_work(tmp_path, tiny_data):
+    with pytest.raises(UserError, match="no such teacher model file"):
+        distill(options(tmp_path / "missing.pt", tiny_data, tmp_path / "out"))
+    with pytest.raises(UserError, match="unknown preset 'student-huge'"):
+        distill(options(tmp_path / "missing.pt", tiny_data, tmp_path / "out",
+                        student="student-huge"))
+    with pytest.raises(UserError, match="unknown setting 'colour'"):
+        distill(options(tmp_path / "missing.pt", tiny_data, tmp_path / "out",
+                        overrides=(("colour", "red"),)))
+    assert not (tmp_path / "out").exists()
+
+
+def test_stage_1_translated_by_translate_corpus_on_a_cluster_is_found_done(
+        trained_model_file, tiny_data, tmp_path):
+    """The printed command, run as a job array's only task, leaves stage 1 nothing to do."""
+    opts = options(trained_model_file, tiny_data, tmp_path / "out")
+    inputs = [str(text_path(tiny_data, "train", "en"))]
+    command = cluster_command(opts, inputs, tmp_path / "out" / "translate")
+    assert main(shlex.split(command.replace("--shard I/N", "--shard 0/1"))[1:]) == 0
+    log: list[str] = []
+    record = translate_stage(opts, DistillState(opts.out), log.append)
+    assert record["summary"].startswith("translated 0 sentences")
+    assert (tmp_path / "out" / "translate" / "train.en").exists()
+
+
+@pytest.mark.parametrize("signal_name, raised", [("SIGINT", KeyboardInterrupt),
+                                                 ("SIGTERM", Terminated)])
+def test_training_stopped_by_a_signal_is_not_recorded_done(distilled, tmp_path, monkeypatch,
+                                                          signal_name, raised):
+    """`train` answers Ctrl-C by saving a checkpoint and returning: the stage must not
+    count as done, so that the next run resumes the training."""
+    out = copy_of(distilled, tmp_path)
+    drop_record(out, "train")
+    shutil.rmtree(out / "data")  # its recipe names the files of the directory copied
+    monkeypatch.setattr(pipeline, "train", lambda **_: SimpleNamespace(stopped_by=signal_name,
+                                                                       lines=[]))
+    with pytest.raises(raised):
+        run(options_for(distilled, out))
+    assert "train" not in DistillState(out).stages
+
+
+def test_a_teacher_of_another_direction_is_refused_before_any_work(tiny_model_file, tiny_data,
+                                                                   tmp_path):
+    payload = read_model_file(tiny_model_file)
+    payload["src_lang"], payload["tgt_lang"] = "xx", "en"
+    teacher = tmp_path / "reverse.pt"
+    save_model_file(payload, teacher)
+    with pytest.raises(UserError, match=r"reverse.pt translates xx-en, but .* is en-xx"):
+        distill(options(teacher, tiny_data, tmp_path / "out"))
+    assert not (tmp_path / "out" / "translate").exists()
+
+
+def test_mono_sentences_keep_the_teachers_best_beside_the_training_pairs(
+        trained_model_file, tiny_data, tmp_path):
+    mono = tmp_path / "mono.en"
+    mono.write_text("the cat sees a dog\nred car and blue tree\n", encoding="utf-8")
+    opts = options(trained_model_file, tiny_data, tmp_path / "out", mono=(str(mono),), drop=0.0)
+    state = DistillState(opts.out)
+    translated = translate_stage(opts, state, lambda line: None)
+    assert [Path(path).name for path in translated["files"]] == ["train.en", "mono.en"]
+    selected = select_stage(opts, state, translated, lambda line: None)
+    assert selected["sentences"] == selected["kept"] == 242
+    sources = (tmp_path / "out" / "select" / "train.en").read_text(encoding="utf-8")
+    assert sources.endswith("the cat sees a dog\nred car and blue tree\n")
+    best = [json.loads(line)["nbest"][0]["text"] for line in
+            (tmp_path / "out" / "translate" / "mono.en").read_text(encoding="utf-8").splitlines()]
+    targets = (tmp_path / "out" / "select" / "train.xx").read_text(encoding="utf-8")
+    assert targets.splitlines()[-2:] == best
