@@ -72,6 +72,10 @@ class MultiHeadAttention(nn.Module):
             self.q_proj = nn.Linear(d_model, heads * d_k)
             self.kv_proj = nn.Linear(d_model, heads * (d_k + d_v))
         self.out_proj = nn.Linear(heads * d_v, d_model)
+        self.exact_lengths = False
+        """Attend each row over exactly its own keys, never over masked padding (for
+        decoding whose rows do not depend on their batch, transformer_nmt.decode.precision):
+        see `_attend_exact_lengths`."""
 
     def forward(
         self,
@@ -160,6 +164,9 @@ class MultiHeadAttention(nn.Module):
         weights = None
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)
+        elif (self.exact_lengths and mask is not None and not causal
+              and mask.size(0) == k.size(0) and mask.size(-2) == 1):
+            out = self._attend_exact_lengths(q, k, v, mask)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
                                                  is_causal=causal)
@@ -169,6 +176,36 @@ class MultiHeadAttention(nn.Module):
             out = _unfold_group(out, group)
             weights = None if weights is None else _unfold_group(weights, group)
         return out.to(out_dtype), weights
+
+    def _attend_exact_lengths(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """The fused kernel on the rows of each key length apart, each group's keys cut to
+        its length: q (batch, heads, tgt_len, d_k), k and v (batch, heads, src_len, d), mask
+        (batch, 1, 1, src_len) True on each row's first keys (padding at the end); the
+        output (batch, heads, tgt_len, d_v), zeros where a self-attention's queries are
+        padding.
+
+        The fused kernel's sums over the keys change with how many keys a row has, masked
+        ones included (bench/RESULTS.md, "Batch-invariant decoding"): a sentence padded
+        to a longer batch mate's source attended differently than alone. Cut to its own
+        length, each row is computed as it is alone; a self-attention over whole
+        sequences (the encoder's) cuts its padded queries too. Rows of a batch do not
+        affect each other in the kernel, only the shapes do.
+        """
+        lengths = mask.view(mask.size(0), -1).sum(1)  # (batch,) keys each row may see
+        cut_queries = self.self_attention and q.size(2) == k.size(2)
+        out = q.new_zeros(*q.shape[:3], v.size(-1))  # (batch, heads, tgt_len, d_v)
+        for length in lengths.unique().tolist():
+            rows = lengths.eq(length).nonzero().squeeze(1)  # (group,)
+            first = int(rows[0])
+            if int(rows[-1]) - first + 1 == rows.numel():  # consecutive rows: views
+                pick: slice | Tensor = slice(first, first + rows.numel())
+            else:
+                pick = rows
+            queries = q[pick][:, :, :length] if cut_queries else q[pick]
+            out[pick, :, : queries.size(2)] = F.scaled_dot_product_attention(
+                queries, k[pick][:, :, :length], v[pick][:, :, :length],
+                attn_mask=mask[pick][..., :length])
+        return out
 
     def _attend_spans(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
                       spans: list[tuple[int, int, int]]) -> Tensor:
