@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     from transformer_nmt.decode.translator import TranslatorOptions
 
 
-def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False) -> None:
+def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False,
+                          batch_invariant: bool = False) -> None:
     """Search, sampling, batching and precision options shared by translate, evaluate and
-    serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked)."""
+    serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked);
+    batch_invariant: the default of --batch-invariant."""
     groups = {
         "search": parser.add_argument_group(
             "search", "the paper's settings are the defaults (section 6.1): beam 4, alpha "
@@ -47,6 +49,13 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        "GPUs and CPUs with AVX-512 BF16 or AMX; int8: dynamic int8 "
                        "quantization of the linear layers, CPU only, the fastest on CPUs with "
                        "AVX-512 VNNI. Reduced precision may change a few words.")
+    speed.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction,
+                       default=batch_invariant,
+                       help="bf16 on a CPU: give every sentence exactly the translation and "
+                       "score it gets alone, whatever shares its batch (default: "
+                       f"{'on' if batch_invariant else 'off'}). It costs speed: decoding "
+                       "took 1.3-1.8x plain bf16's time in our measurement (bench/RESULTS.md)."
+                       " fp32 and int8 are unchanged by it")
     speed.add_argument("--workers", type=int, metavar="N",
                        help="translate N batches at once, each on its share of the cores "
                        "(default: 2 on a CPU with two or more cores, 1 on a GPU or with "
@@ -92,7 +101,8 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
                                          exclude=() if "nbest" in args else ("nbest",)))
     return TranslatorOptions(decode=decode, device=args.device, precision=args.precision,
                              batch_size=args.batch_size, max_tokens=args.max_tokens,
-                             workers=args.workers, **fields)
+                             workers=args.workers, batch_invariant=args.batch_invariant,
+                             **fields)
 
 def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(

@@ -58,7 +58,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         "access": parser.add_argument_group("access"),
     }
     add_fields(parser, ServeSettings, groups=groups, unset=True)
-    _add_decode_arguments(parser)
+    # A server's sentences share batches with whoever else is asking: the same request
+    # should get the same answer under any load.
+    _add_decode_arguments(parser, batch_invariant=True)
     parser.set_defaults(func=run_serve)
 
 

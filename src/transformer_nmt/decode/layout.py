@@ -123,8 +123,11 @@ def pad_linear_rows(model: nn.Module, multiple: int) -> nn.Module:
 
 
 BATCH_INVARIANT_TILE = 8
-"""Rows of every bf16 product of batch-invariant decoding: a beam of 4 pads to 8 rows,
-and a step of many rows is a few calls of 8."""
+"""Rows of every bf16 product of batch-invariant decoding in the decoder: a beam of 4
+pads to 8 rows, and a step of many rows is a few calls of 8."""
+ENCODER_TILE = 64
+"""The same in the encoder, whose products take every source token of a batch at once:
+larger tiles, fewer calls."""
 
 
 class RowTiledLinear(nn.Module):
@@ -158,8 +161,12 @@ class RowTiledLinear(nn.Module):
         return out.view(*x.shape[:-1], self.out_features)  # (..., out)
 
 
-def tile_linear_rows(model: nn.Module, tile: int) -> nn.Module:
+def tile_linear_rows(model: nn.Module, tile: int, encoder_tile: int) -> nn.Module:
     """`model` with every nn.Linear, and each Transformer's pre-softmax projection,
-    replaced in place by a RowTiledLinear of the same weights: bf16 products whose rows'
-    results do not depend on the other rows of the batch."""
+    replaced in place by a RowTiledLinear of the same weights, of `encoder_tile` rows in
+    the encoder's layers and `tile` elsewhere: bf16 products whose rows' results do not
+    depend on the other rows of the batch."""
+    for transformer in [m for m in model.modules() if isinstance(m, Transformer)]:
+        _replace_linear_layers(transformer.encoder_layers,
+                               lambda weight, bias: RowTiledLinear(weight, bias, encoder_tile))
     return _replace_linear_layers(model, lambda weight, bias: RowTiledLinear(weight, bias, tile))

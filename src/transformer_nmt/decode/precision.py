@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from transformer_nmt.decode.layout import (BATCH_INVARIANT_TILE, DECODE_ROW_MULTIPLE,
+                                          ENCODER_TILE,
                                           pad_linear_rows, tile_linear_rows,
                                           transpose_linear_layers)
 from transformer_nmt.memory import release_free_memory
@@ -92,7 +93,7 @@ def make_batch_invariant(model: nn.Module) -> nn.Module:
     (layout.RowTiledLinear), its attention over exactly its own keys
     (MultiHeadAttention.exact_lengths). Everything else a step computes (layer norms,
     softmax, top-k) already works row by row."""
-    tile_linear_rows(model, BATCH_INVARIANT_TILE)
+    tile_linear_rows(model, BATCH_INVARIANT_TILE, ENCODER_TILE)
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
             module.exact_lengths = True
