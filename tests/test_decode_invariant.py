@@ -14,8 +14,10 @@ from transformer_nmt.decode.engine import Engine
 from transformer_nmt.decode.layout import RowTiledLinear, TransposedLinear
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import search
+from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.model.attention import MultiHeadAttention
 from transformer_nmt.runtime import bf16_supported
+from decode_fixtures import sentences
 from search_fixtures import EOS, PAD, SPECIAL, tiny_transformer
 
 pytestmark = pytest.mark.skipif(not bf16_supported(torch.device("cpu")),
@@ -127,3 +129,22 @@ def test_fp32_is_not_touched_by_the_setting():
     assert not any(isinstance(m, RowTiledLinear) for m in model.modules())
     assert any(isinstance(m, TransposedLinear) for m in model.modules())
     assert not any(getattr(m, "exact_lengths", False) for m in model.modules())
+
+
+def test_the_confidence_features_are_still_gathered(invariant_model):
+    # The search's probe of the encoder-decoder attention works beside the exact lengths.
+    sentences = _sentences(3, random.Random(5))
+    cfg = DecodeConfig(beam=4, nbest=1, max_len_a=0.0, max_len_b=6)
+    found = search(invariant_model, _source(sentences), cfg, SPECIAL, features=True)
+    assert all(hyps[0].features is not None and len(hyps[0].features) == 4 for hyps in found)
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_a_translator_gives_a_line_alone_what_it_gives_it_among_others(model_file, continuous):
+    lines = sentences(10, seed=4)
+    translator = Translator.from_file(model_file, TranslatorOptions(
+        DecodeConfig(beam=4, max_len_b=8), precision="bf16", batch_invariant=True,
+        continuous=continuous, workers=1, batch_size=7))
+    together = [(found[0].tokens, found[0].score) for found in translator.translate_nbest(lines)]
+    assert together == [(found[0].tokens, found[0].score) for line in lines
+                        for found in translator.translate_nbest([line])]

@@ -17,11 +17,9 @@ if TYPE_CHECKING:
     from transformer_nmt.decode.translator import TranslatorOptions
 
 
-def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False,
-                          batch_invariant: bool = False) -> None:
+def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False) -> None:
     """Search, sampling, batching and precision options shared by translate, evaluate and
-    serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked);
-    batch_invariant: the default of --batch-invariant."""
+    serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked)."""
     groups = {
         "search": parser.add_argument_group(
             "search", "the paper's settings are the defaults (section 6.1): beam 4, alpha "
@@ -50,10 +48,9 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        "quantization of the linear layers, CPU only, the fastest on CPUs with "
                        "AVX-512 VNNI. Reduced precision may change a few words.")
     speed.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction,
-                       default=batch_invariant,
                        help="bf16 on a CPU: give every sentence exactly the translation and "
-                       "score it gets alone, whatever shares its batch (default: "
-                       f"{'on' if batch_invariant else 'off'}). It costs speed: decoding "
+                       "score it gets alone, whatever shares its batch (default: on in nmt "
+                       "serve, off elsewhere). It costs speed: decoding "
                        "took 1.3-1.8x plain bf16's time in our measurement (bench/RESULTS.md)."
                        " fp32 and int8 are unchanged by it")
     speed.add_argument("--workers", type=int, metavar="N",

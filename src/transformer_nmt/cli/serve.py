@@ -58,9 +58,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         "access": parser.add_argument_group("access"),
     }
     add_fields(parser, ServeSettings, groups=groups, unset=True)
-    # A server's sentences share batches with whoever else is asking: the same request
-    # should get the same answer under any load.
-    _add_decode_arguments(parser, batch_invariant=True)
+    _add_decode_arguments(parser)
     parser.set_defaults(func=run_serve)
 
 

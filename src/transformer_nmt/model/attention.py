@@ -169,14 +169,16 @@ class MultiHeadAttention(nn.Module):
         weights = None
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)
-        elif self.exact_lengths and not causal and (mask is None or (
-                mask.size(0) == k.size(0) and mask.size(-2) == 1)):
-            if mask is None:  # every key, as many as the rows of a row cache would mask
-                mask = torch.ones(k.size(0), 1, 1, k.size(2), dtype=torch.bool, device=k.device)
-            out = self._attend_exact_lengths(q, k, v, mask)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                                 is_causal=causal)
+            if self.exact_lengths and not causal and (mask is None or (
+                    mask.size(0) == k.size(0) and mask.size(-2) == 1)):
+                # Every key where no mask is given, as a row cache's rows would mask them.
+                keys = mask if mask is not None else torch.ones(
+                    k.size(0), 1, 1, k.size(2), dtype=torch.bool, device=k.device)
+                out = self._attend_exact_lengths(q, k, v, keys)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                     dropout_p=dropout, is_causal=causal)
             if probe:  # float32: bf16 products compile a CPU kernel for every new length
                 weights = attention_weights(q.float(), k.float(), mask)
         if group > 1:
