@@ -17,7 +17,6 @@ from transformer_nmt.decode.search import search
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.model.attention import MultiHeadAttention
 from transformer_nmt.runtime import bf16_supported
-from decode_fixtures import sentences
 from search_fixtures import EOS, PAD, SPECIAL, tiny_transformer
 
 pytestmark = pytest.mark.skipif(not bf16_supported(torch.device("cpu")),
@@ -139,12 +138,10 @@ def test_the_confidence_features_are_still_gathered(invariant_model):
     assert all(hyps[0].features is not None and len(hyps[0].features) == 4 for hyps in found)
 
 
-@pytest.mark.parametrize("continuous", [False, True])
-def test_a_translator_gives_a_line_alone_what_it_gives_it_among_others(model_file, continuous):
-    lines = sentences(10, seed=4)
-    translator = Translator.from_file(model_file, TranslatorOptions(
-        DecodeConfig(beam=4, max_len_b=8), precision="bf16", batch_invariant=True,
-        continuous=continuous, workers=1, batch_size=7))
-    together = [(found[0].tokens, found[0].score) for found in translator.translate_nbest(lines)]
-    assert together == [(found[0].tokens, found[0].score) for line in lines
-                        for found in translator.translate_nbest([line])]
+def test_the_translator_setting_reaches_the_model(model_file):
+    # Off unless asked for (the server asks: serve/server.py's build_app).
+    for asked, tiled in ((None, False), (False, False), (True, True)):
+        translator = Translator.from_file(model_file, TranslatorOptions(
+            precision="bf16", batch_invariant=asked))
+        assert translator.options.batch_invariant is tiled
+        assert any(isinstance(m, RowTiledLinear) for m in translator.model.modules()) is tiled
