@@ -40,10 +40,10 @@ def test_tiled_products_give_each_row_what_it_gets_alone():
     assert (tiled(x) - F.linear(x, weight, bias)).abs().max() < 0.1  # the same product
 
 
-def test_exact_length_attention_ignores_masked_padding():
+def test_batch_invariant_attention_ignores_masked_padding():
     torch.manual_seed(0)
     attention = MultiHeadAttention(32, 4, 8, 8, self_attention=False).bfloat16().eval()
-    attention.exact_lengths = True
+    attention.batch_invariant = True
     lengths = [3, 17, 40, 5]
     memory = torch.randn(len(lengths), 40 + 30, 32).bfloat16()  # padded beyond each length
     mask = torch.arange(memory.size(1)) < torch.tensor(lengths).unsqueeze(1)
@@ -132,11 +132,11 @@ def test_fp32_is_not_touched_by_the_setting():
     model = prepare_model(tiny_transformer(VOCAB), "cpu", "fp32", batch_invariant=True)
     assert not any(isinstance(m, RowTiledLinear) for m in model.modules())
     assert any(isinstance(m, TransposedLinear) for m in model.modules())
-    assert not any(getattr(m, "exact_lengths", False) for m in model.modules())
+    assert not any(getattr(m, "batch_invariant", False) for m in model.modules())
 
 
 def test_the_confidence_features_are_still_gathered(invariant_model):
-    # The search's probe of the encoder-decoder attention works beside the exact lengths.
+    # The search's probe of the encoder-decoder attention works beside batch-invariant attention.
     sentences = _sentences(3, random.Random(5))
     cfg = DecodeConfig(beam=4, nbest=1, max_len_a=0.0, max_len_b=6)
     found = search(invariant_model, _source(sentences), cfg, SPECIAL, features=True)

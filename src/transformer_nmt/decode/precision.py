@@ -24,7 +24,9 @@ def prepare_model(model: nn.Module, device: str | torch.device | None, precision
                   batch_invariant: bool = False) -> nn.Module:
     """`model` made ready to decode on `device` in `precision`, in eval mode, in place
     (so that two copies never need memory at once; pass a copy to keep the original).
-    On a CPU, bf16 products' rows are padded to a few sizes (layout.pad_linear_rows).
+    On a CPU, bf16 products' rows are padded to a few sizes (layout.pad_linear_rows), or,
+    with batch_invariant, the model is made batch-invariant (`make_batch_invariant`);
+    batch_invariant changes nothing in other precisions or on a GPU.
 
     fp32 on a CPU stores every linear layer's matrix transposed, which MKL multiplies
     faster at decoding's few rows (transformer_nmt.decode.layout). bf16 converts the
@@ -90,13 +92,13 @@ def prepare_model(model: nn.Module, device: str | torch.device | None, precision
 def make_batch_invariant(model: nn.Module) -> nn.Module:
     """`model` (bf16, on a CPU) changed in place so that each row of a decoding batch
     gets the numbers it gets alone: its products in fixed tiles of rows
-    (layout.RowTiledLinear), its attention over exactly its own keys
-    (MultiHeadAttention.exact_lengths). Everything else a step computes (layer norms,
+    (layout.RowTiledLinear), its attention over as many keys as the row has, rounded up
+    (MultiHeadAttention.batch_invariant). Everything else a step computes (layer norms,
     softmax, top-k) already works row by row."""
     tile_linear_rows(model, BATCH_INVARIANT_TILE, ENCODER_TILE)
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
-            module.exact_lengths = True
+            module.batch_invariant = True
     return model
 
 

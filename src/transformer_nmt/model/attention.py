@@ -22,7 +22,7 @@ from transformer_nmt.model.rows import RowSelfCache
 
 KEY_TILE = 16
 """What batch-invariant attention rounds each row's number of keys up to
-(`MultiHeadAttention._attend_exact_lengths`): a batch's rows fall into a few such
+(`MultiHeadAttention._attend_batch_invariant`): a batch's rows fall into a few such
 lengths, one call each."""
 
 
@@ -77,10 +77,10 @@ class MultiHeadAttention(nn.Module):
             self.q_proj = nn.Linear(d_model, heads * d_k)
             self.kv_proj = nn.Linear(d_model, heads * (d_k + d_v))
         self.out_proj = nn.Linear(heads * d_v, d_model)
-        self.exact_lengths = False
-        """Attend each row over exactly its own keys, never over masked padding (for
-        decoding whose rows do not depend on their batch, transformer_nmt.decode.precision):
-        see `_attend_exact_lengths`."""
+        self.batch_invariant = False
+        """Attend each row over a number of keys that depends on that row alone, not on
+        its batch's padding (decoding whose rows do not depend on their batch,
+        transformer_nmt.decode.precision): see `_attend_batch_invariant`."""
 
     def forward(
         self,
@@ -170,12 +170,12 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)
         else:
-            if self.exact_lengths and not causal and (mask is None or (
+            if self.batch_invariant and not causal and (mask is None or (
                     mask.size(0) == k.size(0) and mask.size(-2) == 1)):
                 # Every key where no mask is given, as a row cache's rows would mask them.
                 keys = mask if mask is not None else torch.ones(
                     k.size(0), 1, 1, k.size(2), dtype=torch.bool, device=k.device)
-                out = self._attend_exact_lengths(q, k, v, keys)
+                out = self._attend_batch_invariant(q, k, v, keys)
             else:
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                      dropout_p=dropout, is_causal=causal)
@@ -186,7 +186,7 @@ class MultiHeadAttention(nn.Module):
             weights = None if weights is None else _unfold_group(weights, group)
         return out.to(out_dtype), weights
 
-    def _attend_exact_lengths(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    def _attend_batch_invariant(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """The fused kernel on each row over a number of keys that depends on the row
         alone: its own keys, rounded up to a multiple of KEY_TILE with masked keys.
         q (batch, heads, tgt_len, d_k), k and v (batch, heads, src_len, d), mask
