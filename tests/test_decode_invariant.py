@@ -38,6 +38,7 @@ def test_tiled_products_give_each_row_what_it_gets_alone():
         assert torch.equal(tiled(x[:rows]), alone[:rows])
     assert torch.equal(tiled(x.view(5, 8, 2048)), alone.view(5, 8, 64))
     assert (tiled(x) - F.linear(x, weight, bias)).abs().max() < 0.1  # the same product
+    assert tiled(x[:0]).shape == (0, 64)
 
 
 def test_batch_invariant_attention_ignores_masked_padding():

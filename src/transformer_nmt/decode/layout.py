@@ -156,8 +156,9 @@ class RowTiledLinear(nn.Module):
         padding = -count % self.tile
         if padding:
             rows = F.pad(rows, (0, 0, 0, padding))  # (positions + padding, in)
+        tiles = rows.split(self.tile) or (rows,)  # no rows: one empty product
         out = torch.cat([F.linear(tile, self.weight, self.bias)
-                         for tile in rows.split(self.tile)])[:count]  # (positions, out)
+                         for tile in tiles])[:count]  # (positions, out)
         return out.view(*x.shape[:-1], self.out_features)  # (..., out)
 
 
