@@ -198,7 +198,8 @@ class MultiHeadAttention(nn.Module):
         to a longer batch mate's source attended differently than alone. Here the rows of
         each rounded length run as one call, keys cut (or zero-padded) to it, so that a
         row gets the call it gets alone; the rows of a call do not affect each other's
-        numbers, only the shapes do. A self-attention over whole sequences (the
+        numbers, only the shapes do, and masked keys give weights of exactly 0 whatever
+        their (finite) values. A self-attention over whole sequences (the
         encoder's) treats its queries alike, as the number of queries changes the sums
         too.
         """
