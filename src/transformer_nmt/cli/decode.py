@@ -51,7 +51,7 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        help="bf16 on a CPU: give every sentence exactly the translation and "
                        "score it gets alone, whatever shares its batch (default: on in nmt "
                        "serve, off elsewhere). It costs speed: decoding "
-                       "took 1.1-2.2x plain bf16's time in our measurement (bench/RESULTS.md)."
+                       "took 1.3-1.8x plain bf16's time in our measurement (bench/RESULTS.md)."
                        " fp32 and int8 are unchanged by it")
     speed.add_argument("--workers", type=int, metavar="N",
                        help="translate N batches at once, each on its share of the cores "

@@ -122,9 +122,10 @@ def pad_linear_rows(model: nn.Module, multiple: int) -> nn.Module:
         model, lambda weight, bias: RowPaddedLinear(weight, bias, multiple))
 
 
-BATCH_INVARIANT_TILE = 8
-"""Rows of every bf16 product of batch-invariant decoding in the decoder: a beam of 4
-pads to 8 rows, and a step of many rows is a few calls of 8."""
+BATCH_INVARIANT_TILE = 16
+"""Rows of every bf16 product of batch-invariant decoding in the decoder: a lone beam of
+4 padded to 16 decoded as fast as to 8, and a step of many rows makes half the calls
+(bench/RESULTS.md, "Batch-invariant decoding")."""
 ENCODER_TILE = 64
 """The same in the encoder, whose products take every source token of a batch at once:
 larger tiles, fewer calls."""
