@@ -160,6 +160,8 @@ def settings_record(options: CorpusOptions) -> dict[str, Any]:
                 "format": options.output_format, "alignments": translator.alignments,
                 "token_scores": translator.token_scores, "errors": options.errors,
                 "shard_lines": options.shard_lines}
+    if translator.batch_invariant:  # recorded only when set: older manifests lack it
+        settings["batch_invariant"] = True
     return json.loads(json.dumps(settings))
 
 

@@ -47,6 +47,12 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        "GPUs and CPUs with AVX-512 BF16 or AMX; int8: dynamic int8 "
                        "quantization of the linear layers, CPU only, the fastest on CPUs with "
                        "AVX-512 VNNI. Reduced precision may change a few words.")
+    speed.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction,
+                       help="bf16 on a CPU: give every sentence exactly the translation and "
+                       "score it gets alone, whatever shares its batch (default: on in nmt "
+                       "serve, off elsewhere). It costs speed: decoding "
+                       "took 1.3-1.8x plain bf16's time in our measurement (bench/RESULTS.md)."
+                       " fp32 and int8 are unchanged by it")
     speed.add_argument("--workers", type=int, metavar="N",
                        help="translate N batches at once, each on its share of the cores "
                        "(default: 2 on a CPU with two or more cores, 1 on a GPU or with "
@@ -92,7 +98,8 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
                                          exclude=() if "nbest" in args else ("nbest",)))
     return TranslatorOptions(decode=decode, device=args.device, precision=args.precision,
                              batch_size=args.batch_size, max_tokens=args.max_tokens,
-                             workers=args.workers, **fields)
+                             workers=args.workers, batch_invariant=args.batch_invariant,
+                             **fields)
 
 def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(

@@ -1,5 +1,6 @@
 """Linear layers laid out for decoding on a CPU: in float32 every matrix stored
-transposed; in bf16 every product's rows padded to a few sizes.
+transposed; in bf16 every product's rows padded to a few sizes, or, for batch-invariant
+decoding, computed in tiles of a fixed number of rows.
 
 nn.Linear keeps its weight as (out, in) and multiplies by its transpose. MKL's products
 of the few dozen rows a decoding step has run faster when the matrix is stored
@@ -119,3 +120,55 @@ def pad_linear_rows(model: nn.Module, multiple: int) -> nn.Module:
     in bf16 on a CPU."""
     return _replace_linear_layers(
         model, lambda weight, bias: RowPaddedLinear(weight, bias, multiple))
+
+
+BATCH_INVARIANT_TILE = 16
+"""Rows of every bf16 product of batch-invariant decoding in the decoder: a lone beam of
+4 padded to 16 decoded as fast as to 8, and a step of many rows makes half the calls
+(bench/RESULTS.md, "Batch-invariant decoding")."""
+ENCODER_TILE = 64
+"""The same in the encoder, whose products take every source token of a batch at once:
+larger tiles, fewer calls."""
+
+
+class RowTiledLinear(nn.Module):
+    """y = x W^T + b, as nn.Linear (sharing its weight and bias), computed on the rows of x
+    padded with zeros to a multiple of `tile`, one product of exactly `tile` rows at a time.
+
+    oneDNN's bf16 products on a CPU choose their blocking of the inner dimension, and so
+    the order of each row's sums, by the number of rows: a row's result changed with the
+    rows computed beside it (bench/RESULTS.md, "Batch-invariant decoding"). Within a
+    product of a fixed number of rows, a row's result depends on that row alone (checked
+    by tests/test_decode_invariant.py), so every row gets the same sums whatever its
+    batch. One product shape per layer also keeps oneDNN's per-shape kernels to one.
+    """
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, tile: int) -> None:
+        """weight (out, in) and bias (out,) or None, shared as they are."""
+        super().__init__()
+        self.weight, self.bias = weight, bias
+        self.tile = tile
+        self.out_features, self.in_features = self.weight.shape
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., in) -> (..., out)."""
+        rows = x.reshape(-1, self.in_features)  # (positions, in)
+        count = rows.size(0)
+        padding = -count % self.tile
+        if padding:
+            rows = F.pad(rows, (0, 0, 0, padding))  # (positions + padding, in)
+        tiles = rows.split(self.tile) or (rows,)  # no rows: one empty product
+        out = torch.cat([F.linear(tile, self.weight, self.bias)
+                         for tile in tiles])[:count]  # (positions, out)
+        return out.view(*x.shape[:-1], self.out_features)  # (..., out)
+
+
+def tile_linear_rows(model: nn.Module, tile: int, encoder_tile: int) -> nn.Module:
+    """`model` with every nn.Linear, and each Transformer's pre-softmax projection,
+    replaced in place by a RowTiledLinear of the same weights, of `encoder_tile` rows in
+    the encoder's layers and `tile` elsewhere: bf16 products whose rows' results do not
+    depend on the other rows of the batch."""
+    for transformer in [m for m in model.modules() if isinstance(m, Transformer)]:
+        _replace_linear_layers(transformer.encoder_layers,
+                               lambda weight, bias: RowTiledLinear(weight, bias, encoder_tile))
+    return _replace_linear_layers(model, lambda weight, bias: RowTiledLinear(weight, bias, tile))

@@ -10,18 +10,23 @@ import warnings
 import torch
 from torch import nn
 
-from transformer_nmt.decode.layout import (DECODE_ROW_MULTIPLE, pad_linear_rows,
+from transformer_nmt.decode.layout import (BATCH_INVARIANT_TILE, DECODE_ROW_MULTIPLE,
+                                          ENCODER_TILE,
+                                          pad_linear_rows, tile_linear_rows,
                                           transpose_linear_layers)
 from transformer_nmt.memory import release_free_memory
+from transformer_nmt.model.attention import MultiHeadAttention
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runtime import bf16_supported, compiles_per_shape, resolve_runtime
 
 
-def prepare_model(model: nn.Module, device: str | torch.device | None, precision: str
-                  ) -> nn.Module:
+def prepare_model(model: nn.Module, device: str | torch.device | None, precision: str,
+                  batch_invariant: bool = False) -> nn.Module:
     """`model` made ready to decode on `device` in `precision`, in eval mode, in place
     (so that two copies never need memory at once; pass a copy to keep the original).
-    On a CPU, bf16 products' rows are padded to a few sizes (layout.pad_linear_rows).
+    On a CPU, bf16 products' rows are padded to a few sizes (layout.pad_linear_rows), or,
+    with batch_invariant, the model is made batch-invariant (`make_batch_invariant`);
+    batch_invariant changes nothing in other precisions or on a GPU.
 
     fp32 on a CPU stores every linear layer's matrix transposed, which MKL multiplies
     faster at decoding's few rows (transformer_nmt.decode.layout). bf16 converts the
@@ -46,7 +51,9 @@ def prepare_model(model: nn.Module, device: str | torch.device | None, precision
         return model
     if precision == "bf16":
         model = model.to(device=device, dtype=torch.bfloat16).eval()
-        if compiles_per_shape(device, precision):
+        if batch_invariant and device.type == "cpu":
+            make_batch_invariant(model)
+        elif compiles_per_shape(device, precision):
             pad_linear_rows(model, DECODE_ROW_MULTIPLE)
         return model
     qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
@@ -80,6 +87,19 @@ def prepare_model(model: nn.Module, device: str | torch.device | None, precision
     gc.collect()
     release_free_memory()
     return quantized
+
+
+def make_batch_invariant(model: nn.Module) -> nn.Module:
+    """`model` (bf16, on a CPU) changed in place so that each row of a decoding batch
+    gets the numbers it gets alone: its products in fixed tiles of rows
+    (layout.RowTiledLinear), its attention over as many keys as the row has, rounded up
+    (MultiHeadAttention.batch_invariant). Everything else a step computes (layer norms,
+    softmax, top-k) already works row by row."""
+    tile_linear_rows(model, BATCH_INVARIANT_TILE, ENCODER_TILE)
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.batch_invariant = True
+    return model
 
 
 def leave_out_per_shape_attention() -> None:

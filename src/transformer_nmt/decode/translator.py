@@ -116,6 +116,14 @@ class TranslatorOptions:
     workers: int | None = None
     """Batches translated at once, by that many threads, each on its share of the cores
     (None: `default_workers`, or 1 with buffer_size 1; see transformer_nmt.decode.threads)."""
+    batch_invariant: bool | None = None
+    """bf16 on a CPU: every sentence gets the tokens and scores it gets alone, bit for
+    bit, whatever shares its batch (products in fixed tiles of rows, attention over each
+    row's own number of keys, rounded up: transformer_nmt.decode.precision.make_batch_invariant).
+    It costs speed: 1.3-1.8x the time of plain bf16 on a random small-preset model
+    (bench/RESULTS.md, "Batch-invariant decoding"). Other precisions are left as they
+    are. None: on in `nmt serve`, whose sentences share batches with other clients',
+    off elsewhere."""
     continuous: bool = False
     """Decode a buffer with the continuous-batching engine (each worker's sentences
     joining as others end, transformer_nmt.decode.continuous) where it can serve the
@@ -140,7 +148,7 @@ class TranslatorOptions:
         if batch_size is None:
             batch_size = max(sentences_in_flight(self.decode) // workers, 1)
         return replace(self, device=device, precision=runtime.precision, workers=workers,
-                       batch_size=batch_size)
+                       batch_size=batch_size, batch_invariant=bool(self.batch_invariant))
 
 
 class Translator:
@@ -159,7 +167,8 @@ class Translator:
         self.vocab = inference_model.vocab
         self.languages = model_languages(inference_model.payload_meta)
         """(source, target) languages the model was trained on, where its file says."""
-        self.model = prepare_model(inference_model.model, options.device, options.precision)
+        self.model = prepare_model(inference_model.model, options.device, options.precision,
+                                   batch_invariant=options.batch_invariant)
         max_positions = inference_model.model.cfg.max_positions
         self.src_limit = source_limit(max_positions, options.decode)
         """Most source tokens of a line translated with the options' decode settings."""

@@ -20,6 +20,11 @@ from transformer_nmt.model.cache import KVCache
 from transformer_nmt.model.dropout import bool_mask_dropout
 from transformer_nmt.model.rows import RowSelfCache
 
+KEY_TILE = 16
+"""What batch-invariant attention rounds each row's number of keys up to
+(`MultiHeadAttention._attend_batch_invariant`): a batch's rows fall into a few such
+lengths, one call each."""
+
 
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout: float = 0.0
@@ -72,6 +77,10 @@ class MultiHeadAttention(nn.Module):
             self.q_proj = nn.Linear(d_model, heads * d_k)
             self.kv_proj = nn.Linear(d_model, heads * (d_k + d_v))
         self.out_proj = nn.Linear(heads * d_v, d_model)
+        self.batch_invariant = False
+        """Attend each row over a number of keys that depends on that row alone, not on
+        its batch's padding (decoding whose rows do not depend on their batch,
+        transformer_nmt.decode.precision): see `_attend_batch_invariant`."""
 
     def forward(
         self,
@@ -161,14 +170,65 @@ class MultiHeadAttention(nn.Module):
         if need_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                                 is_causal=causal)
+            if self.batch_invariant and not causal and (mask is None or (
+                    mask.size(0) == k.size(0) and mask.size(-2) == 1)):
+                # Every key where no mask is given, as a row cache's rows would mask them.
+                keys = mask if mask is not None else torch.ones(
+                    k.size(0), 1, 1, k.size(2), dtype=torch.bool, device=k.device)
+                out = self._attend_batch_invariant(q, k, v, keys)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                     dropout_p=dropout, is_causal=causal)
             if probe:  # float32: bf16 products compile a CPU kernel for every new length
                 weights = attention_weights(q.float(), k.float(), mask)
         if group > 1:
             out = _unfold_group(out, group)
             weights = None if weights is None else _unfold_group(weights, group)
         return out.to(out_dtype), weights
+
+    def _attend_batch_invariant(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """The fused kernel on each row over a number of keys that depends on the row
+        alone: its own keys, rounded up to a multiple of KEY_TILE with masked keys.
+        q (batch, heads, tgt_len, d_k), k and v (batch, heads, src_len, d), mask
+        (batch, 1, 1, src_len) True on each row's first keys (padding at the end); the
+        output (batch, heads, tgt_len, d_v).
+
+        The fused kernel's sums over the keys change with how many keys a row has, masked
+        ones included (bench/RESULTS.md, "Batch-invariant decoding"): a sentence padded
+        to a longer batch mate's source attended differently than alone. Here the rows of
+        each rounded length run as one call, keys cut (or zero-padded) to it, so that a
+        row gets the call it gets alone; the rows of a call do not affect each other's
+        numbers, only the shapes do, and masked keys give weights of exactly 0 whatever
+        their (finite) values. A self-attention over whole sequences (the
+        encoder's) treats its queries alike, as the number of queries changes the sums
+        too.
+        """
+        lengths = mask.view(mask.size(0), -1).sum(1)  # (batch,) keys each row may see
+        rounded = (lengths + KEY_TILE - 1) // KEY_TILE * KEY_TILE  # (batch,)
+        whole = self.self_attention and q.size(2) == k.size(2)
+        queries = q.size(2)
+        longest = int(rounded.max())
+        if longest > k.size(2):  # zero keys, masked: finite, so that 0 weights give 0
+            extra = longest - k.size(2)
+            k, v = F.pad(k, (0, 0, 0, extra)), F.pad(v, (0, 0, 0, extra))
+            mask = F.pad(mask, (0, extra), value=False)
+            if whole:
+                q = F.pad(q, (0, 0, 0, extra))
+        out = q.new_empty(q.size(0), q.size(1), queries, v.size(-1))  # (batch, heads, tgt_len, d_v)
+        for length in rounded.unique().tolist():
+            rows = rounded.eq(length).nonzero().squeeze(1)  # (group,)
+            first = int(rows[0])
+            if int(rows[-1]) - first + 1 == rows.numel():  # consecutive rows: views
+                pick: slice | Tensor = slice(first, first + rows.numel())
+            else:
+                pick = rows
+            found = F.scaled_dot_product_attention(
+                q[pick][:, :, :length] if whole else q[pick], k[pick][:, :, :length],
+                v[pick][:, :, :length], attn_mask=mask[pick][..., :length])
+            if whole and length < queries:  # the queries beyond are padding
+                found = F.pad(found, (0, 0, 0, queries - length))
+            out[pick] = found[:, :, :queries]
+        return out
 
     def _attend_spans(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
                       spans: list[tuple[int, int, int]]) -> Tensor:

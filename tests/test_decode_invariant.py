@@ -1,0 +1,153 @@
+"""Batch-invariant bf16 decoding (decode/precision.py's make_batch_invariant): a sentence
+gets the same tokens and scores whatever shares its batch, bit for bit."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.engine import Engine
+from transformer_nmt.decode.layout import RowTiledLinear, TransposedLinear
+from transformer_nmt.decode.precision import prepare_model
+from transformer_nmt.decode.search import search
+from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.model.attention import MultiHeadAttention
+from transformer_nmt.runtime import bf16_supported
+from search_fixtures import EOS, PAD, SPECIAL, tiny_transformer
+
+pytestmark = pytest.mark.skipif(not bf16_supported(torch.device("cpu")),
+                                reason="this CPU has no native bf16")
+
+VOCAB = 40
+
+
+def test_tiled_products_give_each_row_what_it_gets_alone():
+    # An inner dimension of 2048, where oneDNN's bf16 products on an AVX-512 BF16 CPU
+    # summed a row differently beside 1 and beside 22 other rows.
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(64, 2048, generator=generator).bfloat16()
+    bias = torch.randn(64, generator=generator).bfloat16()
+    x = torch.randn(40, 2048, generator=generator).bfloat16()
+    tiled = RowTiledLinear(weight, bias, 8)
+    alone = torch.cat([tiled(row) for row in x.split(1)])  # (40, 64)
+    for rows in (1, 3, 8, 9, 23, 40):
+        assert torch.equal(tiled(x[:rows]), alone[:rows])
+    assert torch.equal(tiled(x.view(5, 8, 2048)), alone.view(5, 8, 64))
+    assert (tiled(x) - F.linear(x, weight, bias)).abs().max() < 0.1  # the same product
+    assert tiled(x[:0]).shape == (0, 64)
+
+
+def test_batch_invariant_attention_ignores_masked_padding():
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(32, 4, 8, 8, self_attention=False).bfloat16().eval()
+    attention.batch_invariant = True
+    lengths = [3, 17, 40, 5]
+    memory = torch.randn(len(lengths), 40 + 30, 32).bfloat16()  # padded beyond each length
+    mask = torch.arange(memory.size(1)) < torch.tensor(lengths).unsqueeze(1)
+    x = torch.randn(len(lengths), 1, 32).bfloat16()
+    with torch.inference_mode():
+        batch = attention(x, memory, mask=mask[:, None, None, :])[0]
+        for row, length in enumerate(lengths):
+            alone = attention(x[row: row + 1], memory[row: row + 1, :length],
+                              mask=torch.ones(1, 1, 1, length, dtype=torch.bool))[0]
+            assert torch.equal(batch[row], alone[0])
+
+
+def _sentences(count: int, rng: random.Random) -> list[list[int]]:
+    return [[rng.randrange(4, VOCAB) for _ in range(rng.randrange(1, 24))] for _ in range(count)]
+
+
+def _source(batch: list[list[int]]) -> torch.Tensor:
+    src = torch.full((len(batch), max(map(len, batch)) + 1), PAD, dtype=torch.long)
+    for row, ids in enumerate(batch):
+        src[row, : len(ids)] = torch.tensor(ids)
+        src[row, len(ids)] = EOS
+    return src
+
+
+def _found(hyps) -> list[tuple[tuple[int, ...], float]]:
+    return [(tuple(hyp.tokens), hyp.score) for hyp in hyps]
+
+
+@pytest.fixture(scope="module")
+def invariant_model():
+    return prepare_model(tiny_transformer(VOCAB, seed=3), "cpu", "bf16", batch_invariant=True)
+
+
+def _through_engine(model, cfg, sentences, groups, rng) -> dict[int, list]:
+    """Each sentence's n-best through one engine, `groups` of sentences joining in turn,
+    each between two random steps of the sentences already there."""
+    engine, waiting, found = Engine(model, cfg, SPECIAL), list(groups), {}
+    while waiting or engine.rows:
+        if waiting and (not engine.rows or rng.random() < 0.5):
+            joining = waiting.pop(0)
+            engine.add(_source([sentences[i] for i in joining]), joining)
+        for ticket, hyps in engine.step():
+            found[ticket] = _found(hyps)
+    return found
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_sentence_decodes_alike_alone_and_in_any_batch(invariant_model, beam, seed):
+    rng = random.Random(seed)
+    sentences = _sentences(12, rng)
+    cfg = DecodeConfig(beam=beam, nbest=beam, max_len_a=0.0, max_len_b=8)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the batches below take every core: as a server's slots vary
+    try:
+        alone = [_found(search(invariant_model, _source([ids]), cfg, SPECIAL)[0])
+                 for ids in sentences]
+    finally:
+        torch.set_num_threads(threads)
+    for _ in range(3):  # the lockstep searches: random compositions and sizes
+        order = list(range(len(sentences)))
+        rng.shuffle(order)
+        while order:
+            rows = order[: rng.randrange(2, 9)]
+            order = order[len(rows):]
+            found = search(invariant_model, _source([sentences[i] for i in rows]), cfg, SPECIAL)
+            for row, hyps in zip(rows, found):
+                assert _found(hyps) == alone[row], (row, rows)
+    # The continuous-batching engine: each sentence alone in it, then all of them joining
+    # a few at a time while others decode. (Its beam 1 may break an exact tie of bf16
+    # log-probabilities otherwise than greedy search does, alone as in a batch.)
+    engine_alone = {i: _through_engine(invariant_model, cfg, sentences, [[i]], rng)[i]
+                    for i in range(len(sentences))}
+    if beam > 1:
+        assert engine_alone == dict(enumerate(alone))
+    order = list(range(len(sentences)))
+    rng.shuffle(order)
+    groups = []
+    while order:
+        groups.append(order[: rng.randrange(1, 4)])
+        order = order[len(groups[-1]):]
+    assert _through_engine(invariant_model, cfg, sentences, groups, rng) == engine_alone
+
+
+def test_fp32_is_not_touched_by_the_setting():
+    model = prepare_model(tiny_transformer(VOCAB), "cpu", "fp32", batch_invariant=True)
+    assert not any(isinstance(m, RowTiledLinear) for m in model.modules())
+    assert any(isinstance(m, TransposedLinear) for m in model.modules())
+    assert not any(getattr(m, "batch_invariant", False) for m in model.modules())
+
+
+def test_the_confidence_features_are_still_gathered(invariant_model):
+    # The search's probe of the encoder-decoder attention works beside batch-invariant attention.
+    sentences = _sentences(3, random.Random(5))
+    cfg = DecodeConfig(beam=4, nbest=1, max_len_a=0.0, max_len_b=6)
+    found = search(invariant_model, _source(sentences), cfg, SPECIAL, features=True)
+    assert all(hyps[0].features is not None and len(hyps[0].features) == 4 for hyps in found)
+
+
+def test_the_translator_setting_reaches_the_model(model_file):
+    # Off unless asked for (the server asks: serve/server.py's build_app).
+    for asked, tiled in ((None, False), (False, False), (True, True)):
+        translator = Translator.from_file(model_file, TranslatorOptions(
+            precision="bf16", batch_invariant=asked))
+        assert translator.options.batch_invariant is tiled
+        assert any(isinstance(m, RowTiledLinear) for m in translator.model.modules()) is tiled
