@@ -11,8 +11,8 @@ idle machine:
   then run again to the end: the two runs' time together, the shards the second one
   translated, and whether the output is the uninterrupted run's, byte for byte.
 
-JSON lines: each case's seconds and sentences per second, its ratio to `nmt translate`,
-and whether its output equals `nmt translate`'s. Outputs are compared in the precision
+JSON lines: each case's seconds and sentences per second, its speed against the first
+case run (`nmt translate` by default), and whether its output equals that case's. Outputs are compared in the precision
 given (default fp32: in bf16 a sentence's translation may change with its batch mates,
 and the two commands batch differently).
 
@@ -111,14 +111,14 @@ def main() -> None:
         output = (args.work / "translate.txt" if name == "translate"
                   else args.work / name / "source.txt")
         text = output.read_bytes()
-        if name == "translate":
+        if reference is None:
             reference, expected = seconds, text
         print(json.dumps({
             "bench": "translate_corpus_speed", "case": name, "sentences": len(lines),
             "precision": args.precision, "beam": args.beam, "seconds": round(seconds, 1),
             "sentences_per_s": round(len(lines) / seconds, 1),
-            "ratio_to_translate": None if reference is None else round(reference / seconds, 3),
-            "same_output_as_translate": None if expected is None else text == expected,
+            "against": args.cases.split(",")[0],
+            "speed_ratio": round(reference / seconds, 3), "same_output": text == expected,
             **result}), flush=True)
 
 

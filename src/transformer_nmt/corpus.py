@@ -608,10 +608,16 @@ def _translate_with_ray(options: CorpusOptions, tasks: list[ShardTask], done) ->
         else:
             ray.init(address=options.ray_address)
     try:
+        # Ray Data keeps half of the cluster's CPUs in reserve for other operators by
+        # default, and queues up to four rows on the first actor that is ready: on one
+        # machine started for this job, either ran one actor of --workers at a time
+        # (bench/RESULTS.md, "translate-corpus against nmt translate"). A shard is long
+        # work: one at a time per actor, no reserve.
+        ray.data.DataContext.get_current().op_resource_reservation_enabled = False
         rows = [asdict(task) for task in tasks]
         shards = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
             _RayShardTranslator, batch_size=1, num_cpus=cores,
-            compute=ray.data.ActorPoolStrategy(size=actors),
+            compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
             fn_constructor_args=(options.models, replace(resolved, workers=1), cores,
                                  options.output_format == "json", options.errors))
         redone = 0
