@@ -57,7 +57,7 @@ class Vocab:
         self.processor = processor
         self.threads = available_cores()
         # A language token is a piece that sentencepiece keeps whole (a user-defined one).
-        pieces = (processor.id_to_piece(i) for i in range(processor.get_piece_size()))
+        pieces = processor.id_to_piece(list(range(processor.get_piece_size())))
         self.language_tokens = {
             piece: i for i, piece in enumerate(pieces)
             if piece.startswith(">>") and LANGUAGE_TOKEN.fullmatch(piece)
@@ -118,10 +118,9 @@ class Vocab:
         threads = threads or self.threads
         if not self.language_tokens:
             return self.processor.encode(list(texts), num_threads=threads)
-        leading, rests = zip(*(self._split_language(text) for text in texts)) if texts \
-            else ((), ())
-        return [language + ids for language, ids in
-                zip(leading, self.processor.encode(list(rests), num_threads=threads))]
+        split = [self._split_language(text) for text in texts]
+        rests = self.processor.encode([rest for _, rest in split], num_threads=threads)
+        return [language + ids for (language, _), ids in zip(split, rests)]
 
     def _split_language(self, text: str) -> tuple[list[int], str]:
         """([the id of `text`'s leading language token] or [], the rest of `text`); a
