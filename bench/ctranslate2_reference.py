@@ -33,12 +33,15 @@ def export(model: Transformer, vocab: Vocab, directory: Path) -> Path:
     return directory
 
 
-def load(directory: Path, precision: str, threads: int, workers: int = 1
-         ) -> ctranslate2.Translator:
-    """The exported model, quantized on load for int8 (CTranslate2's 'int8' compute type);
-    `workers` batches decoded in parallel, each on threads // workers threads."""
-    return ctranslate2.Translator(str(directory), device="cpu",
-                                  compute_type={"fp32": "float32", "int8": "int8"}[precision],
+COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def load(directory: Path, precision: str, threads: int, workers: int = 1,
+         device: str = "cpu") -> ctranslate2.Translator:
+    """The exported model, converted on load to `precision` (CTranslate2's compute type of
+    that name); `workers` batches decoded in parallel, each on threads // workers threads."""
+    return ctranslate2.Translator(str(directory), device=device,
+                                  compute_type=COMPUTE_TYPES[precision],
                                   inter_threads=workers,
                                   intra_threads=max(threads // workers, 1))
 

@@ -45,6 +45,16 @@ stage gpu_tests 100 "$python" -m pytest -m gpu -q -rs -s -p no:cacheprovider tes
 # on an H100 (`--cases ours,reference,ours-compiled,reference-compiled` runs all four).
 stage train_throughput 70 "$python" bench/train_throughput.py --device cuda \
     --cases ours,reference
+# The base step compiled as shape_buckets compiles it (one static graph per shape), then
+# replayed as CUDA graphs: compile seconds per shape, tokens/s and MFU against eager.
+stage train_static 300 "$python" bench/train_throughput.py --device cuda \
+    --cases ours,ours-static,ours-graphs
+# CTranslate2's CUDA build on the same random base model (its wheel needs CUDA 12's cuBLAS).
+cublas12=$(timeout 30 find / -xdev -name 'libcublas.so.12*' -not -path '/proc/*' 2>/dev/null | head -n 1)
+echo "libcublas.so.12: ${cublas12:-not found}"
+LD_LIBRARY_PATH="${cublas12:+$(dirname "$cublas12"):}${LD_LIBRARY_PATH:-}" \
+    stage ctranslate2_gpu 200 "$python" bench/translate_vs_ctranslate2.py --device cuda \
+    --src "$source_text" --sentences 3003 --batch-size 256
 # Where the GPU's time in a base step goes (its kernels, by family, and the launches).
 stage train_profile 40 "$python" bench/train_step_profile.py --device cuda --tokens 12500 \
     --steps 5 --top 25
@@ -53,6 +63,9 @@ stage translate_speed 60 "$python" bench/translate_speed.py --device cuda --src 
     --precisions bf16,fp32
 stage prepare 30 "$python" -m transformer_nmt.cli prepare --corpus multi30k --src de --tgt en \
     --mirror "$mirror" --out "$work/multi30k-de-en"
+# Real Multi30k batches: eager, padded to a few shapes, and compiled per shape.
+stage bucketed 200 "$python" bench/gpu_attention_shapes.py --data "$work/multi30k-de-en" \
+    --seconds 45 --cases ours,bucketed,bucketed-compiled
 stage attention_shapes 100 "$python" bench/gpu_attention_shapes.py --data "$work/multi30k-de-en" \
     --seconds 35
 # The whole quickstart pipeline on Multi30k (the small preset, then base, last: the run's

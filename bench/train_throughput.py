@@ -50,6 +50,7 @@ than 170 s each there, their compilation unfinished, so give them minutes of the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import subprocess
@@ -78,9 +79,16 @@ from transformer_nmt.training.trainer import Trainer
 VOCAB = 8000
 LENGTHS = (20, 25, 32)
 """Tokens per sentence and side of the micro-batches, which cycle through them."""
-CASES = ("ours", "reference", "ours-compiled", "reference-compiled")
+CASES = ("ours", "reference", "ours-compiled", "reference-compiled", "ours-static",
+         "ours-graphs")
 """Every case, in the order they run: eager ones first, so that a time limit cuts the
-compiled ones."""
+compiled ones. ours-static is the Trainer as `shape_buckets` compiles it (one static graph
+per shape, dynamic=False); ours-graphs the same graphs replayed as CUDA graphs
+(torch.compile's mode="reduce-overhead")."""
+COMPILED = {"ours-compiled", "reference-compiled", "ours-static", "ours-graphs"}
+GRAPH_WARMUP_ROUNDS = 3
+"""Warm-up rounds of every shape for CUDA graphs: the first call of a shape compiles, the
+next records its graph, later ones replay it."""
 GPU_PEAK_SIZE = 8192
 """The larger square product timed for a GPU's matmul peak, beside measure_peak_flops's
 4096: an H100 reaches its bf16 peak (~800 TFLOP/s) only at sizes like this."""
@@ -172,12 +180,31 @@ def reference_step_function(cfg: ModelConfig, precision: str, device: torch.devi
     return step
 
 
+class GraphSteps(nn.Module):
+    """A model compiled into CUDA graphs, told that each call begins a new step: a
+    micro-batch's outputs are used up (its backward has run) before the next call, which
+    may then overwrite the graphs' output memory."""
+
+    def __init__(self, compiled: nn.Module) -> None:
+        super().__init__()
+        self.compiled = compiled
+
+    def forward(self, *args, **kwargs):
+        torch.compiler.cudagraph_mark_step_begin()
+        return self.compiled(*args, **kwargs)
+
+
 def ours_step_function(preset: str, precision: str, device: torch.device,
-                       compiled: bool) -> StepFunction:
-    """A training step of transformer_nmt's Trainer on the preset."""
+                       case: str) -> StepFunction:
+    """A training step of transformer_nmt's Trainer on the preset, as `case` compiles it."""
     chosen = get_preset(preset)
-    trainer = Trainer(Transformer(chosen.model, VOCAB), chosen.train,
-                      init_distributed(device.type), precision, compile=compiled)
+    static = case in ("ours-static", "ours-graphs")
+    cfg = dataclasses.replace(chosen.train, shape_buckets=static)
+    trainer = Trainer(Transformer(chosen.model, VOCAB), cfg, init_distributed(device.type),
+                      precision, compile=case in ("ours-compiled", "ours-static"))
+    if case == "ours-graphs":
+        trainer.model = GraphSteps(torch.compile(trainer.model, dynamic=False,
+                                                 mode="reduce-overhead"))
 
     def step(batches: list[Batch]) -> None:
         result = trainer.train_step(batches)
@@ -222,18 +249,22 @@ def run_case(case: str, precision: str, args: argparse.Namespace) -> dict:
         return [batches[(i * per_step + j) % len(batches)] for j in range(per_step)]
 
     cfg = get_preset(args.preset).model
-    compiled = case.endswith("-compiled")
-    step = (ours_step_function(args.preset, precision, device, compiled) if case.startswith("ours")
+    compiled = case in COMPILED
+    step = (ours_step_function(args.preset, precision, device, case) if case.startswith("ours")
             else reference_step_function(cfg, precision, device, compiled))
-    start = time.perf_counter()
-    for i in range(len(batches)):
+    warmup_steps = len(batches) * (GRAPH_WARMUP_ROUNDS if case == "ours-graphs" else 1)
+    warmup_step_s = []
+    for i in range(warmup_steps):
+        start = time.perf_counter()
         step(step_batches(i))
-    synchronize(device)
-    warmup = time.perf_counter() - start
+        synchronize(device)
+        warmup_step_s.append(round(time.perf_counter() - start, 2))
+    warmup = sum(warmup_step_s)
     graphs = graphs_compiled() if compiled else 0
     if device.type == "cuda":
         print(json.dumps({"bench": "train_throughput", "impl": case, "precision": precision,
-                          "warmup_s": round(warmup, 1), "warmup_steps": len(batches)}),
+                          "warmup_s": round(warmup, 1), "warmup_steps": warmup_steps,
+                          "warmup_step_s": warmup_step_s}),
               flush=True)
     start = time.perf_counter()
     for i in range(args.steps):
@@ -324,7 +355,7 @@ def ratios(cases: list[str], precisions: list[str]) -> list[Ratio]:
                                    [(reference, precision)], precision))
         ours = [(case, precision) for case in cases if case.startswith("ours")]
         reference = [(case, precision) for case in cases if case.startswith("reference")]
-        if ours and reference and any(case.endswith("-compiled") for case in cases):
+        if ours and reference and any(case in COMPILED for case in cases):
             found.append(Ratio("best ours/best reference", ours, reference, precision))
     if {"fp32", "bf16"} <= set(precisions) and {"ours", "reference"} <= set(cases):
         found.append(Ratio("ours bf16 / reference fp32", [("ours", "bf16")],

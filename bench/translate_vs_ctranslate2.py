@@ -17,7 +17,12 @@ Greedy and beam 4 (no length penalty on either side, which does not change the w
 and int8 (ours: dynamic int8 linear layers; CTranslate2's int8 compute type). Each case
 runs in a fresh process so that its peak RSS is its own; CTranslate2's imports no torch.
 
+With --device cuda both decode on the GPU (CTranslate2's wheel carries its CUDA build,
+which needs CUDA 12's cuBLAS): ours in bf16 and fp32, CTranslate2 in float16, bfloat16
+and float32, plus the ratio of our bf16 to CTranslate2's float16.
+
     python bench/translate_vs_ctranslate2.py [--sentences 500] [--batch-size 32] [--workers 1]
+    python bench/translate_vs_ctranslate2.py --device cuda --sentences 3003 --batch-size 256
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ from process_memory import peak_rss_mb
 # Only what a CTranslate2 case needs is imported here: torch would add ~220 MB to its RSS.
 
 LENGTH_RATIO = 1.075
+PRECISIONS = {"cpu": {"ours": ("fp32", "int8"), "ctranslate2": ("fp32", "int8")},
+              "cuda": {"ours": ("bf16", "fp32"), "ctranslate2": ("fp16", "bf16", "fp32")}}
+"""What each system decodes in, per device."""
 
 
 def figure(**values) -> None:
@@ -66,7 +74,7 @@ def measure_ctranslate2(args: argparse.Namespace, precision: str) -> None:
     batches = piece_batches(args.spm, args.src, args.sentences, args.batch_size)
     lengths = batch_lengths(batches)
     translator = ctranslate2_reference.load(Path(args.ct2_dir), precision, args.threads,
-                                            args.workers)
+                                            args.workers, args.device)
     for beam in (1, 4):
         ctranslate2_reference.translate(translator, batches[0][:4], beam, 4)  # warm-up
         start = time.perf_counter()
@@ -92,13 +100,15 @@ def measure_ours(args: argparse.Namespace, precision: str) -> None:
 
     # Each worker on its share of --threads, as `nmt translate` shares the cores out (and
     # as CTranslate2's intra_threads are set).
-    torch.set_num_threads(decoding_threads(args.workers, "cpu", cores=args.threads))
+    if args.device == "cpu":
+        torch.set_num_threads(decoding_threads(args.workers, "cpu", cores=args.threads))
     vocab = Vocab.load(args.spm)
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
     batches = piece_batches(args.spm, args.src, args.sentences, args.batch_size)
     lengths = batch_lengths(batches)
-    sources = [id_batch(vocab, batch) for batch in batches]
-    model = prepare_model(translate_speed.random_model(vocab).model.eval(), "cpu", precision)
+    sources = [id_batch(vocab, batch).to(args.device) for batch in batches]
+    model = translate_speed.random_model(vocab, LENGTH_RATIO).model.eval()
+    model = prepare_model(model, args.device, precision)
     for beam in (1, 4):
         # Per batch, L tokens then EOS: the maximum length is L whatever the source length
         # (so no sentence stops early), and EOS is forced there by the wrapper too.
@@ -155,21 +165,21 @@ def report(system: str, precision: str, beam: int, args: argparse.Namespace, sec
            batches, tokens: int) -> None:
     sentences = sum(map(len, batches))
     figure(figure="translate", system=system, search="greedy" if beam == 1 else f"beam{beam}",
-           precision=precision, threads=args.threads, workers=args.workers,
+           precision=precision, device=args.device, threads=args.threads, workers=args.workers,
            batch_size=args.batch_size, sentences_per_s=round(sentences / seconds, 2),
            tokens_per_s=round(tokens / seconds, 1),
            tokens_per_sentence=round(tokens / sentences, 1), seconds=round(seconds, 2))
 
 
-def export(workdir: Path, vocab_size: int):
+def export(workdir: Path, vocab_size: int, src: Path):
     """The vocabulary's path, the random model, and the path of its CTranslate2 copy."""
     import ctranslate2_reference
     import translate_speed
     from transformer_nmt.data.vocab import Vocab
 
-    spm = translate_speed.learn_vocab(vocab_size, workdir)
+    spm = translate_speed.learn_vocab(vocab_size, workdir, src)
     vocab = Vocab.load(spm)
-    model = translate_speed.random_model(vocab).model.eval()
+    model = translate_speed.random_model(vocab, LENGTH_RATIO).model.eval()
     return spm, model, ctranslate2_reference.export(model, vocab, workdir / "ctranslate2")
 
 
@@ -186,6 +196,8 @@ def main() -> None:
                         help="batches decoded in parallel by each system, each on "
                         "threads // workers threads (ours: as `nmt translate --workers`; "
                         "CTranslate2: inter_threads)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where both systems decode (default cpu)")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # SYSTEM:PRECISION, in a child
     parser.add_argument("--spm", help=argparse.SUPPRESS)
     parser.add_argument("--ct2-dir", help=argparse.SUPPRESS)
@@ -196,26 +208,33 @@ def main() -> None:
         return
     results: dict[tuple[str, str, str], float] = {}
     with tempfile.TemporaryDirectory() as workdir:
-        spm, model, ct2_dir = export(Path(workdir), args.vocab_size)
+        spm, model, ct2_dir = export(Path(workdir), args.vocab_size, args.src)
         figure(figure="agreement", of="identical fp32 greedy translations of the first batch",
                value=agreement(args, spm, model, ct2_dir))
         del model  # the children build their own
-        for precision in ("fp32", "int8"):
-            for system in ("ours", "ctranslate2"):
+        systems = PRECISIONS[args.device]
+        for precision in dict.fromkeys(p for chosen in systems.values() for p in chosen):
+            for system in [s for s in ("ours", "ctranslate2") if precision in systems[s]]:
                 child = subprocess.run(
                     [sys.executable, __file__, *sys.argv[1:], "--case", f"{system}:{precision}",
                      "--spm", str(spm), "--ct2-dir", str(ct2_dir)],
-                    capture_output=True, text=True, check=True)
+                    capture_output=True, text=True)
+                if child.returncode:
+                    figure(figure="failed", system=system, precision=precision,
+                           stderr=child.stderr.strip().splitlines()[-6:])
                 for line in child.stdout.splitlines():
                     print(line, flush=True)
                     values = json.loads(line)
                     if values["figure"] == "translate":
                         results[system, precision, values["search"]] = values["tokens_per_s"]
-    for precision in ("fp32", "int8"):
+    pairs = [(p, p) for p in ("fp32", "int8", "bf16")] + [("bf16", "fp16")]
+    for ours, theirs in pairs:
         for search in ("greedy", "beam4"):
-            figure(figure="ratio", of="ours/ctranslate2 tokens_per_s", precision=precision,
-                   search=search, value=round(results["ours", precision, search]
-                                              / results["ctranslate2", precision, search], 3))
+            if ("ours", ours, search) in results and ("ctranslate2", theirs, search) in results:
+                figure(figure="ratio", of="ours/ctranslate2 tokens_per_s", precision=ours,
+                       ctranslate2_precision=theirs, search=search,
+                       value=round(results["ours", ours, search]
+                                   / results["ctranslate2", theirs, search], 3))
 
 
 
