@@ -40,10 +40,11 @@ def test_the_api_names_are_the_librarys_own():
 
 
 def test_the_readme_example_translates(trained_model_file, tiny_data):
-    """The translations depend on their sources: against the toy task's references (the
-    source's words reversed) they score well above the same translations handed to the
-    wrong sources. A ratio measured in the run, so that it holds on every CPU, whose float
-    kernels change which words a briefly trained model gets right."""
+    """The Python API example (docs/export-api.md): the translations depend on their
+    sources: against the toy task's references (the source's words reversed) they score
+    well above the same translations handed to the wrong sources. A ratio measured in the
+    run, so that it holds on every CPU, whose float kernels change which words a briefly
+    trained model gets right."""
     import sacrebleu
     from transformer_nmt import DecodeConfig, Translator, TranslatorOptions
 

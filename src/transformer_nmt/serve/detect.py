@@ -7,8 +7,8 @@ source language still says how likely a text is to be in it (near 0 for text in
 another language) rather than a certain 100. A text without a letter (empty, spaces,
 digits, punctuation) is in no language: it counts for none, and where no text has a
 letter the answer is the first served language with confidence 0, as LibreTranslate
-answers what it cannot detect. bench/language_id.py compares py3langid with lingua; the
-README says why py3langid.
+answers what it cannot detect. bench/language_id.py compares py3langid with lingua;
+docs/serving.md ("Language detection") says why py3langid.
 """
 
 from __future__ import annotations
