@@ -104,6 +104,19 @@ def test_dropout_masks_are_bool_and_follow_the_seed():
     assert bool_mask_dropout(x, 1.0, training=True).eq(0).all()
 
 
+def test_a_training_forward_traces_as_one_graph():
+    """torch.compile sees the whole training forward, dropout included: the CPU's mask
+    draw (an in-place random fill) would split the graph at every dropout."""
+    import torch._dynamo
+
+    cfg = replace(get_preset("tiny").model, dropout=0.1)
+    model = Transformer(cfg, VOCAB).train()
+    src, tgt = torch.randint(4, VOCAB, (2, 5)), torch.randint(4, VOCAB, (2, 4))
+    explained = torch._dynamo.explain(model)(src, tgt)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), \
+        [b.reason for b in explained.break_reasons]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(1,), (2, 3), (5, 4, 9)])
 def test_dropout_of_any_size_dtype_and_layout_masks_consistently(dtype, shape):

@@ -77,13 +77,12 @@ def keep_kernels_once() -> None:
     the process, unless the user set LRU_CACHE_CAPACITY. Only the process's first bf16
     product reads it: call this before.
 
-    Every new shape of a bf16 product keeps about 1.9 MB: 1.1 in oneDNN's cache of
-    compiled kernels and 0.8 in ideep's cache of its own, which only saves describing
-    again a kernel that oneDNN's cache still holds. Training meets a new shape at nearly
-    every step of its first epoch: without ideep's copies the quickstart's training peaked
-    114 MB lower at the same speed (bench/RESULTS.md, "ideep's second copy of every
-    kernel"). Decoding's small products do pay for the description (a file took 1.16x as
-    long in bf16), so training calls this, and decoding does not.
+    Every new shape of a bf16 product keeps a kernel in oneDNN's cache and a second
+    description of it in ideep's, which only saves describing again a kernel that
+    oneDNN's cache still holds. Training meets a new shape at nearly every step of its
+    first epoch: without ideep's copies its peak memory is lower at the same speed
+    (bench/RESULTS.md, "ideep's second copy of every kernel"). Decoding's small products
+    do pay for the description, so training calls this, and decoding does not.
     """
     os.environ.setdefault(IDEEP_CACHE_VARIABLE, "1")  # 0 crashes PyTorch 2.13
 
@@ -104,9 +103,9 @@ def training_allocator(environ: Mapping[str, str],
     run that preloaded it).
 
     glibc's allocator scatters a bf16 step's oneDNN kernels, kept for the process's life,
-    among the holes its activations leave, and its heap grows: the base model at 4000
-    tokens a batch reached 4.4 GB in 4 minutes, 2.8 GB with tcmalloc, which also ran 1.14x
-    the steps and took 24x fewer page faults (bench/RESULTS.md, "tcmalloc for training").
+    among the holes its activations leave, and its heap grows; tcmalloc keeps it smaller
+    and trains faster, with far fewer page faults (bench/RESULTS.md, "tcmalloc for
+    training", has the figures).
     """
     if not sys.platform.startswith("linux") or environ.get(ALLOCATOR_VARIABLE) == "system" \
             or environ.get("LD_PRELOAD"):

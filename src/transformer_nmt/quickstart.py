@@ -145,7 +145,7 @@ def training_overrides(options: QuickstartOptions) -> list[tuple[str, str]]:
     """The (field, value) pairs the quickstart trains its preset with: its budget, its
     checkpoints and validation, its recipe, then the user's own overrides."""
     # Validation (loss and greedy BLEU) every 300 steps: about ten points for the curves
-    # picture at about 3% of the training time (every 150 steps took 7%).
+    # picture for a small share of the training time (every 150 steps cost twice it).
     return [("max_time", str(options.minutes * 60)),
             ("save_every_minutes", str(_save_minutes(options))),
             ("keep_last", str(max(options.average_last, 5))), ("valid_every", "300"),

@@ -187,11 +187,10 @@ def auto_decoding_precision(device: torch.device) -> tuple[str, str]:
     """(precision, the sentence that says why) for decoding precision 'auto' on `device`:
     the training rule at a decoding step's product shape.
 
-    On the quickstart's model on a CPU with AMX, bf16 decoded 1.22-1.28x as fast as fp32
-    to within 0.1 BLEU, where its products ran several times as fast; a CPU whose bf16
-    products are slower than fp32's decodes in fp32. int8 is never chosen: it decoded
-    that model 1.05x as fast as fp32, and it moved a Multi30k model's BLEU by 0.4, twice
-    what the rule allows (bench/RESULTS.md, "Decoding's precision 'auto'")."""
+    Where bf16 products are faster, bf16 decodes faster than fp32 at the same BLEU; a CPU
+    whose bf16 products are slower than fp32's decodes in fp32. int8 is never chosen: it
+    gained little speed over fp32 and moved BLEU by more than the rule allows
+    (bench/RESULTS.md, "Decoding's precision 'auto'", has the figures)."""
     return auto_training_precision(device, DECODE_PRODUCT_SHAPE)
 
 

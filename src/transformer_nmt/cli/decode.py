@@ -50,9 +50,8 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
     speed.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction,
                        help="bf16 on a CPU: give every sentence exactly the translation and "
                        "score it gets alone, whatever shares its batch (default: on in nmt "
-                       "serve, off elsewhere). It costs speed: decoding "
-                       "took 1.3-1.8x plain bf16's time in our measurement (bench/RESULTS.md)."
-                       " fp32 and int8 are unchanged by it")
+                       "serve, off elsewhere). It costs speed (bench/RESULTS.md, "
+                       "\"Batch-invariant decoding\"); fp32 and int8 are unchanged by it")
     speed.add_argument("--workers", type=int, metavar="N",
                        help="translate N batches at once, each on its share of the cores "
                        "(default: 2 on a CPU with two or more cores, 1 on a GPU or with "

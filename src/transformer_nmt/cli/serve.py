@@ -64,16 +64,16 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
 
 SERVER_OMP_WAIT_POLICY = "PASSIVE"
 """OpenMP's wait policy in the server unless the user sets OMP_WAIT_POLICY: idle threads
-sleep instead of spinning. Measured with bench/serve_load.py (bench/RESULTS.md): with two
-busy processes beside it, spinning made one client's sentences cost 3.4x the CPU of a quiet
-machine and 6.7x the time; passive threads cost 1.3x, and the quiet server was no slower."""
+sleep instead of spinning: beside busy processes, spinning threads take the cores from
+the neighbours and from each other, while a quiet server is no slower with passive ones
+(bench/serve_load.py; bench/RESULTS.md has the figures)."""
 SERVER_GOMP_SPINCOUNT = "30000"
 """How long (GNU OpenMP's spins, about 0.3 ms by its own estimate) a thread waits awake
 after a parallel region before it sleeps, unless the user sets OMP_WAIT_POLICY or
 GOMP_SPINCOUNT: a decoding step's regions follow each other within microseconds, and a
-thread woken from sleep for each of them made a lone sentence 1.6x as slow (239 against
-145 ms); a spin this short still sleeps between requests and beside busy neighbours
-(bench/RESULTS.md, "A short spin before the server's threads sleep")."""
+thread woken from sleep for each of them slows a lone sentence markedly; a spin this
+short still sleeps between requests and beside busy neighbours (bench/RESULTS.md, "A
+short spin before the server's threads sleep")."""
 
 
 def run_serve(args: argparse.Namespace) -> None:

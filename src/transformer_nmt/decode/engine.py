@@ -86,11 +86,6 @@ class Engine:
         """Rows decoded at the next step: beam per sentence present."""
         return len(self._sentences) * self.k
 
-    @property
-    def tickets(self) -> list[Hashable]:
-        """The tickets of the sentences present, in no particular order."""
-        return [sentence.ticket for sentence in self._sentences]
-
     @torch.inference_mode()
     def add(self, src: Tensor, tickets: list[Hashable]) -> None:
         """Sentences src (new, src_len) (ids, EOS, PAD) join at the next step, encoded

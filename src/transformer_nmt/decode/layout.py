@@ -71,8 +71,8 @@ def _replace_linear_layers(model: nn.Module,
 
 DECODE_ROW_MULTIPLE = 4
 """What decoding's bf16 products on a CPU pad their rows to a multiple of, at least: a
-lone sentence's beam of 4 is never padded (16 kept fewer kernels, 186 against 263 over
-3000 sentences, but made such a beam's products 5-15% slower)."""
+lone sentence's beam of 4 is never padded (a multiple of 16 kept fewer kernels but made
+such a beam's products slower; bench/RESULTS.md)."""
 
 
 def padded_rows(count: int, multiple: int) -> int:

@@ -65,7 +65,7 @@ class FeatureTrack:
         """This step's distributions, log_probs (rows, vocab) as the model gives them (PAD
         and BOS at -inf), and the probed layer's attention (rows, heads, 1, src_len)."""
         # -inf clamped: a token of probability 0 adds 0 × (finite) = 0, as in the teacher-
-        # forced pass (and 3× faster than torch.special.entr here).
+        # forced pass (and faster than torch.special.entr here).
         probs = log_probs.exp()
         self._entropy = -probs.mul_(log_probs.clamp(min=-1e4)).sum(1)  # (rows,)
         now = attention.float().mean(1)[:, 0]  # (rows, src_len)

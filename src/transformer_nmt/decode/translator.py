@@ -120,8 +120,8 @@ class TranslatorOptions:
     """bf16 on a CPU: every sentence gets the tokens and scores it gets alone, bit for
     bit, whatever shares its batch (products in fixed tiles of rows, attention over each
     row's own number of keys, rounded up: transformer_nmt.decode.precision.make_batch_invariant).
-    It costs speed: 1.3-1.8x the time of plain bf16 on a random small-preset model
-    (bench/RESULTS.md, "Batch-invariant decoding"). Other precisions are left as they
+    It costs speed: fixed tiles cannot use the kernels' widest blocks (bench/RESULTS.md,
+    "Batch-invariant decoding", has the figures). Other precisions are left as they
     are. None: on in `nmt serve`, whose sentences share batches with other clients',
     off elsewhere."""
     continuous: bool = False

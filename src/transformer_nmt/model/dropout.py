@@ -22,11 +22,14 @@ def bool_mask_dropout(x: Tensor, p: float, training: bool) -> Tensor:
     dropout's time. On the CPU the mask is bool and comes from 16-bit slices of random
     64-bit words instead, so p is rounded to a multiple of 1/65536 (0.1 becomes
     0.1000061), and the scale follows the rounded p, keeping the expectation exact.
-    Elsewhere (GPUs) this is torch.native_dropout, which is what F.dropout uses there.
+    Elsewhere (GPUs), and inside torch.compile (whose tracer cannot follow the in-place
+    random draw: each dropout would split the graph in two), this is torch.native_dropout,
+    which is what F.dropout uses.
     """
     if not training or p == 0.0 or x.numel() == 0:
         return x
-    if x.device.type != "cpu" or not 1 / _LANES <= p <= 1 - 1 / _LANES:
+    if (x.device.type != "cpu" or torch.compiler.is_compiling()
+            or not 1 / _LANES <= p <= 1 - 1 / _LANES):
         return torch.native_dropout(x, p, True)[0]
     # P(a uniform 16-bit lane >= threshold) = p, rounded to the lanes' grid.
     threshold = round((1 - p) * _LANES) - _LANES // 2

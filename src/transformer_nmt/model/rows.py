@@ -27,8 +27,8 @@ from transformer_nmt.model.cache import SparePool
 
 SPANS = 4
 """Most spans of rows a step's self-attention and cache gathers are cut into: each span
-costs one more call per layer (tens of microseconds), and four spans over positions
-spread evenly read 5/8 of what one span reads (eight or two measured no different)."""
+costs one more call per layer, and four spans over positions spread evenly read well
+under what one span reads (eight or two measured no different)."""
 
 
 def row_spans(lengths: list[int], group: int) -> list[tuple[int, int, int]]:

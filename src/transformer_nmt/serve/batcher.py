@@ -183,9 +183,9 @@ class Batcher:
     def _deep_queue(self) -> int:
         """Waiting sentences at which the queue goes to batches rather than the engines:
         twice what all slots decode at once. With that many waiting, batches of similar
-        length are as full as the engines and pad less (at 128 clients on 2 cores they
-        answered 1.3x as many sentences per second, in a third of the memory), while
-        below it the engines answer sooner and more (1.4x at 8 clients)."""
+        length are as full as the engines and pad less, so they answer more sentences in
+        less memory; below it the engines answer sooner and more (bench/RESULTS.md has
+        the figures at 8 and 128 clients)."""
         return 2 * self.slots * self.max_batch_sentences
 
     def _batching_everything(self) -> bool:

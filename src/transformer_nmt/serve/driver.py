@@ -35,7 +35,7 @@ SUSPECT_STEPS = 8
 RELEASE_EVERY = 16
 """Steps between two hand-backs of freed memory to the operating system: sentences join
 and leave every few steps, each time with caches of new shapes, and glibc kept the
-freed blocks (a server at 128 clients grew to 1.4 GB, against 0.5 GB in batches)."""
+freed blocks: a busy server's memory grew several times past what batches need."""
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ class Driver:
 
     def _ready(self, complete: list[Piece]) -> list[Piece]:
         """The complete pieces to finish now: every sound one, and the suspect ones (the
-        guard will search them again) once SUSPECTS_TOGETHER of their lines wait, the
+        guard will search them again) once half a batch's sentences of them wait, the
         oldest has waited SUSPECT_STEPS steps, or nothing else is decoding. A second
         search of one or two sentences at a time cost the server twice the CPU per
         sentence of batches on a weak model; gathered, they search as one batch."""

@@ -158,8 +158,8 @@ class Trainer:
 
         The whole shape, not only the rows of the linear layers' products (sentences x
         length): attention's products are per sentence and head, so a batch of known row
-        count but new lengths still compiles kernels (31 MB of them in the quickstart's
-        first epoch, outside `kept_apart` when only row counts were keyed).
+        count but new lengths still compiles kernels (tens of MB in the quickstart's first
+        epoch, outside `kept_apart` when only row counts were keyed).
         """
         if self._shapes_seen is None:
             return False
