@@ -39,6 +39,7 @@ import numpy as np
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from transformer_nmt.config import DEFAULT_SHARD_LINES
 from transformer_nmt.data.text import LineWriter, line_offsets, read_lines
 from transformer_nmt.decode.stream import SpeedReport, format_translations
 from transformer_nmt.decode.threads import decoding_threads, use_cores
@@ -52,7 +53,6 @@ FORMAT = "nmt-translate-corpus"
 VERSION = 1
 MANIFEST = "manifest.json"
 SHARDS = ".shards"
-DEFAULT_SHARD_LINES = 10000
 BACKENDS = ("local", "ray")
 
 RAY_ATTEMPTS = 3

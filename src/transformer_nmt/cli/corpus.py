@@ -9,6 +9,7 @@ import sys
 from transformer_nmt.cli.common import add_errors_argument
 from transformer_nmt.cli.decode import (_add_decode_arguments, _add_output_arguments,
                                         _translator_options)
+from transformer_nmt.config import DEFAULT_SHARD_LINES
 from transformer_nmt.errors import UserError
 from transformer_nmt.interrupts import sigterm_unwinds, stop_signals_held
 
@@ -55,8 +56,8 @@ def add_translate_corpus_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--merge", action="store_true",
                         help="translate nothing: check every shard's file against its "
                         "SHA-256 and write the outputs, or say which shards are missing")
-    parser.add_argument("--shard-lines", type=int, default=10000, metavar="N",
-                        help="input lines per shard (default: 10000)")
+    parser.add_argument("--shard-lines", type=int, default=DEFAULT_SHARD_LINES, metavar="N",
+                        help="input lines per shard (default: %(default)s)")
     parser.add_argument("--backend", choices=("local", "ray"), default="local",
                         help="who translates the shards: local, --workers worker processes "
                         "on this machine (default); ray, --workers Ray actors through Ray "

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from transformer_nmt.config import DEFAULT_SHARD_LINES
 from transformer_nmt.errors import UserError
 from transformer_nmt.fields import check_types, setting
 
@@ -44,7 +45,7 @@ class DistillOptions:
     workers: int | None = setting(None, metavar="N")
     """Processes translating shards of the training sources in stage 1 (default: as many as
     `nmt translate-corpus` starts; 1 translates in this process)."""
-    shard_lines: int = setting(10000, metavar="N")
+    shard_lines: int = setting(DEFAULT_SHARD_LINES, metavar="N")
     """Source lines per shard of stage 1 (the unit a rerun resumes from, and of
     `nmt translate-corpus --shard` on a cluster)."""
     backend: Literal["local", "ray"] = "local"
