@@ -129,4 +129,5 @@ def test_student_presets_have_a_deep_encoder_and_a_shallow_decoder(name, d_model
     model = get_preset(name).model
     assert (model.encoder_layers, model.decoder_layers, model.d_model) == (6, 2, d_model)
     assert model.heads * model.d_k == d_model
+    assert model.pre_norm  # a post-norm six-layer encoder trained too slowly to be used
     assert preset_of_architecture(model) == name
