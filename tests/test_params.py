@@ -20,7 +20,8 @@ def independent_count(cfg: ModelConfig, vocab: int) -> int:
     encoder_layer = attention + ffn + 2 * norm
     decoder_layer = 2 * attention + ffn + 3 * norm
     positions = cfg.max_positions * d if cfg.positional == "learned" else 0
-    return (vocab * d + positions
+    final_norms = 2 * norm if cfg.pre_norm else 0  # a pre-norm stack ends with a LayerNorm
+    return (vocab * d + positions + final_norms
             + cfg.encoder_layers * encoder_layer + cfg.decoder_layers * decoder_layer)
 
 
