@@ -22,13 +22,16 @@ export PYTHONPATH="$PWD/src:$PWD/bench:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 work=$(mktemp -d)
 python=${PYTHON:-python3}
 
+# selected NAME: whether stage NAME runs (every stage, unless GPU_CHECK_STAGES names some).
+selected() {
+    [[ -z "${GPU_CHECK_STAGES:-}" || ",$GPU_CHECK_STAGES," == *",$1,"* ]]
+}
+
 # stage NAME SECONDS COMMAND...: run COMMAND with a time limit, its output to NAME.log.
 stage() {
     local name=$1 seconds=$2
     shift 2
-    if [[ -n "${GPU_CHECK_STAGES:-}" && ",$GPU_CHECK_STAGES," != *",$name,"* ]]; then
-        return
-    fi
+    selected "$name" || return
     local start=$SECONDS
     echo "== $name (at most ${seconds}s): $*"
     timeout --signal=INT --kill-after=10 "$seconds" "$@" >"$out/$name.log" 2>&1
@@ -55,8 +58,12 @@ stage train_static 200 "$python" bench/train_throughput.py --device cuda \
 stage train_graphs 200 "$python" bench/train_throughput.py --device cuda \
     --cases ours,ours-graphs --step-tokens 12500 --steps 20
 # CTranslate2's CUDA build on the same random base model (its wheel needs CUDA 12's cuBLAS).
-cublas12=$(timeout 30 find / -xdev -name 'libcublas.so.12*' -not -path '/proc/*' 2>/dev/null | head -n 1)
-echo "libcublas.so.12: ${cublas12:-not found}"
+# Searched for only when the stage runs: the search spends device time.
+cublas12=
+if selected ctranslate2_gpu; then
+    cublas12=$(timeout 30 find / -xdev -name 'libcublas.so.12*' -not -path '/proc/*' 2>/dev/null | head -n 1)
+    echo "libcublas.so.12: ${cublas12:-not found}"
+fi
 LD_LIBRARY_PATH="${cublas12:+$(dirname "$cublas12"):}${LD_LIBRARY_PATH:-}" \
     stage ctranslate2_gpu 200 "$python" bench/translate_vs_ctranslate2.py --device cuda \
     --src "$source_text" --sentences 3003 --batch-size 256
