@@ -24,11 +24,9 @@ from pathlib import Path
 
 from transformer_nmt.data.manifest import text_path
 from transformer_nmt.distill.measure import format_report, measure
+from transformer_nmt.distill.pipeline import average_last_checkpoints
 from transformer_nmt.distill.state import DistillState
 from transformer_nmt.evaluate import split_languages
-from transformer_nmt.model_file import save_model_file
-from transformer_nmt.training.checkpoint import (average_checkpoints, checkpoints_to_average,
-                                                 numbered_checkpoints)
 from transformer_nmt.training.session import train
 
 
@@ -50,10 +48,8 @@ def main() -> None:
     overrides = [tuple(pair) for pair in trained["overrides"]]
     summary = train(out=out / "run", data=args.data, preset=trained["student"],
                     overrides=overrides, command="distill_vs_references")
-    count = min(trained["average_last"], len(numbered_checkpoints(out / "run")))
     model = out / "student.pt"
-    save_model_file(average_checkpoints(checkpoints_to_average([out / "run"], max(count, 1))),
-                    model)
+    average_last_checkpoints(out / "run", trained["average_last"], model)
     src, tgt = split_languages(args.data, None, None)
     rows = {"teacher": report["teacher"], "student": report["student"],
             "references": measure([model], text_path(args.data, "test", src),

@@ -179,6 +179,15 @@ def _prepare_student_data(options: DistillOptions, selected: dict[str, Any], log
     return data
 
 
+def average_last_checkpoints(run: Path, last: int, out: Path) -> list[Path]:
+    """Average the last `last` numbered checkpoints of `run` (as many as there are, at
+    least one) into the model file `out`; the checkpoints averaged."""
+    count = min(last, len(numbered_checkpoints(run)))
+    paths = checkpoints_to_average([run], max(count, 1))
+    save_model_file(average_checkpoints(paths), out)
+    return paths
+
+
 def train_stage(options: DistillOptions, state: DistillState, selected: dict[str, Any],
                 log: Log) -> dict[str, Any]:
     """Stage 3: prepare the student's data, train the student, average its checkpoints."""
@@ -205,10 +214,8 @@ def train_stage(options: DistillOptions, state: DistillState, selected: dict[str
         raise KeyboardInterrupt
     if summary.stopped_by == "SIGTERM":
         raise Terminated
-    count = min(options.average_last, len(numbered_checkpoints(run)))
-    paths = checkpoints_to_average([run], max(count, 1))
     student = Path(options.out) / STUDENT
-    save_model_file(average_checkpoints(paths), student)
+    paths = average_last_checkpoints(run, options.average_last, student)
     done = f"averaged {', '.join(p.name for p in paths)} into {student}"
     log(f"  {done}")
     return _finish(options, state, log, "train", settings, [student], summary=done,
