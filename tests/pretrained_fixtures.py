@@ -35,6 +35,56 @@ def _train_spm(directory: Path, name: str, words: list[str]) -> Path:
     return Path(shutil.move(directory / f"{name}.model", directory / f"{name}.spm"))
 
 
+GLOSSARY = {word: GERMAN[i % len(GERMAN)] for i, word in enumerate(dict.fromkeys(ENGLISH))}
+"""A word-for-word 'translation' for a model with separate vocabularies to learn."""
+
+
+def translated(lines: list[str]) -> list[str]:
+    return [" ".join(GLOSSARY[word] for word in line.split()) for line in lines]
+
+
+def make_separate_vocab_marian_dir(directory: Path) -> Path:
+    """A MarianMTModel with separate source and target vocabularies, as OPUS-MT publishes
+    some: vocab.json for English and target_vocab.json for German (of different sizes,
+    <pad> at 2 in both, since its id pads either side), an encoder embedding of its own,
+    and the output layer tied to the decoder's embedding; taught a word-for-word
+    translation."""
+    transformers = __import__("transformers")
+    directory.mkdir(parents=True, exist_ok=True)
+    work = directory / "spm-work"
+    work.mkdir()
+    source, target = _train_spm(work, "source", ENGLISH), _train_spm(work, "target", GERMAN)
+    maps = []
+    for model, name in ((source, "vocab.json"), (target, "target_vocab.json")):
+        processor = spm.SentencePieceProcessor(model_file=str(model))
+        pieces = ["</s>", "<unk>", "<pad>"] + [
+            processor.id_to_piece(i) for i in range(processor.get_piece_size())
+            if not (processor.is_control(i) or processor.is_unknown(i))]
+        maps.append({piece: i for i, piece in enumerate(pieces)})
+        (work / name).write_text(json.dumps(maps[-1], ensure_ascii=False), encoding="utf-8")
+    assert len(maps[0]) != len(maps[1])
+    settings = dict(vocab_size=len(maps[0]), decoder_vocab_size=len(maps[1]),
+                    share_encoder_decoder_embeddings=False, d_model=16, encoder_layers=2,
+                    decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+                    encoder_ffn_dim=32, decoder_ffn_dim=32, activation_function="swish",
+                    max_position_embeddings=64, pad_token_id=2, eos_token_id=0,
+                    decoder_start_token_id=2, forced_eos_token_id=0, scale_embedding=True,
+                    dropout=0.0)
+    torch.manual_seed(0)
+    model = transformers.MarianMTModel(transformers.MarianConfig(**settings))
+    with torch.no_grad():
+        model.final_logits_bias.normal_()
+    tokenizer = transformers.MarianTokenizer(
+        str(source), str(target), str(work / "vocab.json"),
+        target_vocab_file=str(work / "target_vocab.json"), separate_vocabs=True,
+        source_lang="en", target_lang="de")
+    _learn_to_copy(model, tokenizer, translate=True)
+    model.eval().save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    shutil.rmtree(work)
+    return directory
+
+
 def make_marian_dir(directory: Path, zero_start: bool = False,
                     language_tokens: tuple[str, ...] = (), **config: Any) -> Path:
     """A MarianMTModel with OPUS-MT's layout (Swish, shared embeddings, a random logits
@@ -82,10 +132,11 @@ def make_marian_dir(directory: Path, zero_start: bool = False,
 
 
 def _learn_to_copy(model: Any, tokenizer: Any, zero_row: int | None = None,
-                   steps: int = 500) -> None:
-    """A few seconds of training to copy the source's pieces: a random model repeats one
-    token whatever its input, where a test needs outputs that differ by source and end
-    by themselves. `zero_row`: an embedding row held at 0 throughout."""
+                   steps: int = 500, translate: bool = False) -> None:
+    """A few seconds of training to copy the source's pieces (`translate`: to write its
+    words' GLOSSARY entries in the target's pieces): a random model repeats one token
+    whatever its input, where a test needs outputs that differ by source and end by
+    themselves. `zero_row`: an embedding row held at 0 throughout."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     lines = sentences(ENGLISH, 400, seed=11)
     embeddings = model.get_input_embeddings().weight
@@ -94,9 +145,14 @@ def _learn_to_copy(model: Any, tokenizer: Any, zero_row: int | None = None,
         if zero_row is not None:
             with torch.no_grad():
                 embeddings[zero_row] = 0.0
-        batch = tokenizer(lines[step * 16 % 400: step * 16 % 400 + 16], padding=True,
-                          return_tensors="pt")
+        chunk = lines[step * 16 % 400: step * 16 % 400 + 16]
+        batch = tokenizer(chunk, padding=True, return_tensors="pt")
         labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        if translate:
+            batch = tokenizer(chunk, text_target=translated(chunk), padding=True,
+                              return_tensors="pt")
+            labels = batch.pop("labels")
+            labels = labels.masked_fill(labels == tokenizer.pad_token_id, -100)
         loss = model(**batch, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()

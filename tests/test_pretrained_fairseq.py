@@ -236,7 +236,45 @@ def test_what_the_model_cannot_represent_is_refused_in_one_line(tmp_path, settin
         refused(checkpoint, tmp_path, message)
 
 
-def test_subword_nmt_fastbpe_and_separate_vocabularies_are_refused(tmp_path):
+@pytest.mark.parametrize("search, beam", [("greedy", 1), ("beam", 4)])
+def test_separate_dictionaries_become_one_id_space(reference, tmp_path, search, beam):
+    """The "untied" checkpoint made into one with separate dictionaries and the same
+    function: the target's dictionary in another order (the decoder's rows and output
+    layer moved with it), a piece only the source's has (an encoder row of its own).
+    Imported, it finds fairseq's own outputs."""
+    data = copy_data(tmp_path)
+    lines = (data / "dict.de.txt").read_text(encoding="utf-8").splitlines()
+    (data / "dict.de.txt").write_text("\n".join(lines[::-1]) + "\n", encoding="utf-8")
+    (data / "dict.en.txt").write_text("\n".join(lines + ["▁zzz 1"]) + "\n", encoding="utf-8")
+    state = load_checkpoint(DATA / "untied" / "checkpoint_best.pt")
+    state["cfg"]["model"] = argparse.Namespace(**vars(state["cfg"]["model"]))
+    weights = state["model"]
+    rows = list(range(4)) + [4 + len(lines) - 1 - j for j in range(len(lines))]
+    for name in ("decoder.embed_tokens.weight", "decoder.output_projection.weight"):
+        weights[name] = weights[name][rows]
+    table = weights["encoder.embed_tokens.weight"]
+    weights["encoder.embed_tokens.weight"] = torch.cat([table, torch.randn(1, table.size(1))])
+    torch.save(state, tmp_path / "separate.pt")
+    out = tmp_path / "separate-en-de.pt"
+    with pytest.raises(UserError, match="say which is the source's: give --src-lang"):
+        import_model("fairseq", tmp_path / "separate.pt", out, dict_dir=data,
+                     bpe_model=data / "spm.model")
+    import_model("fairseq", tmp_path / "separate.pt", out, languages=("en", "de"),
+                 dict_dir=data, bpe_model=data / "spm.model")
+    vocab = load_for_inference(out).vocab
+    # Our four specials, fairseq's <s> (a piece of its own here), the target's pieces and
+    # the source's own.
+    assert vocab.target is not vocab and len(vocab) == 4 + 1 + len(lines) + 1
+    translator = Translator.from_file(out, TranslatorOptions(
+        DecodeConfig(beam=beam, alpha=0.0, max_len_a=0, max_len_b=16, guard=False),
+        workers=1, precision="fp32"))
+    found = [[vocab.piece(i) for i in hyps[0].tokens]
+             for hyps in translator.translate_nbest(reference["lines"])]
+    joined = ["<s>", "<pad>", "</s>", "<unk>"] + [line.split(" ")[0] for line in lines]
+    assert found == [[joined[i] for i in row if i != 2] for row in reference[search]["untied"]]
+
+
+def test_subword_nmt_fastbpe_and_unusable_dictionaries_are_refused(tmp_path):
     checkpoint = DATA / "post" / "checkpoint_best.pt"
     refused(checkpoint, tmp_path, "--bpe fastbpe: not supported yet", bpe="fastbpe")
     refused(checkpoint, tmp_path, "--bpe subword_nmt: not supported yet", bpe="subword_nmt")
@@ -248,11 +286,15 @@ def test_subword_nmt_fastbpe_and_separate_vocabularies_are_refused(tmp_path):
     data = copy_data(tmp_path)
     lines = (data / "dict.de.txt").read_text(encoding="utf-8").splitlines()
     (data / "dict.de.txt").write_text("\n".join(lines[1:] + lines[:1]) + "\n", encoding="utf-8")
-    refused(checkpoint, tmp_path, "dict.en.txt differs from .*dict.de.txt: separate source "
-            "and target vocabularies are not supported yet", dict_dir=data)
+    refused(checkpoint, tmp_path, "dict.en.txt differs from .*dict.de.txt, and the checkpoint "
+            "does not say which is the source's", dict_dir=data)
+    with pytest.raises(UserError, match="the source and target dictionaries differ, where "
+                       ".* shares one embedding matrix"):
+        import_model("fairseq", checkpoint, tmp_path / "out.pt", languages=("en", "de"),
+                     dict_dir=data, bpe_model=data / "spm.model")
     (data / "dict.de.txt").write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
     (data / "dict.en.txt").write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
-    refused(checkpoint, tmp_path, "the dictionary has 47 entries with fairseq's four "
+    refused(checkpoint, tmp_path, "the encoder's dictionary has 47 entries with fairseq's four "
             "specials, the checkpoint's embeddings 48 rows", dict_dir=data)
     (data / "dict.en.txt").write_text("▁the 5\n▁the 3\n", encoding="utf-8")
     refused(checkpoint, tmp_path, "'▁the' is listed twice", dict_dir=data)

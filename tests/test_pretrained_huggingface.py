@@ -130,7 +130,7 @@ def test_the_imported_model_fine_tunes_on_a_corpus_of_its_vocabulary(imported, t
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"share_encoder_decoder_embeddings": False}, "separate source and target vocabularies"),
+    ({"share_encoder_decoder_embeddings": False}, "no target_vocab.json"),
     ({"scale_embedding": False}, "scale_embedding is False"),
     ({"activation_function": "tanh"}, "activation_function is 'tanh'"),
 ])

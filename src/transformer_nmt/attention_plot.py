@@ -41,7 +41,7 @@ class AttentionMaps:
 def compute_attention(model, vocab, source: str, target: str) -> AttentionMaps:
     """Run the model teacher-forced on (source, target) and collect every attention map."""
     src_ids = vocab.encode(source)[: model.cfg.max_positions - 1]
-    tgt_ids = vocab.encode(target)[: model.cfg.max_positions - 1]
+    tgt_ids = vocab.target.encode(target)[: model.cfg.max_positions - 1]
     if not src_ids:
         raise UserError(f"the source sentence {source!r} is empty: give some text to translate")
     return compute_attention_of_ids(model, vocab, src_ids, tgt_ids)

@@ -12,6 +12,7 @@ reads (model_file.read_model_file hands a directory here):
                      model's record (preset, training steps, languages), which every
                      export writes and which carries its own version (EXPORT_FORMAT_VERSION)
   spm.model          the sentencepiece vocabulary
+  spm.target.model   the target side's, where it has its own over the same ids
 safetensors holds tensors only and JSON holds data only, so reading runs no code, as a
 model file read with weights_only does not.
 """
@@ -38,6 +39,7 @@ EXPORT_VERSION_KEY = "export_format_version"
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 VOCAB = "spm.model"
+TARGET_VOCAB = "spm.target.model"
 
 
 def _require_safetensors() -> None:
@@ -80,6 +82,8 @@ def write_model_dir(payload: dict[str, Any], directory: Path, record: dict[str, 
     config[CHECKSUM_KEY] = payload_checksum(payload)
     (directory / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     (directory / VOCAB).write_bytes(payload["vocab"])
+    if payload.get("target_vocab") is not None:
+        (directory / TARGET_VOCAB).write_bytes(payload["target_vocab"])
 
 
 def is_model_dir(path: Path) -> bool:
@@ -131,4 +135,6 @@ def read_model_dir(directory: Path) -> dict[str, Any]:
     payload = {key: value for key, value in config.items()
                if key not in ("format", "version", "tied", EXPORT_VERSION_KEY)}
     payload.update(model=state, vocab=(directory / VOCAB).read_bytes())
+    if (directory / TARGET_VOCAB).is_file():
+        payload["target_vocab"] = (directory / TARGET_VOCAB).read_bytes()
     return payload

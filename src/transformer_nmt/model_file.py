@@ -7,6 +7,8 @@ is refused with a clear error. Keys of a model file (an averaged model or any tr
 checkpoint):
   format, version, model (state dict), model_config (dict), vocab_size, pad_id,
   vocab (the sentencepiece model proto as bytes, so that a model file is self-contained),
+  target_vocab (only where the target side has a sentencepiece model of its own over the
+  same ids: an imported model's; see data/vocab.py),
   checksum (SHA-256 of the weights, see transformer_nmt.checksum; added by
   save_model_file, so that every writer stores one).
 A model imported from another toolkit (`nmt import`) adds imported_from: its format,
@@ -59,8 +61,10 @@ def save_model_file(payload: dict[str, Any], path: str | Path) -> None:
 
 
 def model_payload(model: Transformer, vocab_bytes: bytes,
-                  languages: tuple[str, str] | None = None) -> dict[str, Any]:
-    """The keys every model file holds: weights, architecture and vocabulary, and the
+                  languages: tuple[str, str] | None = None,
+                  target_vocab: bytes | None = None) -> dict[str, Any]:
+    """The keys every model file holds: weights, architecture and vocabulary (and the
+    target side's sentencepiece model where it has one, `Vocab.target_bytes`), and the
     (source, target) languages it translates when known (files from before they were
     recorded, and models not trained on a data directory, have none)."""
     payload = {
@@ -72,9 +76,16 @@ def model_payload(model: Transformer, vocab_bytes: bytes,
         "pad_id": model.pad_id,
         "vocab": vocab_bytes,
     }
+    if target_vocab is not None:
+        payload["target_vocab"] = target_vocab
     if languages is not None:
         payload["src_lang"], payload["tgt_lang"] = languages
     return payload
+
+
+def payload_vocab(payload: dict[str, Any], source: str = "embedded vocabulary") -> Vocab:
+    """The vocabulary a model-file payload holds (both sides' where it has two)."""
+    return Vocab.from_bytes(payload["vocab"], source, payload.get("target_vocab"))
 
 
 def model_languages(payload: dict[str, Any]) -> tuple[str, str] | None:
@@ -169,7 +180,10 @@ def check_model_fields(payload: dict[str, Any], source: str | Path) -> None:
         config_from_dict(ModelConfig, payload["model_config"])
     except (UserError, TypeError, ValueError) as error:
         raise UserError(f"{source}: damaged model file (model_config: {error})") from None
-    vocab = Vocab.from_bytes(payload["vocab"], f"{source}: its vocabulary")
+    if not isinstance(payload.get("target_vocab", b""), bytes):
+        raise UserError(f"{source}: damaged model file (target_vocab is not bytes); "
+                        f"{_DAMAGED_REMEDY}")
+    vocab = payload_vocab(payload, f"{source}: its vocabulary")
     if len(vocab) != payload["vocab_size"] or payload["pad_id"] != PAD_ID:
         raise UserError(f"{source}: damaged model file (vocab_size {payload['vocab_size']} "
                         f"and pad_id {payload['pad_id']}, but its vocabulary has "
@@ -214,8 +228,9 @@ def inference_model_of(payload: dict[str, Any], path: str | Path,
     """The model of a payload `read_model_file` read from `path`, as load_for_inference
     gives it."""
     model = build_model(payload, path).to(device).eval()
-    vocab = Vocab.from_bytes(payload["vocab"])
-    meta = {key: value for key, value in payload.items() if key not in ("model", "vocab")}
+    vocab = payload_vocab(payload)
+    meta = {key: value for key, value in payload.items()
+            if key not in ("model", "vocab", "target_vocab")}
     return InferenceModel(model, vocab, Path(path), meta)
 
 
@@ -228,8 +243,9 @@ def vocab_source(path: str | Path) -> VocabSource:
         with open(path, "rb") as handle:
             is_torch_file = handle.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC
         if is_torch_file:
-            source = VocabSource(read_model_file(path)["vocab"], "model file",
-                                 str(path.resolve()))
+            payload = read_model_file(path)
+            source = VocabSource(payload["vocab"], "model file", str(path.resolve()),
+                                 payload.get("target_vocab"))
             source.vocab()
             return source
     return read_vocab_file_or_dir(path)
@@ -247,6 +263,14 @@ def _architecture_line(payload: dict[str, Any]) -> str:
             f"{cfg.activation} FFN, tied embeddings: {cfg.tie_embeddings}"
             f"{', logits bias' if cfg.logits_bias else ''}"
             f"{'' if cfg.scale_embeddings else ', unscaled embeddings'}")
+
+
+def _vocabulary_line(payload: dict[str, Any]) -> str:
+    target = payload.get("target_vocab")
+    sides = ("shared by both languages" if target is None else
+             "one id space, a sentencepiece model for each side")
+    return (f"{payload['vocab_size']} pieces, {sides} (sentencepiece, sha256 "
+            f"{vocab_digest(payload['vocab'], target)[:16]})")
 
 
 def describe_model(path: str | Path) -> list[tuple[str, str]]:
@@ -273,8 +297,7 @@ def describe_model(path: str | Path) -> list[tuple[str, str]]:
         ("file", str(path)),
         ("format", kind),
         ("architecture", _architecture_line(payload)),
-        ("vocabulary", f"{payload['vocab_size']} pieces, shared by both languages "
-                       f"(sentencepiece, sha256 {vocab_digest(payload['vocab'])[:16]})"),
+        ("vocabulary", _vocabulary_line(payload)),
         ("languages", " -> ".join(languages) if languages else "not recorded"),
         ("training steps", str(steps) if steps is not None else "not recorded"),
         ("parameters", f"{parameters:,} ({parameters / 1e6:.1f}M)"),

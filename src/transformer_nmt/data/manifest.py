@@ -4,6 +4,8 @@
 DATA_DIR/
   manifest.json            written last, atomically: no manifest, not finished
   spm.model, spm.vocab     the shared sentencepiece BPE model and its vocabulary
+  spm.target.model         the target side's, where it has its own over the same ids
+                           (a vocabulary reused from an imported model: data/vocab.py)
   {split}.{lang}           normalized raw text, one sentence per line (BLEU references)
   {split}.{lang}.bin       token ids of every line, concatenated (dtype in the manifest)
   {split}.{lang}.idx       int64 offsets into .bin, one more than there are lines
@@ -24,6 +26,7 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 SPM_MODEL = "spm.model"
 SPM_VOCAB = "spm.vocab"
+SPM_TARGET_MODEL = "spm.target.model"
 SPLITS = ("train", "valid", "test")
 
 

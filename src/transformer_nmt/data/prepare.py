@@ -33,7 +33,8 @@ from transformer_nmt.config import TrainConfig, differences
 from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.binarize import IdsWriter, ids_dtype, read_ids
 from transformer_nmt.data.corpora import Corpus, SourceOptions, get_corpus
-from transformer_nmt.data.manifest import (FORMAT_VERSION, MANIFEST, SPM_MODEL, SPM_VOCAB, SPLITS,
+from transformer_nmt.data.manifest import (FORMAT_VERSION, MANIFEST, SPM_MODEL, SPM_TARGET_MODEL,
+                                            SPM_VOCAB, SPLITS,
                                            bin_path, idx_path, read_manifest, text_path)
 from transformer_nmt.data.prepare_options import PrepareOptions
 from transformer_nmt.data.text import CleaningFilters, LineWriter, normalize
@@ -87,7 +88,7 @@ def _recipe(options: PrepareOptions, corpus: Corpus) -> dict:
 
 def _outputs(src: str, tgt: str) -> list[str]:
     """Names of every file a finished directory may hold besides the manifest."""
-    names = [SPM_MODEL, SPM_VOCAB]
+    names = [SPM_MODEL, SPM_VOCAB, SPM_TARGET_MODEL]
     for split in SPLITS:
         for lang in (src, tgt):
             names += [f"{split}.{lang}", f"{split}.{lang}.bin", f"{split}.{lang}.idx"]
@@ -184,6 +185,9 @@ def _encoded(chunks: Iterator[tuple[list[str], list[str]]], vocab: Vocab
     writes this one: reading, filtering and writing no longer leave the cores idle."""
     def encode(chunk: tuple[list[str], list[str]]):
         src_lines, tgt_lines = chunk
+        if vocab.target is not vocab:
+            return (src_lines, tgt_lines, vocab.encode_batch(src_lines),
+                    vocab.target.encode_batch(tgt_lines))
         # One call for both sides keeps every sentencepiece thread busy.
         ids = vocab.encode_batch(src_lines + tgt_lines)
         return src_lines, tgt_lines, ids[:len(src_lines)], ids[len(src_lines):]
@@ -318,7 +322,7 @@ def _make(options: PrepareOptions, corpus: Corpus, recipe: dict, filters: Cleani
                             sample_sentences=options.sample_sentences, seed=options.seed,
                             threads=options.threads)
     if options.threads:
-        vocab.threads = options.threads
+        vocab.threads = vocab.target.threads = options.threads
     log(f"encoding {sum(read.values())} pairs with {vocab.threads} thread(s)")
     dtype = ids_dtype(len(vocab))
     splits, removed = {}, {}
@@ -370,6 +374,8 @@ def _reuse_vocab(source: VocabSource, work: Path, log: Callable[[str], None]) ->
     vocab = source.vocab()
     log(f"encoding with the {len(vocab)}-piece vocabulary of {source.kind} {source.path}")
     (work / SPM_MODEL).write_bytes(source.model)
+    if source.target is not None:
+        (work / SPM_TARGET_MODEL).write_bytes(source.target)
     processor = vocab.processor
     (work / SPM_VOCAB).write_text(
         "".join(f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}\n"
@@ -382,7 +388,9 @@ def _vocab_record(options: PrepareOptions, recipe: dict, vocab: Vocab) -> dict:
     made: learned here with these settings, or reused from `options.vocab`."""
     record = {"file": SPM_MODEL, "size": len(vocab), "model_type": "bpe",
               "pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID,
-              "sha256": vocab_digest(vocab.to_bytes())}
+              "sha256": vocab_digest(vocab.to_bytes(), vocab.target_bytes())}
+    if vocab.target_bytes() is not None:
+        record["target_file"] = SPM_TARGET_MODEL
     if options.vocab is not None:
         record["source"] = options.vocab.record()
     else:

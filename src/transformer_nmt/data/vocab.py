@@ -7,6 +7,12 @@ A multilingual model (an imported OPUS-MT one-to-many model) chooses its output 
 by a token at the start of the source, such as >>fra<<: the vocabulary holds each as a
 piece of its own (a user-defined piece), and a source that starts with one is encoded as
 that token followed by the rest of the sentence, as Marian's own tokenizer does.
+
+A model with separate source and target vocabularies (an imported one: OPUS-MT's with two
+id maps, fairseq's with two dictionaries) has one id space that joins both, and two
+sentencepiece models over those same pieces: the source's, which never produces a piece
+only the target side has, and the target's (`Vocab.target`), which encodes target text
+(fine-tuning data, references to score, forced prefixes). Either decodes any id.
 """
 
 from __future__ import annotations
@@ -53,8 +59,12 @@ class Vocab:
     Every vocabulary is read through `from_bytes` (or `load`, which calls it), which
     refuses one that is not complete: see `check_vocabulary`."""
 
-    def __init__(self, processor: spm.SentencePieceProcessor) -> None:
+    def __init__(self, processor: spm.SentencePieceProcessor,
+                 target: "Vocab | None" = None) -> None:
         self.processor = processor
+        self.target: Vocab = self if target is None else target
+        """The vocabulary that encodes target text: this one, unless the model's target
+        side has a sentencepiece model of its own over the same ids."""
         self.threads = available_cores()
         # A language token is a piece that sentencepiece keeps whole (a user-defined one).
         pieces = processor.id_to_piece(list(range(processor.get_piece_size())))
@@ -73,20 +83,30 @@ class Vocab:
         return cls.from_bytes(path.read_bytes(), str(path))
 
     @classmethod
-    def from_bytes(cls, model: bytes, source: str = "embedded vocabulary") -> "Vocab":
-        """Load a serialized model proto, as `to_bytes` returns and checkpoints embed;
-        a one-line UserError naming `source` unless it is a complete vocabulary."""
-        processor = spm.SentencePieceProcessor()
-        try:
-            processor.LoadFromSerializedProto(model)
-        except (RuntimeError, TypeError) as error:
-            raise UserError(f"{source}: not a sentencepiece model: {error}") from None
-        check_vocabulary(model, processor, source)
-        return cls(processor)
+    def from_bytes(cls, model: bytes, source: str = "embedded vocabulary",
+                   target: bytes | None = None) -> "Vocab":
+        """Load a serialized model proto, as `to_bytes` returns and checkpoints embed, and
+        the target side's (`target_bytes`) where it has one; a one-line UserError naming
+        `source` unless each is a complete vocabulary and both hold the same pieces."""
+        processor = _processor(model, source)
+        if target is None:
+            return cls(processor)
+        target_processor = _processor(target, f"{source} (target side)")
+        size = processor.get_piece_size()
+        if target_processor.get_piece_size() != size or any(
+                processor.id_to_piece(i) != target_processor.id_to_piece(i)
+                for i in range(size)):
+            raise UserError(f"{source}: its source and target sentencepiece models do not "
+                            "hold the same pieces at the same ids; import the model again")
+        return cls(processor, cls(target_processor))
 
     def to_bytes(self) -> bytes:
-        """The serialized model proto: everything needed to rebuild this vocabulary."""
+        """The serialized model proto of the source side (of both, when shared)."""
         return self.processor.serialized_model_proto()
+
+    def target_bytes(self) -> bytes | None:
+        """The target side's serialized model proto, or None when both sides share one."""
+        return None if self.target is self else self.target.to_bytes()
 
     def __len__(self) -> int:
         return self.processor.get_piece_size()
@@ -146,6 +166,17 @@ class Vocab:
     def piece(self, token_id: int) -> str:
         """The subword piece of one id (▁ marks a word start)."""
         return self.processor.id_to_piece(int(token_id))
+
+
+def _processor(model: bytes, source: str) -> spm.SentencePieceProcessor:
+    """The sentencepiece processor of a serialized model proto, checked usable."""
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(model)
+    except (RuntimeError, TypeError) as error:
+        raise UserError(f"{source}: not a sentencepiece model: {error}") from None
+    check_vocabulary(model, processor, source)
+    return processor
 
 
 def check_vocabulary(model: bytes, processor: spm.SentencePieceProcessor, source: str) -> None:

@@ -4,8 +4,9 @@ A fine-tuned model keeps its embeddings, so new data must be encoded with the ve
 sentencepiece model the model was trained with. FROM may be a data directory of
 `nmt prepare` or a sentencepiece `.model` file (read here), or a model file, whose
 reading belongs to transformer_nmt.model_file (`vocab_source` there accepts all three).
-The SHA-256 of the serialized sentencepiece model identifies a vocabulary: data
-directories record it, and `nmt train --init-from` compares it with the model's.
+The SHA-256 of the serialized sentencepiece model (and of the target side's, where it
+has its own) identifies a vocabulary: data directories record it, and `nmt train
+--init-from` compares it with the model's.
 """
 
 from __future__ import annotations
@@ -15,14 +16,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformer_nmt.data.manifest import MANIFEST, SPM_MODEL, read_manifest
+from transformer_nmt.data.manifest import MANIFEST, SPM_MODEL, SPM_TARGET_MODEL, read_manifest
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.errors import UserError
 
 
-def vocab_digest(model: bytes) -> str:
-    """SHA-256 (hex) of a serialized sentencepiece model: the vocabulary's identity."""
-    return hashlib.sha256(model).hexdigest()
+def vocab_digest(model: bytes, target: bytes | None = None) -> str:
+    """SHA-256 (hex) of a serialized sentencepiece model, followed by the target side's
+    where it has one: the vocabulary's identity."""
+    digest = hashlib.sha256(model)
+    if target is not None:
+        digest.update(b"\0target side\0" + target)
+    return digest.hexdigest()
+
+
+def load_data_vocab(data_dir: str | Path) -> Vocab:
+    """The vocabulary of a prepared data directory: spm.model, and spm.target.model
+    where the target side has its own."""
+    data_dir = Path(data_dir)
+    return Vocab.from_bytes((data_dir / SPM_MODEL).read_bytes(), str(data_dir / SPM_MODEL),
+                            _target_model(data_dir))
+
+
+def data_vocab_digest(data_dir: str | Path) -> str:
+    """`vocab_digest` of a prepared data directory's vocabulary files."""
+    data_dir = Path(data_dir)
+    return vocab_digest((data_dir / SPM_MODEL).read_bytes(), _target_model(data_dir))
+
+
+def _target_model(data_dir: Path) -> bytes | None:
+    path = data_dir / SPM_TARGET_MODEL
+    return path.read_bytes() if path.is_file() else None
 
 
 @dataclass(frozen=True)
@@ -35,15 +59,17 @@ class VocabSource:
     """'model file', 'data directory' or 'sentencepiece model'."""
     path: str
     """Where it was read, resolved."""
+    target: bytes | None = None
+    """The target side's serialized sentencepiece model, where it has its own."""
 
     @property
     def sha256(self) -> str:
-        return vocab_digest(self.model)
+        return vocab_digest(self.model, self.target)
 
     def vocab(self) -> Vocab:
         """The vocabulary itself (UserError naming the path if the bytes are not a usable,
         complete one)."""
-        return Vocab.from_bytes(self.model, self.path)
+        return Vocab.from_bytes(self.model, self.path, self.target)
 
     def record(self) -> dict[str, Any]:
         """What a manifest keeps of it: kind, path and checksum."""
@@ -61,7 +87,7 @@ def read_vocab_file_or_dir(path: str | Path) -> VocabSource:
                             "sentencepiece .model file as the vocabulary")
         recorded = read_manifest(path).get("vocab")
         source = VocabSource((path / SPM_MODEL).read_bytes(), "data directory",
-                             str(path.resolve()))
+                             str(path.resolve()), _target_model(path))
         if isinstance(recorded, dict) and recorded.get("sha256") not in (None, source.sha256):
             raise UserError(f"{path / SPM_MODEL} is not the vocabulary the data directory was "
                             f"prepared with ({MANIFEST} records another checksum); prepare "

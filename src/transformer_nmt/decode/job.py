@@ -120,7 +120,7 @@ def prefix_ids(vocab: Vocab, requests: list[TranslationRequest], longest: int
     the model's positions allow); None when no request has a prefix."""
     if not any(request.prefix for request in requests):
         return None
-    prefixes = vocab.encode_batch([normalize(request.prefix) for request in requests])
+    prefixes = vocab.target.encode_batch([normalize(request.prefix) for request in requests])
     for prefix in prefixes:
         del prefix[longest:]
     return prefixes
@@ -137,7 +137,7 @@ def constraint_ids(vocab: Vocab, requests: list[TranslationRequest], decode: Dec
         raise UserError("constraints need beam search; leave out sampling")
     found = []
     for offset, request in enumerate(requests):
-        phrases = [ids for ids in vocab.encode_batch(
+        phrases = [ids for ids in vocab.target.encode_batch(
             [normalize(phrase) for phrase in request.constraints]) if ids]
         needed = sum(len(phrase) for phrase in phrases)
         if needed > longest:

@@ -86,7 +86,7 @@ def _score_buffer(translator: Translator, pairs: list[tuple[str, str]], first_li
                   target_name: str) -> list[PairScore]:
     sources = translator.source_ids([source for source, _ in pairs],
                                     numbers=list(range(first_line, first_line + len(pairs))))
-    targets = translator.vocab.encode_batch([normalize(target) for _, target in pairs])
+    targets = translator.vocab.target.encode_batch([normalize(target) for _, target in pairs])
     for offset, target in enumerate(targets):
         if len(target) > translator.max_len_limit:
             raise UserError(f"{target_name} line {first_line + offset + 1} has {len(target)} "

@@ -13,9 +13,10 @@ each, GELU. Its Dictionary (dict.LANG.txt) puts <s> 0, <pad> 1, </s> 2, <unk> 3 
 pieces; its decoder starts from </s>, and sources end with </s> and have no <s>, as ours.
 Our vocabulary is the sentencepiece model rebuilt on the dictionary (vocab_map.py), whose
 start token is a second copy of </s>: the logits bias keeps that copy out of the softmax,
-where it would otherwise halve the probability of ending a sentence. Only one vocabulary
-shared by both languages (dict.SRC.txt equal to dict.TGT.txt) and sentencepiece pieces are
-supported; what else the model does that ours cannot is refused in one line.
+where it would otherwise halve the probability of ending a sentence. Separate dictionaries
+(dict.SRC.txt and dict.TGT.txt apart) become one id space (vocab_map.py). Sentencepiece
+pieces alone are supported; what else the model does that ours cannot is refused in one
+line.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import FAIRSEQ_FIRST_ROW, Transformer
 from transformer_nmt.model_file import model_payload
 from transformer_nmt.pretrained.layer_names import layer_weights
-from transformer_nmt.pretrained.vocab_map import IdOrder, mapped_vocab
+from transformer_nmt.pretrained.vocab_map import ImportedVocab, Side, mapped_vocab
 
 BPES = ("sentencepiece", "subword_nmt", "fastbpe")
 """fairseq's --bpe schemes of translation models; sentencepiece alone is imported yet (the
@@ -78,10 +79,13 @@ class FairseqArgs:
 
 
 def read_fairseq_checkpoint(checkpoint: Path, dict_dir: Path, bpe: str,
-                            bpe_model: Path | None) -> dict[str, Any]:
+                            bpe_model: Path | None,
+                            languages: tuple[str | None, str | None] = (None, None)
+                            ) -> dict[str, Any]:
     """The model-file payload of the fairseq checkpoint `checkpoint`, whose dictionaries
     (dict.SRC.txt, dict.TGT.txt) are in `dict_dir` and whose pieces are those of the
-    `bpe` model `bpe_model`; with an `imported_from` record."""
+    `bpe` model `bpe_model`; with an `imported_from` record. `languages` (source,
+    target) name the dictionaries where the checkpoint does not."""
     if bpe != "sentencepiece":
         raise UserError(f"--bpe {bpe}: not supported yet (it needs Moses tokenization, which "
                         "this project does not do); import a sentencepiece model")
@@ -93,21 +97,29 @@ def read_fairseq_checkpoint(checkpoint: Path, dict_dir: Path, bpe: str,
     if recorded_bpe not in (None, "sentencepiece"):
         raise UserError(f"{checkpoint}: trained with --bpe {recorded_bpe}, which is not "
                         "supported yet; only sentencepiece models are imported")
-    languages = (task.get("source_lang"), task.get("target_lang"))
-    pieces = _shared_dictionary(dict_dir, languages)
+    languages = (task.get("source_lang") or languages[0], task.get("target_lang") or languages[1])
+    source_pieces, target_pieces = _dictionaries(dict_dir, languages)
     weights = _ReadKeys(_float_weights(state, checkpoint))
     try:
         cfg = fairseq_model_config(settings, weights, checkpoint)
-        rows = weights["encoder.embed_tokens.weight"].size(0)
-        if rows != len(pieces):
-            raise UserError(f"{dict_dir}: the dictionary has {len(pieces)} entries with "
-                            f"fairseq's four specials, the checkpoint's embeddings {rows} "
-                            "rows: give the --dict-dir of the data it was trained on")
-        vocab, order = mapped_vocab(bpe_model.read_bytes(), pieces,
-                                    {"pad": PAD, "unk": UNK, "eos": EOS, "start": EOS},
-                                    str(bpe_model))
-        _check_pieces_known(vocab, len(pieces), bpe_model)
-        ours = _our_weights(weights, cfg, order, checkpoint)
+        if cfg.tie_embeddings == "all" and source_pieces != target_pieces:
+            raise UserError(f"{dict_dir}: the source and target dictionaries differ, where "
+                            f"{checkpoint} shares one embedding matrix between them "
+                            "(share_all_embeddings); give the --dict-dir it was trained with")
+        for side, pieces in (("encoder", source_pieces), ("decoder", target_pieces)):
+            rows = weights[f"{side}.embed_tokens.weight"].size(0)
+            if rows != len(pieces):
+                raise UserError(f"{dict_dir}: the {side}'s dictionary has {len(pieces)} "
+                                f"entries with fairseq's four specials, the checkpoint's "
+                                f"embeddings {rows} rows: give the --dict-dir of the data it "
+                                "was trained on")
+        specials = {"pad": PAD, "unk": UNK, "eos": EOS, "start": EOS}
+        model_bytes = bpe_model.read_bytes()
+        imported = mapped_vocab(Side(model_bytes, source_pieces, specials),
+                                Side(model_bytes, target_pieces, specials), str(bpe_model))
+        vocab = imported.vocab
+        _check_pieces_known(vocab, len(vocab), bpe_model)
+        ours = _our_weights(weights, cfg, imported, checkpoint)
     except KeyError as error:
         raise UserError(f"{checkpoint}: no {error.args[0]} among its settings or weights: "
                         "not a fairseq TransformerModel of the form this import reads") from None
@@ -124,7 +136,8 @@ def read_fairseq_checkpoint(checkpoint: Path, dict_dir: Path, bpe: str,
     except RuntimeError as error:
         first = str(error).strip().splitlines()[-1].strip()
         raise UserError(f"{checkpoint}: its weights do not fit its settings: {first}") from None
-    payload = model_payload(model, vocab.to_bytes(), languages if all(languages) else None)
+    payload = model_payload(model, vocab.to_bytes(), languages if all(languages) else None,
+                            vocab.target_bytes())
     payload["imported_from"] = {"format": "fairseq", "model_type": settings["arch"],
                                 "path": str(checkpoint), "license": None}
     return payload
@@ -287,18 +300,20 @@ def _float_weights(state: dict[str, Any], path: Path) -> dict[str, Tensor]:
             for key, value in weights.items()}
 
 
-def _our_weights(theirs: _ReadKeys, cfg: ModelConfig, order: IdOrder, path: Path
+def _our_weights(theirs: _ReadKeys, cfg: ModelConfig, imported: ImportedVocab, path: Path
                  ) -> dict[str, Tensor]:
     """Our state dict from fairseq's: its vocabulary rows in our id order, the learned
     position tables from their row 2, the layers as layer_names.py maps them."""
-    source = order.rows(theirs["encoder.embed_tokens.weight"])
-    target = order.rows(theirs["decoder.embed_tokens.weight"])
-    bias = order.logits_bias(torch.zeros(theirs["decoder.embed_tokens.weight"].size(0)))
+    source = imported.source.rows(theirs["encoder.embed_tokens.weight"])
+    target = imported.target.rows(theirs["decoder.embed_tokens.weight"])
+    bias = imported.target.logits_bias(
+        torch.zeros(theirs["decoder.embed_tokens.weight"].size(0)))
     ours = {"src_embed.weight": target if cfg.tie_embeddings == "all" else source,
             "tgt_embed.weight": target, "logits_bias": bias}
     output = theirs.get("decoder.output_projection.weight")
     if cfg.tie_embeddings == "none":
-        ours["output_proj.weight"] = order.rows(theirs["decoder.output_projection.weight"])
+        ours["output_proj.weight"] = imported.target.rows(
+            theirs["decoder.output_projection.weight"])
     elif output is not None and not torch.equal(output, theirs["decoder.embed_tokens.weight"]):
         raise UserError(f"{path}: its output projection is not its target embedding, which "
                         "its settings share; a checkpoint edited by hand?")
@@ -336,9 +351,11 @@ def read_dictionary(path: Path) -> list[str]:
     return pieces
 
 
-def _shared_dictionary(dict_dir: Path, languages: tuple[str | None, str | None]) -> list[str]:
-    """The one dictionary of both languages: dict.SRC.txt and dict.TGT.txt where the
-    checkpoint names the languages, else every dict.*.txt in `dict_dir`, all equal."""
+def _dictionaries(dict_dir: Path, languages: tuple[str | None, str | None]
+                  ) -> tuple[list[str], list[str]]:
+    """The source's and the target's dictionaries: dict.SRC.txt and dict.TGT.txt where the
+    checkpoint names the languages, else the one dict.*.txt in `dict_dir` (or several,
+    all equal: a joined dictionary)."""
     if all(languages):
         paths = [dict_dir / f"dict.{language}.txt" for language in languages]
         missing = [path for path in paths if not path.is_file()]
@@ -351,18 +368,24 @@ def _shared_dictionary(dict_dir: Path, languages: tuple[str | None, str | None])
             raise UserError(f"{dict_dir}: no dict.*.txt; give the --dict-dir of the "
                             "checkpoint's data (fairseq-preprocess's --destdir)")
     dictionaries = [read_dictionary(path) for path in paths]
+    if all(languages):
+        return dictionaries[0], dictionaries[1]
+    if len(paths) == 2 and dictionaries[0] != dictionaries[1]:
+        raise UserError(f"{paths[1]} differs from {paths[0]}, and the checkpoint does not "
+                        "say which is the source's: give --src-lang and --tgt-lang")
     for path, pieces in zip(paths[1:], dictionaries[1:]):
         if pieces != dictionaries[0]:
-            raise UserError(f"{path} differs from {paths[0]}: separate source and target "
-                            "vocabularies are not supported yet (fairseq's "
-                            "--joined-dictionary makes one)")
-    return dictionaries[0]
+            raise UserError(f"{path} differs from {paths[0]}, and the checkpoint does not say "
+                            "which language is the source; give a --dict-dir with one "
+                            "dictionary, or the checkpoint of a translation task")
+    return dictionaries[0], dictionaries[0]
 
 
 def _check_pieces_known(vocab: Vocab, entries: int, bpe_model: Path) -> None:
     """UserError when most of the dictionary's pieces are not the sentencepiece model's:
     another model than the dictionaries were made with would encode text as <unk>."""
-    unknown = sum(vocab.processor.is_unused(i) for i in range(len(vocab)))
+    unknown = sum(vocab.processor.is_unused(i) and vocab.target.processor.is_unused(i)
+                  for i in range(len(vocab)))
     if unknown * 2 > entries:
         raise UserError(f"{bpe_model}: {unknown} of the dictionary's {entries} pieces are "
                         "not in this sentencepiece model; give the --bpe-model the "

@@ -3,16 +3,18 @@ as the payload of one of our model files.
 
 Marian's Transformer is the paper's post-norm one with Swish in the feed-forward network,
 sines and cosines in two halves rather than interleaved, a bias on the logits, and one
-embedding matrix shared by source, target and output; those are ModelConfig fields here.
-What the model does that ours cannot (separate source and target vocabularies, unscaled
-embeddings) is refused in one line; a multilingual model's target-language tokens
-(>>fra<<) become pieces of their own, which a source starts with (data/vocab.py). The
-weights are read by `transformers` itself, which the import needs and the imported model
-does not.
+embedding matrix shared by source, target and output (or, with separate vocabularies
+(vocab.json and target_vocab.json), one for the source and one for the target and
+output); those are ModelConfig fields here, and vocab_map.py joins two vocabularies into
+one id space. What the model does that ours cannot (unscaled embeddings, say) is refused
+in one line; a multilingual model's target-language tokens (>>fra<<) become pieces of
+their own, which a source starts with (data/vocab.py). The weights are read by
+`transformers` itself, which the import needs and the imported model does not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -27,7 +29,7 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import SINUSOIDS, Transformer
 from transformer_nmt.model_file import model_payload
 from transformer_nmt.pretrained.layer_names import layer_weights
-from transformer_nmt.pretrained.vocab_map import IdOrder, mapped_vocab
+from transformer_nmt.pretrained.vocab_map import ImportedVocab, Side, mapped_vocab
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 """transformers' activation_function names and ours."""
@@ -46,7 +48,8 @@ def require_transformers() -> Any:
 
 def read_marian_dir(directory: Path) -> dict[str, Any]:
     """The model-file payload of the MarianMTModel in `directory` (config.json, its
-    weights, source.spm, target.spm, vocab.json), with an `imported_from` record."""
+    weights, source.spm, target.spm, vocab.json and, with separate vocabularies,
+    target_vocab.json), with an `imported_from` record."""
     for name in ("config.json", *TOKENIZER_FILES):
         if not (directory / name).is_file():
             raise UserError(f"{directory}: no {name}; a MarianMTModel directory holds "
@@ -57,22 +60,52 @@ def read_marian_dir(directory: Path) -> dict[str, Any]:
                         f"{config.get('model_type')!r}; nmt import --from huggingface reads "
                         "MarianMTModel directories (model_type 'marian')")
     cfg = marian_model_config(config, directory / "config.json")
-    pieces = id_map(_read_json(directory / "vocab.json"), directory / "vocab.json")
-    specials = {"pad": config["pad_token_id"], "eos": config["eos_token_id"],
-                "unk": piece_id(pieces, "<unk>", directory / "vocab.json"),
-                "start": config.get("decoder_start_token_id", config["pad_token_id"])}
-    vocab, order = mapped_vocab((directory / "source.spm").read_bytes(), pieces, specials,
-                                str(directory / "source.spm"))
+    imported = _imported_vocab(directory, config)
+    weights = _marian_weights(directory)
+    if cfg.tie_embeddings == "decoder" and not torch.equal(
+            weights.get("lm_head.weight", weights["model.decoder.embed_tokens.weight"]),
+            weights["model.decoder.embed_tokens.weight"]):
+        cfg = dataclasses.replace(cfg, tie_embeddings="none")
+    vocab = imported.vocab
     model = Transformer(cfg, len(vocab), vocab.pad_id)
-    model.load_state_dict(our_weights(_marian_weights(directory), cfg, order))
+    model.load_state_dict(our_weights(weights, cfg, imported))
     tokenizer = _read_json(directory / "tokenizer_config.json") \
         if (directory / "tokenizer_config.json").is_file() else {}
     languages = (tokenizer.get("source_lang"), tokenizer.get("target_lang"))
-    payload = model_payload(model, vocab.to_bytes(),
-                            languages if all(languages) else None)
+    payload = model_payload(model, vocab.to_bytes(), languages if all(languages) else None,
+                            vocab.target_bytes())
     payload["imported_from"] = {"format": "huggingface", "model_type": "marian",
                                 "path": str(directory), "license": model_card_license(directory)}
     return payload
+
+
+def _imported_vocab(directory: Path, config: dict[str, Any]) -> ImportedVocab:
+    """Our vocabulary of the model's id maps and sentencepiece models: vocab.json for
+    both sides, or vocab.json for the source and target_vocab.json for the target."""
+    source_map = directory / "vocab.json"
+    target_map = source_map if config.get("share_encoder_decoder_embeddings", True) \
+        else directory / "target_vocab.json"
+    if not target_map.is_file():
+        raise UserError(f"{directory}: no target_vocab.json, the target side's id map of a "
+                        "model with separate vocabularies (share_encoder_decoder_embeddings "
+                        "false)")
+    pieces = id_map(_read_json(source_map), source_map)
+    target_pieces = pieces if target_map == source_map else id_map(_read_json(target_map),
+                                                                   target_map)
+    pad, eos = config["pad_token_id"], config["eos_token_id"]
+    if max(pad, eos) >= len(target_pieces):
+        raise UserError(f"{target_map}: {len(target_pieces)} pieces, fewer than the ids of "
+                        f"pad ({pad}) and eos ({eos}) in config.json")
+    target_specials = {"pad": pad, "eos": eos,
+                       "unk": piece_id(target_pieces, "<unk>", target_map),
+                       "start": config.get("decoder_start_token_id", pad)}
+    # The source side's specials are the same pieces at its own ids.
+    source_specials = {name: piece_id(pieces, target_pieces[target_specials[name]], source_map)
+                       for name in ("pad", "unk", "eos")}
+    return mapped_vocab(
+        Side((directory / "source.spm").read_bytes(), pieces, source_specials),
+        Side((directory / "target.spm").read_bytes(), target_pieces, target_specials),
+        str(directory / "source.spm"))
 
 
 def marian_model_config(config: dict[str, Any], where: Path) -> ModelConfig:
@@ -89,12 +122,11 @@ def marian_model_config(config: dict[str, Any], where: Path) -> ModelConfig:
                          "project's Transformer does not")
     if not config.get("scale_embedding", False):
         raise refuse("scale_embedding", "embeddings are always scaled by sqrt(d_model) here")
-    if not config.get("share_encoder_decoder_embeddings", True):
-        raise refuse("share_encoder_decoder_embeddings", "separate source and target "
-                     "vocabularies are not supported yet")
-    if not config.get("tie_word_embeddings", True):
-        raise refuse("tie_word_embeddings", "an output layer apart from the shared "
-                     "embeddings is not supported yet")
+    shared = config.get("share_encoder_decoder_embeddings", True)
+    tied = config.get("tie_word_embeddings", True)
+    if shared and not tied:
+        raise refuse("tie_word_embeddings", "an output layer apart from embeddings shared "
+                     "by source and target is not supported yet")
     if config.get("activation_function") not in ACTIVATIONS:
         raise refuse("activation_function", f"one of {', '.join(ACTIVATIONS)} is needed")
     if config["d_model"] % heads:
@@ -108,7 +140,8 @@ def marian_model_config(config: dict[str, Any], where: Path) -> ModelConfig:
         activation_dropout=config.get("activation_dropout", 0.0),
         activation=ACTIVATIONS[config["activation_function"]],
         positional="sinusoidal-halves", max_positions=config["max_position_embeddings"],
-        pre_norm=False, tie_embeddings="all", logits_bias=True)
+        pre_norm=False, tie_embeddings="all" if shared else "decoder" if tied else "none",
+        logits_bias=True)
 
 
 def _marian_weights(directory: Path) -> dict[str, Tensor]:
@@ -127,14 +160,20 @@ def _marian_weights(directory: Path) -> dict[str, Tensor]:
     return {name: tensor.detach().float() for name, tensor in model.state_dict().items()}
 
 
-def our_weights(theirs: dict[str, Tensor], cfg: ModelConfig, order: IdOrder
+def our_weights(theirs: dict[str, Tensor], cfg: ModelConfig, imported: ImportedVocab
                 ) -> dict[str, Tensor]:
     """Our state dict from a MarianMTModel's (or from names made into its by marian.py):
     q, k and v concatenated as our fused projections take them, the vocabulary's rows in
     our id order."""
-    embedding = order.rows(theirs["model.shared.weight"])
-    ours = {"tgt_embed.weight": embedding, "src_embed.weight": embedding,
-            "logits_bias": order.logits_bias(theirs["final_logits_bias"][0])}
+    if cfg.tie_embeddings == "all":
+        source = target = imported.target.rows(theirs["model.shared.weight"])
+    else:
+        source = imported.source.rows(theirs["model.encoder.embed_tokens.weight"])
+        target = imported.target.rows(theirs["model.decoder.embed_tokens.weight"])
+    ours = {"tgt_embed.weight": target, "src_embed.weight": source,
+            "logits_bias": imported.target.logits_bias(theirs["final_logits_bias"][0])}
+    if cfg.tie_embeddings == "none":
+        ours["output_proj.weight"] = imported.target.rows(theirs["lm_head.weight"])
     _check_positions(theirs, cfg)
     ours.update(layer_weights(theirs, cfg, "model.encoder", "model.decoder"))
     return ours

@@ -32,7 +32,7 @@ from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload
 from transformer_nmt.pretrained.huggingface import (id_map, model_card_license, our_weights,
                                                     piece_id)
-from transformer_nmt.pretrained.vocab_map import mapped_vocab
+from transformer_nmt.pretrained.vocab_map import Side, mapped_vocab
 
 CONFIG_KEY = "special:model.yml"
 """The .npz entry holding the model's options as YAML text (bytes, NUL-terminated)."""
@@ -74,19 +74,21 @@ def read_marian_release(directory: Path) -> dict[str, Any]:
     options = MarianOptions(_model_yml(weights, npz_path), f"{npz_path} ({CONFIG_KEY})")
     cfg = marian_model_config(options, _integer(decoder, "max-length", DECODER_MAX_LENGTH,
                                                 decoder_yml))
-    pieces, source_spm, vocab_path = _vocabulary(directory, decoder, decoder_yml)
+    pieces, source_spm, target_spm, vocab_path = _vocabulary(directory, decoder, decoder_yml)
     if "Wemb" in weights and len(weights["Wemb"]) != len(pieces):
         raise UserError(f"{vocab_path}: {len(pieces)} pieces, where the model's embeddings "
                         f"(Wemb) have {len(weights['Wemb'])} rows: not the model's vocabulary")
     pad = next(name for name in ("<pad>", "<marian-pad>") if name not in set(pieces))
     specials = {"pad": len(pieces), "eos": piece_id(pieces, "</s>", vocab_path),
                 "unk": piece_id(pieces, "<unk>", vocab_path), "start": len(pieces)}
-    vocab, order = mapped_vocab(source_spm.read_bytes(), [*pieces, pad], specials,
-                                str(source_spm))
-    theirs = _huggingface_names(weights, cfg, len(pieces), npz_path)
+    pieces = [*pieces, pad]
+    imported = mapped_vocab(Side(source_spm.read_bytes(), pieces, specials),
+                            Side(target_spm.read_bytes(), pieces, specials), str(source_spm))
+    vocab = imported.vocab
+    theirs = _huggingface_names(weights, cfg, len(pieces) - 1, npz_path)
     model = Transformer(cfg, len(vocab), vocab.pad_id)
-    model.load_state_dict(our_weights(theirs, cfg, order))
-    payload = model_payload(model, vocab.to_bytes())
+    model.load_state_dict(our_weights(theirs, cfg, imported))
+    payload = model_payload(model, vocab.to_bytes(), target_vocab=vocab.target_bytes())
     payload["imported_from"] = {"format": "marian", "model_type": "transformer",
                                 "path": str(directory), "license": release_license(directory)}
     return payload
@@ -232,9 +234,9 @@ def _huggingface_names(weights: dict[str, np.ndarray], cfg: ModelConfig, vocab_s
 
 
 def _vocabulary(directory: Path, decoder: dict[str, Any], decoder_yml: Path
-                ) -> tuple[list[str], Path, Path]:
-    """(pieces[id], the source side's sentencepiece model, the id map's file) of the one
-    vocabulary decoder.yml names for both sides."""
+                ) -> tuple[list[str], Path, Path, Path]:
+    """(pieces[id], the source and target sides' sentencepiece models, the id map's file)
+    of the one vocabulary decoder.yml names for both sides."""
     names = _names(decoder, "vocabs", decoder_yml)
     paths = [_named_file(directory, name, decoder_yml) for name in names]
     if len(paths) != 2 or (paths[0] != paths[1]
@@ -248,7 +250,7 @@ def _vocabulary(directory: Path, decoder: dict[str, Any], decoder_yml: Path
         except RuntimeError as error:
             raise UserError(f"{path}: not a sentencepiece model ({error})") from None
         ids = {processor.id_to_piece(i): i for i in range(processor.get_piece_size())}
-        return id_map(ids, path), path, path
+        return id_map(ids, path), path, path, path
     if path.suffix not in (".yml", ".yaml", ".json"):
         raise UserError(f"{path}: a vocabulary Marian reads as neither an id map (.yml, "
                         ".json) nor a sentencepiece model (.spm)")
@@ -261,7 +263,8 @@ def _vocabulary(directory: Path, decoder: dict[str, Any], decoder_yml: Path
         ids = {piece: int(i) for piece, i in mapping.items()}
     except (AttributeError, TypeError, ValueError):
         raise UserError(f"{path}: not a map of pieces and their integer ids") from None
-    return id_map(ids, path), source_spm, path
+    target_spm = directory / "target.spm"
+    return id_map(ids, path), source_spm, target_spm if target_spm.is_file() else source_spm, path
 
 
 def _decoder_yml(directory: Path) -> Path:

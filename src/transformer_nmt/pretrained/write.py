@@ -45,7 +45,8 @@ def import_model(source: str, path: str | Path, out: str | Path, force: bool = F
                         "replace it")
     if source == "fairseq":
         payload = read_fairseq_checkpoint(path, Path(dict_dir) if dict_dir else path.parent,
-                                          bpe, Path(bpe_model) if bpe_model else None)
+                                          bpe, Path(bpe_model) if bpe_model else None,
+                                          languages)
     else:
         payload = READERS[source](path)
     src_lang, tgt_lang = languages

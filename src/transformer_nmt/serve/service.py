@@ -194,7 +194,7 @@ class TranslationService:
             source, target = source.strip(), target.strip()
             if not source or not target:
                 continue
-            pieces = len(self.translator.vocab.encode(normalize(target)))
+            pieces = len(self.translator.vocab.target.encode(normalize(target)))
             if pieces > longest:
                 raise BadOption("glossary", f"the glossary's target term for {_quoted(source)}"
                                 f" ({_quoted(target)}) has {pieces} subword pieces, more than "

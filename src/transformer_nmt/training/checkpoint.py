@@ -295,7 +295,8 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
                 detail = differences(first[key], payload[key], path=key)[0]
                 raise UserError(f"cannot average {paths[0].name} and {path}: different "
                                 f"architectures ({detail})")
-        if payload["vocab"] != first["vocab"]:
+        if (payload["vocab"], payload.get("target_vocab")) != (first["vocab"],
+                                                                first.get("target_vocab")):
             raise UserError(f"cannot average {paths[0].name} and {path}: different vocabularies")
         for name in total:
             total[name] += payload["model"][name].double()
@@ -304,7 +305,8 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
     for name, tensor in total.items():
         state[name] = (tensor / len(paths)).to(first["model"][name].dtype)
     model = build_model({**first, "model": state})
-    result = model_payload(model, first["vocab"], model_languages(first))
+    result = model_payload(model, first["vocab"], model_languages(first),
+                           first.get("target_vocab"))
     result["averaged_from"] = [{"file": str(path), "step": step}
                                for path, step in zip(paths, steps)]
     # What `nmt train --init-from` takes as the defaults of a fine-tuning run.

@@ -21,8 +21,7 @@ from typing import Any
 
 from transformer_nmt.config import (NOT_ARCHITECTURE, ModelConfig, TrainConfig, config_from_dict,
                                     differences)
-from transformer_nmt.data.manifest import SPM_MODEL
-from transformer_nmt.data.vocab_source import vocab_digest
+from transformer_nmt.data.vocab_source import data_vocab_digest, vocab_digest
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import file_sha256
 from transformer_nmt.model_file import model_training_steps, read_model_file
@@ -76,13 +75,13 @@ def read_init_model(path: str | Path) -> InitModel:
     return InitModel(path, file_sha256(path), model_training_steps(payload),
                      payload.get("preset"),
                      dict(payload["model_config"]), payload.get("train_config"),
-                     vocab_digest(payload["vocab"]))
+                     vocab_digest(payload["vocab"], payload.get("target_vocab")))
 
 
 def check_init_vocab(path: Path, vocab_sha256: str, data_dir: Path) -> None:
     """UserError naming both unless `data_dir` was encoded with the vocabulary of the
     model at `path` (whose SHA-256 is `vocab_sha256`)."""
-    data_vocab = vocab_digest((data_dir / SPM_MODEL).read_bytes())
+    data_vocab = data_vocab_digest(data_dir)
     if data_vocab != vocab_sha256:
         raise UserError(f"{data_dir} was encoded with another vocabulary than {path} "
                         f"(SHA-256 {data_vocab[:12]}, the model's {vocab_sha256[:12]}); "
@@ -110,5 +109,5 @@ def read_init_weights(path: Path, recorded: dict[str, Any] | None, model: ModelC
                         "restore it, or train into a new run directory")
     payload = read_model_file(path)
     check_init_architecture(path, payload["model_config"], model)
-    check_init_vocab(path, vocab_digest(payload["vocab"]), data_dir)
+    check_init_vocab(path, vocab_digest(payload["vocab"], payload.get("target_vocab")), data_dir)
     return payload

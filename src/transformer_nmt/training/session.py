@@ -22,9 +22,9 @@ from tqdm import tqdm
 from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.collate import Batch, collate
 from transformer_nmt.data.binarize import load_split
-from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
+from transformer_nmt.data.manifest import read_manifest
 from transformer_nmt.data.shapes import BatchShapes
-from transformer_nmt.data.vocab import Vocab
+from transformer_nmt.data.vocab_source import load_data_vocab
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import atomic_link
 from transformer_nmt.memory import keep_kernels_once
@@ -123,8 +123,7 @@ class _Session:
             raise UserError(f"{data_dir} has no valid split, which valid_metric "
                             f"{self.cfg.valid_metric!r} and patience need; prepare the data "
                             "with valid files or a held-out --valid-size")
-        self.vocab = Vocab.load(data_dir / SPM_MODEL)
-        self.vocab_bytes = self.vocab.to_bytes()
+        self.vocab = load_data_vocab(data_dir)
 
     def _batch_shapes(self) -> BatchShapes | None:
         """The fixed batch shapes of this process's batches, if the run asks for them."""
@@ -382,8 +381,8 @@ class _Session:
         """A full training checkpoint (collective: every process must call it)."""
         states = self.context.gather(rng_states())
         data = self.plan.record["data"]
-        payload = model_payload(self.trainer.raw_model, self.vocab_bytes,
-                                (data["src_lang"], data["tgt_lang"]))
+        payload = model_payload(self.trainer.raw_model, self.vocab.to_bytes(),
+                                (data["src_lang"], data["tgt_lang"]), self.vocab.target_bytes())
         payload.update(
             step=self.trainer.step, epoch=self.epoch, preset=self.plan.preset,
             train_config=self.plan.record["train"], data_digest=self.plan.data_digest,
