@@ -34,7 +34,7 @@ SETTINGS = {
 """The dataclasses whose fields each subcommand's flags set."""
 NOT_SETTINGS = {
     "translate": {"--model", "--input", "--output", "--prefix", "--constraints", "--format",
-                  "--interactive", "--errors", "--file"},
+                  "--interactive", "--errors", "--file", "--target-language"},
     "translate-corpus": {"--model", "--input", "--out", "--shard", "--merge", "--shard-lines",
                          "--report", "--format", "--errors", "--backend", "--ray-address"},
     "evaluate": {"--model", "--data", "--split", "--output", "--hyp", "--ref", "--src-lang",

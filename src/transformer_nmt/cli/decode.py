@@ -14,7 +14,7 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.interrupts import sigterm_unwinds, stop_signals_held
 
 if TYPE_CHECKING:
-    from transformer_nmt.decode.translator import TranslatorOptions
+    from transformer_nmt.decode.translator import Translator, TranslatorOptions
 
 
 def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False) -> None:
@@ -91,7 +91,7 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
 
     logging.basicConfig(format=f"nmt {args.command}: warning: %(message)s", level=logging.WARNING)
 
-    from transformer_nmt.decode.translator import TranslatorOptions
+    from transformer_nmt.decode.translator import Translator, TranslatorOptions
 
     decode = DecodeConfig(**field_values(args, DecodeConfig,
                                          exclude=() if "nbest" in args else ("nbest",)))
@@ -148,6 +148,12 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
                         "Use a beam of 4 or more; not with --sampling")
     parser.add_argument("--interactive", action="store_true",
                         help="translate each line of standard input as soon as it is typed")
+    parser.add_argument("--target-language", metavar="LANG",
+                        help="a multilingual model (such as OPUS-MT's en-ROMANCE): the "
+                        "language to translate into, as a two-letter code (fr), the code of "
+                        "the model's token (fra) or the token (>>fra<<), put before each "
+                        "line; refused, with the languages the model has, when it has none "
+                        "for LANG (default: each line may start with its own token)")
     add_errors_argument(parser)
     _add_decode_arguments(parser, nbest=True)
     parser.set_defaults(func=run_translate)
@@ -171,6 +177,7 @@ def run_translate(args: argparse.Namespace) -> None:
         translator = Translator.from_files(args.model, _translator_options(
             args, alignments=args.alignments, buffer_size=1 if args.interactive else 1024,
             token_scores=args.token_scores or args.format == "json"))
+    token = _language_token(translator, args.target_language)
     lines = (read_lines(args.input, args.errors) if args.input is not None
              else iter_lines(sys.stdin.buffer, "<stdin>", args.errors))
     if args.prefix is not None or args.constraints is not None:
@@ -181,13 +188,23 @@ def run_translate(args: argparse.Namespace) -> None:
     as_json = args.format == "json"
     if args.output is None:
         speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
-                                 flush_each=args.interactive, as_json=as_json)
+                                 flush_each=args.interactive, as_json=as_json,
+                                 language_token=token)
     else:
         total = count_lines(args.input) if args.input is not None else None
         speed = translate_file(translator, lines, args.output, nbest=args.nbest > 1,
-                               total=total, as_json=as_json)
+                               total=total, as_json=as_json, language_token=token)
     if not args.interactive:
         print(speed.summary(args.output), file=sys.stderr)
+
+
+def _language_token(translator: Translator, language: str | None) -> str | None:
+    """The token of --target-language in the model's vocabulary, or None without it."""
+    if language is None:
+        return None
+    from transformer_nmt.decode.target_language import language_token
+
+    return language_token(translator.vocab, language)
 
 
 def _translate_whole_file(args: argparse.Namespace) -> None:
@@ -206,7 +223,8 @@ def _translate_whole_file(args: argparse.Namespace) -> None:
         from transformer_nmt.decode.translator import Translator
 
         translator = Translator.from_files(args.model, _translator_options(args))
-    count = translate_into(document, args.output, translator_translate(translator))
+    count = translate_into(document, args.output, translator_translate(
+        translator, _language_token(translator, args.target_language)))
     print(f"nmt translate: {count} paragraphs of {args.file} translated into {args.output}",
           file=sys.stderr)
 

@@ -18,6 +18,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transformer_nmt.data.text import LineWriter
 from transformer_nmt.data.vocab import Vocab
+from transformer_nmt.decode.target_language import with_language_token, without_language_token
 from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.errors import UserError
 
@@ -97,7 +98,8 @@ def _json_object(translation: Translation, vocab: Vocab) -> dict[str, Any]:
 def translate_stream(translator: Translator, lines: Iterable[str | TranslationRequest],
                      output: TextIO, *,
                      nbest: bool = False, flush_each: bool = False,
-                     as_json: bool = False) -> "SpeedReport":
+                     as_json: bool = False, language_token: str | None = None
+                     ) -> "SpeedReport":
     """Translate `lines` into the text stream `output`, in input order, as
     `format_translations` lays them out (as JSON with `as_json`); returns what was
     translated and how fast.
@@ -105,10 +107,13 @@ def translate_stream(translator: Translator, lines: Iterable[str | TranslationRe
     flush_each: flush `output` after each input line's translations, so that a reader
     gets every answer at once (interactive use; give the translator buffer_size 1 too,
     or it waits for a full buffer of lines before translating any).
+    language_token: a multilingual model's target-language token (>>fra<<) put before
+    each line (transformer_nmt.decode.target_language).
     """
     speed = SpeedReport()
     vocab = translator.vocab if as_json else None
-    for index, result in enumerate(speed.counted(translator.translate_nbest(lines))):
+    for index, result in enumerate(speed.counted(translated(translator, lines,
+                                                            language_token))):
         for line in format_translations(index, result, nbest, vocab):
             output.write(line + "\n")
         if flush_each:
@@ -117,23 +122,36 @@ def translate_stream(translator: Translator, lines: Iterable[str | TranslationRe
     return speed
 
 
+def translated(translator: Translator, lines: Iterable[str | TranslationRequest],
+               language_token: str | None = None) -> Iterator[list[Translation]]:
+    """translator.translate_nbest of `lines`, each with `language_token` before it where
+    one is given, and the alignments counted over the line's own words."""
+    if language_token is None:
+        yield from translator.translate_nbest(lines)
+        return
+    sources = (with_language_token(line, language_token) for line in lines)
+    for result in translator.translate_nbest(sources):
+        yield [without_language_token(translation) for translation in result]
+
+
 def translate_file(translator: Translator, lines: Iterable[str | TranslationRequest],
                    output_path: str | Path, *,
                    nbest: bool = False, total: int | None = None,
                    as_json: bool = False,
-                   observe: Callable[[list[Translation]], None] | None = None
-                   ) -> "SpeedReport":
+                   observe: Callable[[list[Translation]], None] | None = None,
+                   language_token: str | None = None) -> "SpeedReport":
     """Translate `lines` into the file at `output_path`, as `translate_stream` does, with
     a progress bar on stderr (out of `total` lines, when known); returns what was
     translated and how fast.
 
     The file is written under a temporary name and renamed when complete, so that it
     appears whole or not at all; missing parent directories are created. `observe` is
-    given each input line's translations as they are written.
+    given each input line's translations as they are written; `language_token` as for
+    `translate_stream`.
     """
     speed = SpeedReport()
     vocab = translator.vocab if as_json else None
-    translations = speed.counted(translator.translate_nbest(lines))
+    translations = speed.counted(translated(translator, lines, language_token))
     # Warnings (a truncated line) print above the progress bar, not through it.
     with LineWriter(output_path) as writer, logging_redirect_tqdm():
         for index, result in enumerate(tqdm(translations, total=total, unit=" lines",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Sequence
 from sentencex import segment
 from tqdm import tqdm
 
+from transformer_nmt.decode.target_language import with_language_token, without_language_token
 from transformer_nmt.documents.runs import Result, Translate
 
 if TYPE_CHECKING:
@@ -53,16 +54,25 @@ def join_sentences(sources: Sequence[str], results: Sequence[Result]) -> Joined:
     return Joined(" ".join(texts), alignment if complete else None)
 
 
-def translator_translate(translator: Translator) -> Translate:
+def translator_translate(translator: Translator, language_token: str | None = None
+                         ) -> Translate:
     """A Translate that cuts paragraphs into sentences of the model's source language
     (English rules when the model does not say) and translates them with `translator` in
-    one call (its own batching), with word alignments."""
+    one call (its own batching), with word alignments; a multilingual model's
+    `language_token` (>>fra<<) before each sentence where one is given."""
     language = translator.languages[0] if translator.languages else "en"
 
     def translate(paragraphs: list[str]) -> list[Joined]:
         split = [sentences_of(paragraph, language) for paragraph in paragraphs]
         flat = [sentence for sentences in split for sentence in sentences]
-        found = list(tqdm(translator.translate_nbest(flat, alignments=True), total=len(flat),
+        if language_token is not None:
+            flat_in = [with_language_token(sentence, language_token) for sentence in flat]
+            results = (
+                [without_language_token(translation) for translation in result]
+                for result in translator.translate_nbest(flat_in, alignments=True))
+        else:
+            results = translator.translate_nbest(flat, alignments=True)
+        found = list(tqdm(results, total=len(flat),
                           unit="sentence", leave=False, disable=None)) if flat else []
         joined, offset = [], 0
         for sentences in split:

@@ -22,6 +22,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from fastapi import APIRouter, HTTPException, Request
 
+from transformer_nmt.data.language_codes import language_name as iso_language_name
 from transformer_nmt.serve.access import presented_key, require_key
 from transformer_nmt.serve.detect import DetectionUnavailable, LanguageDetector
 from transformer_nmt.serve.html_text import parse_html
@@ -38,7 +39,8 @@ LANGUAGE_NAMES = {
     "ro": "Romanian", "ru": "Russian", "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian",
     "zh": "Chinese", "auto": "Auto Detect",
 }
-"""English names of common language codes, as /languages shows them; others by code."""
+"""English names of common language codes, as /languages shows them; others by ISO 639's
+name, else by code."""
 
 FRONTEND_TIMEOUT_MS = 500
 """How long a LibreTranslate web client waits after a keystroke before it translates."""
@@ -219,8 +221,9 @@ def _translation_answer(single: bool, results: list[dict[str, Any]],
 
 
 def language_name(code: str) -> str:
-    """The English name of a language code, or the code itself."""
-    return LANGUAGE_NAMES.get(code, code)
+    """The English name of a language code (ISO 639's where the table has none, such as a
+    multilingual model's targets), or the code itself."""
+    return LANGUAGE_NAMES.get(code) or iso_language_name(code) or code
 
 
 def _alternatives(value: Any, settings: ServeSettings) -> int:

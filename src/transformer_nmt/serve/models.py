@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
+from transformer_nmt.data.language_codes import target_languages
+from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
@@ -78,7 +80,8 @@ def scan_models(paths: Sequence[Path], keep: int | None = None) -> list[Scanned]
         # read_model_file checked that the vocabulary has vocab_size pieces
         card = file_card(path, payload, payload["vocab_size"], None)
         kept = payload if keep is None or number < keep else None
-        scanned.append(Scanned(ModelEntry(path, path.name, *languages), card, kept))
+        scanned.append(Scanned(ModelEntry(path, path.name, *languages,
+                                          tokens=target_tokens(payload)), card, kept))
         del payload
     if len(scanned) > 1:
         pairs: dict[tuple[str | None, str | None], Path] = {}
@@ -88,11 +91,19 @@ def scan_models(paths: Sequence[Path], keep: int | None = None) -> list[Scanned]
                 raise UserError(f"{entry.path}: the model records no language pair, so a "
                                 "server with several models cannot route to it; serve it "
                                 "alone")
-            if (entry.source, entry.target) in pairs:
-                raise UserError(f"{pairs[entry.source, entry.target]} and {entry.path} both "
-                                f"translate {entry.pair}; serve one of them")
-            pairs[entry.source, entry.target] = entry.path
+            for target in entry.targets:
+                if (entry.source, target) in pairs:
+                    raise UserError(f"{pairs[entry.source, target]} and {entry.path} both "
+                                    f"translate {entry.source}-{target}; serve one of them")
+                pairs[entry.source, target] = entry.path
     return scanned
+
+
+def target_tokens(payload: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(language, token) of each target-language token of a multilingual model's
+    vocabulary, by the codes clients use ('fr', '>>fra<<'); none for a one-pair model."""
+    vocab = Vocab.from_bytes(payload["vocab"])
+    return tuple(target_languages(vocab.language_tokens).items())
 
 
 @dataclass
@@ -143,9 +154,11 @@ class ModelPool:
         return all(model.service.batcher.alive for model in self.loaded.values())
 
     def card(self, entry: ModelEntry) -> dict[str, Any]:
-        """What /v1/models says of `entry`: its card, whether it is loaded, and (once it
-        was) the precision it decodes in."""
-        return {**self.cards[entry.path], "loaded": entry.path in self.loaded}
+        """What /v1/models says of `entry`: its card, the languages it translates into
+        (a multilingual model's, by its tokens), whether it is loaded, and (once it was)
+        the precision it decodes in."""
+        return {**self.cards[entry.path], "target_languages": list(entry.targets),
+                "loaded": entry.path in self.loaded}
 
     def start(self) -> None:
         """Start the loaded models' batchers on the running event loop."""
@@ -164,10 +177,11 @@ class ModelPool:
         (serve/pivot.py)."""
         if route.pivot is None:
             async with self.using(route.hops[0]) as service:
-                return await service.translate_texts(texts, search, html)
+                return await service.translate_texts(texts, search, html, route.tokens[0])
         check_pivot_search(search, route.pivot)
         async with self.using(route.hops[0]) as first, self.using(route.hops[1]) as second:
-            return await translate_through(first, second, texts, search, html, route.pivot)
+            return await translate_through(first, second, texts, search, html, route.pivot,
+                                           route.tokens)
 
     @asynccontextmanager
     async def using(self, entry: ModelEntry) -> AsyncIterator[TranslationService]:

@@ -1,6 +1,8 @@
 """Which model translates a language pair on a server with several: the model of that
 pair, or two models through a language both share (a pivot: source→pivot, then
-pivot→target), as Argos Translate does. Pure bookkeeping: no model is loaded here."""
+pivot→target), as Argos Translate does. A multilingual model (an OPUS-MT one-to-many
+model) translates into every language it has a target-language token for, each a pair
+of its own. Pure bookkeeping: no model is loaded here."""
 
 from __future__ import annotations
 
@@ -16,29 +18,62 @@ English, so its models are usually the best of a server's."""
 @dataclass(frozen=True)
 class ModelEntry:
     """One model file a server may load, and the pair it translates (None: not recorded in
-    the file, which only a server with this one model accepts)."""
+    the file, which only a server with this one model accepts); for a multilingual model,
+    its target languages and their tokens, whatever target the file declares (a group
+    such as mul or ROMANCE)."""
 
     path: Path
     name: str
     source: str | None
     target: str | None
+    tokens: tuple[tuple[str, str], ...] = ()
+    """(language, token) of each target of a multilingual model: ('fr', '>>fra<<')."""
 
     @property
     def pair(self) -> str:
         """'en-de', or the file's name for a model without recorded languages."""
         return f"{self.source}-{self.target}" if self.source and self.target else self.name
 
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """Every language the model translates into: its tokens' languages, else its
+        target (none when not recorded)."""
+        if self.tokens:
+            return tuple(language for language, _ in self.tokens)
+        return (self.target,) if self.target else ()
+
+    def token(self, target: str | None) -> str | None:
+        """The token that makes a multilingual model translate into `target`, or None
+        (a one-pair model, or a target it has no token for)."""
+        return dict(self.tokens).get(target) if target is not None else None
+
+    def described(self) -> str:
+        """'en-de', or for a multilingual model 'en-mul (to es, fr)'."""
+        if not self.tokens:
+            return self.pair
+        return f"{self.pair} (to {', '.join(self.targets)})"
+
 
 @dataclass(frozen=True)
 class Route:
-    """The models a request goes through, in order: one, or two through a pivot."""
+    """The models a request goes through, in order: one, or two through a pivot; and the
+    language each translates into (empty: each model's own, for a one-model server that
+    takes any pair)."""
 
     hops: tuple[ModelEntry, ...]
+    targets: tuple[str, ...] = ()
 
     @property
     def pivot(self) -> str | None:
         """The language between the two hops, or None for a direct route."""
-        return self.hops[0].target if len(self.hops) == 2 else None
+        return self.targets[0] if len(self.hops) == 2 else None
+
+    @property
+    def tokens(self) -> tuple[str | None, ...]:
+        """Per hop, the target-language token its model needs before each sentence (a
+        multilingual model's), or None."""
+        return tuple(hop.token(target) for hop, target in
+                     zip(self.hops, self.targets or (None,) * len(self.hops)))
 
 
 class NoRoute(Exception):
@@ -52,7 +87,8 @@ class PairRoutes:
 
     def __init__(self, entries: Sequence[ModelEntry]) -> None:
         self.entries = tuple(entries)
-        self.direct = {(entry.source, entry.target): entry for entry in self.entries}
+        self.direct = {(entry.source, target): entry for entry in self.entries
+                       for target in entry.targets}
 
     @property
     def only(self) -> ModelEntry | None:
@@ -67,8 +103,8 @@ class PairRoutes:
         """Every language a route starts or ends at: those it starts from first (a client
         takes the first as its default source), each group sorted."""
         sources = self.sources()
-        return sources + sorted({entry.target for entry in self.entries
-                                 if entry.target and entry.target not in sources})
+        return sources + sorted({target for entry in self.entries for target in entry.targets
+                                 if target not in sources})
 
     def targets(self, source: str) -> list[str]:
         """Every language `source` translates to, directly or through a pivot, sorted."""
@@ -78,10 +114,11 @@ class PairRoutes:
     def route(self, source: str, target: str) -> Route:
         """The route from `source` to `target`: the model of the pair, else two through a
         pivot (English first, then in alphabetical order). NoRoute if there is none. A
-        one-model server whose file records no languages takes any pair."""
+        one-model server whose file records no languages takes any pair (a multilingual
+        one with the token of `target`, where it has one)."""
         only = self.only
         if only is not None and (only.source is None or only.target is None):
-            return Route((only,))
+            return Route((only,), (target,))
         found = self._find(source, target)
         if found is None:
             raise NoRoute(self._missing(source, target))
@@ -89,17 +126,19 @@ class PairRoutes:
 
     def _find(self, source: str, target: str) -> Route | None:
         if (source, target) in self.direct:
-            return Route((self.direct[source, target],))
-        pivots = sorted({entry.target for entry in self.entries if entry.source == source},
+            return Route((self.direct[source, target],), (target,))
+        pivots = sorted({pivot for entry in self.entries if entry.source == source
+                         for pivot in entry.targets},
                         key=lambda code: (code != PREFERRED_PIVOT, code))
         for pivot in pivots:
-            if pivot != target and (pivot, target) in self.direct:
-                return Route((self.direct[source, pivot], self.direct[pivot, target]))
+            if pivot not in (source, target) and (pivot, target) in self.direct:
+                return Route((self.direct[source, pivot], self.direct[pivot, target]),
+                             (pivot, target))
         return None
 
     def described(self) -> str:
-        """The pairs of the server's models: 'en-de, de-en'."""
-        return ", ".join(entry.pair for entry in self.entries)
+        """The pairs of the server's models: 'en-de, de-en, en-mul (to es, fr)'."""
+        return ", ".join(entry.described() for entry in self.entries)
 
     def _missing(self, source: str, target: str) -> str:
         """Why there is no route from `source` to `target`, with what the server has."""

@@ -27,18 +27,20 @@ def check_pivot_search(search: Search, pivot: str) -> None:
 
 
 async def translate_through(first: TranslationService, second: TranslationService,
-                            texts: list[str], search: Search, html: bool,
-                            pivot: str) -> list[dict[str, Any]]:
+                            texts: list[str], search: Search, html: bool, pivot: str,
+                            tokens: tuple[str | None, ...] = (None, None)
+                            ) -> list[dict[str, Any]]:
     """Each text translated by `first` into `pivot`, then by `second` with `search`
-    (the first hop takes its beam and alpha, one best translation). The caller has
-    checked `search` with check_pivot_search, before loading the models."""
+    (the first hop takes its beam and alpha, one best translation); `tokens`: each hop's
+    target-language token, for a multilingual model. The caller has checked `search`
+    with check_pivot_search, before loading the models."""
     first_search = Search(beam=search.beam, alpha=search.alpha,
                           alignments=search.alignments and not html)
-    through = await first.translate_texts(texts, first_search, html)
+    through = await first.translate_texts(texts, first_search, html, tokens[0])
     second_search = Search(beam=search.beam, alpha=search.alpha, nbest=search.nbest,
                            alignments=search.alignments and not html)
     results = await second.translate_texts([result["text"] for result in through],
-                                           second_search, html)
+                                           second_search, html, tokens[1])
     return [_joined(first_hop, second_hop, pivot, search.alignments and not html)
             for first_hop, second_hop in zip(through, results)]
 

@@ -12,6 +12,7 @@ from typing import Any
 from transformer_nmt.attention_plot import compute_attention_of_ids
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import normalize
+from transformer_nmt.decode.target_language import with_language_token, without_language_token
 from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.errors import UserError
 from transformer_nmt.serve.batcher import Batcher, SearchKey
@@ -102,10 +103,19 @@ class TranslationService:
         return len(self.translator.vocab.encode(normalize(sentence)))
 
     async def translate_texts(self, texts: list[str], search: Search,
-                              html: bool = False) -> list[dict[str, Any]]:
+                              html: bool = False, language_token: str | None = None
+                              ) -> list[dict[str, Any]]:
         """One result per text: {'text': the translated text, 'sentences': [...]}, as
-        POST /v1/translate answers. TooLarge, BadOption or QueueFull when refused."""
+        POST /v1/translate answers; a multilingual model's `language_token` (>>fra<<) put
+        before each sentence it decodes, never in the answer. TooLarge, BadOption or
+        QueueFull when refused."""
         key = self.search_key(search)
+
+        def decoded(sentence: str) -> str:
+            """What the model decodes of `sentence`: with the token after splitting, so
+            that each sentence of a text gets it."""
+            return sentence if language_token is None else with_language_token(
+                sentence, language_token)
         characters = sum(len(text) for text in texts)
         if characters > self.settings.max_characters:
             raise TooLarge(f"the request has {characters} characters, more than the "
@@ -113,7 +123,7 @@ class TranslationService:
         markups: list[Markup | None] = [parse_html(text) if html else None for text in texts]
         units = [markup.texts if markup else [text] for markup, text in zip(markups, texts)]
         # Splitting counts each sentence's tokens already; the batch budget reuses them.
-        count_tokens = functools.cache(self.count_tokens)
+        count_tokens = functools.cache(lambda sentence: self.count_tokens(decoded(sentence)))
         documents = [[split_document(unit, self.segmenter_language, count_tokens,
                                      self.translator.src_limit) for unit in text_units]
                      for text_units in units]
@@ -123,13 +133,18 @@ class TranslationService:
             raise TooLarge(f"the request has {len(sentences)} sentences, more than the "
                            f"server's max_sentences ({self.settings.max_sentences})")
         tokens = [count_tokens(sentence) for sentence in sentences]
-        items, term_tokens = self._with_terminology(sentences, search.glossary)
+        items, term_tokens = self._with_terminology([decoded(sentence) for sentence in sentences],
+                                                    search.glossary)
         if search.attention:
             self._check_attention(tokens, term_tokens, key.decode)
         found = await self.batcher.translate(items, tokens, key)
+        if language_token is not None:  # alignments over the sentence's own words
+            found = [[without_language_token(translation) for translation in translations]
+                     for translations in found]
         attention = [None] * len(sentences)
-        if search.attention:
-            attention = await self.batcher.run_in_decoder(self._attention, sentences, found)
+        if search.attention:  # the token is one of the source pieces the model attends to
+            attention = await self.batcher.run_in_decoder(
+                self._attention, [decoded(sentence) for sentence in sentences], found)
         results = []
         offset = 0
         for markup, text_documents in zip(markups, documents):

@@ -24,8 +24,10 @@ export function pairName(pair) {
  *  its pivot; the only model's where there is no pair (its file records no languages). */
 export function modelsOf(pair, models) {
   if (!pair) return models.slice(0, 1);
+  // A multilingual model translates into each of its target_languages (one per token).
   const modelOf = (source, target) =>
-    models.find((model) => model.source_language === source && model.target_language === target);
+    models.find((model) => model.source_language === source &&
+      (model.target_languages || [model.target_language]).includes(target));
   const hops = pair.pivot ? [modelOf(pair.source, pair.pivot), modelOf(pair.pivot, pair.target)] :
     [modelOf(pair.source, pair.target)];
   return hops.filter(Boolean);
