@@ -42,7 +42,7 @@ class FakeExporter:
         self.missing = missing
         self.written: list[tuple[str, str]] = []
 
-    def check(self, fmt: str) -> None:
+    def check(self, fmt: str, model) -> None:
         if fmt == self.missing:
             raise UserError(f"exporting to {fmt} needs a package that is not installed")
 
@@ -135,6 +135,17 @@ def test_a_missing_runtime_is_refused_before_any_work(trained_model_file, tiny_d
     opts = options(trained_model_file, tiny_data, tmp_path / "out", exports=("argos",))
     with pytest.raises(UserError, match="exporting to argos needs a package"):
         run(opts, FakeExporter(missing="argos"))
+    assert not (tmp_path / "out").exists()
+
+
+@needs_ctranslate2
+def test_a_student_ctranslate2_cannot_run_is_refused_before_any_work(trained_model_file,
+                                                                     tiny_data, tmp_path):
+    opts = options(trained_model_file, tiny_data, tmp_path / "out", exports=("ctranslate2",),
+                   overrides=(*STUDENT_SETTINGS, ("d_v", "16")))
+    with pytest.raises(UserError, match=r"^the student cannot be exported to ctranslate2, "
+                                        r"whose runtime is CTranslate2: .*d_v = 16"):
+        run(opts, EXPORTER)
     assert not (tmp_path / "out").exists()
 
 

@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from transformer_nmt.config import DecodeConfig, get_preset
+from transformer_nmt.config import DecodeConfig, ModelConfig, get_preset
 from transformer_nmt.corpus import (CorpusOptions, file_sha256_of, merge, output_name,
                                     translate_corpus)
 from transformer_nmt.data.manifest import SPLITS, text_path
@@ -76,8 +76,9 @@ class Exporter(Protocol):
     """What writes stage 5's exports: the export layer's `export.student.EXPORTER`,
     handed in by the command, since this layer lies below that one and cannot import it."""
 
-    def check(self, fmt: str) -> None:
-        """UserError when `fmt` cannot be written here (its runtime is not installed)."""
+    def check(self, fmt: str, model: ModelConfig) -> None:
+        """UserError when `fmt` cannot be written here (its runtime is not installed) or
+        cannot run a model of configuration `model`."""
 
     def write(self, fmt: str, model: Path, out: Path, quantization: str) -> Path:
         """The model file `model` exported as `fmt` to `out`, replacing an earlier export
@@ -330,16 +331,17 @@ def distill(options: DistillOptions, log: Log = print,
     writes stage 5's exports (`export.student.EXPORTER`); needed with options.exports."""
     # An unknown preset or a bad --set is refused before hours of translating.
     preset = get_preset(options.student)
-    apply_overrides(preset.model, preset.train, options.overrides)
+    student_config, _ = apply_overrides(preset.model, preset.train, options.overrides)
     for path in options.teachers:
         if not Path(path).is_file():
             raise UserError(f"{path}: no such teacher model file")
     for path in options.mono:
         if not Path(path).is_file():
             raise UserError(f"{path}: no such --mono file")
-    # A missing runtime is refused before hours of work, not after them.
+    # A missing runtime, or one that cannot run the student, is refused before hours of
+    # work, not after them.
     for fmt in options.exports:
-        _needed(exporter).check(fmt)
+        _needed(exporter).check(fmt, student_config)
     languages = split_languages(options.data, None, None)
     for path in options.teachers:
         recorded = model_languages(read_model_file(path))
