@@ -14,6 +14,7 @@ from transformer_nmt.fields import check_types, setting
 ExportFormat = Literal["ctranslate2", "argos"]
 """What stage 5 exports the student to, named as `nmt export --to` names them."""
 DEFAULT_QUANTIZATION = "int8"
+"""The student's exported weights unless told: it is made to be small and fast."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class DistillOptions:
     """Show progress bars."""
 
     def __post_init__(self) -> None:
+        # Before check_types, which could only say that the tuple is not of the right type.
         for name in self.exports if isinstance(self.exports, tuple) else ():
             if name not in get_args(ExportFormat):
                 raise UserError(f"--export {name!r} is not a format nmt distill exports to; "
