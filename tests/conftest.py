@@ -12,6 +12,7 @@ import torch
 
 from corpus_paths import WMT14
 from decode_fixtures import make_model_file
+from distill_fixtures import options, run
 from train_fixtures import make_tiny_data, tiny_overrides
 
 # Tiny models run 5-20x slower on 2 threads than on 1 when the 2 cores are shared with
@@ -103,3 +104,13 @@ def trained_model_file(tiny_data, tmp_path_factory) -> Path:
     train(out=run_dir, data=tiny_data, preset="tiny", progress=False,
           overrides=tiny_overrides(max_steps=300, batch_tokens=256, dropout=0.0))
     return run_dir / LAST
+
+
+@pytest.fixture(scope="session")
+def distilled(trained_model_file, tiny_data, tmp_path_factory):
+    """(DIR, report, log) of `trained_model_file` distilled into a few steps of a narrow
+    student, without exports, once per test session (about 12 seconds): tests change a
+    copy of DIR (distill_fixtures.copy_of)."""
+    out = tmp_path_factory.mktemp("distill") / "out"
+    report, log = run(options(trained_model_file, tiny_data, out))
+    return out, report, log

@@ -109,6 +109,8 @@ def test_every_flag_of_every_subcommand_is_a_field_with_its_default():
             default = action.default
             if isinstance(_default(field), Path) and default is not None:
                 default = Path(default)
+            if isinstance(default, list):
+                default = tuple(default)  # a repeatable flag's list, as field_values gives it
             assert default == _default(field), (name, flag, default, _default(field))
 
 
@@ -174,6 +176,21 @@ def test_a_field_added_to_a_dataclass_becomes_a_flag():
         parser.parse_args(["--mode", "slow"])
     with pytest.raises(SystemExit):
         parser.parse_args(["--width", "2.5"])
+
+
+def test_a_tuple_of_a_literals_values_is_a_repeatable_flag_with_its_choices():
+    @dataclass(frozen=True)
+    class Formats:
+        """Formats to write."""
+
+        formats: tuple[Literal["a", "b"], ...] = setting((), flag="--format")
+        """A format (repeatable)."""
+
+    parser = argparse.ArgumentParser()
+    add_fields(parser, Formats)
+    assert parser.parse_args(["--format", "b", "--format", "a"]).format == ["b", "a"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--format", "c"])
 
 
 def test_the_decode_flags_follow_decode_config():

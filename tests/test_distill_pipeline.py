@@ -12,69 +12,22 @@ from types import SimpleNamespace
 
 import pytest
 
-from train_fixtures import tiny_overrides
+from distill_fixtures import (REPORT_FIELDS, copy_of, drop_record, options, options_for, run,
+                              started)
 from transformer_nmt.cli import build_parser, main
 from transformer_nmt.distill import pipeline
-from transformer_nmt.distill.options import DistillOptions
 from transformer_nmt.data.manifest import text_path
 from transformer_nmt.distill.pipeline import (cluster_command, distill, select_stage,
                                               translate_stage)
-from transformer_nmt.distill.state import STAGES, STATE, DistillState
+from transformer_nmt.distill.state import STAGES, DistillState
 from transformer_nmt.errors import UserError
 from transformer_nmt.interrupts import Terminated
 from transformer_nmt.model_file import read_model_file, save_model_file
 
-STUDENT_SETTINGS = tuple((name, str(value)) for name, value in tiny_overrides(
-    max_steps=4, d_model=32, d_ff=64, d_k=8, d_v=8))
-"""A few steps of a narrow student: the student preset's 6+2 layers, at the tiny width."""
-REPORT_FIELDS = {"parameters", "megabytes", "bleu", "chrf", "greedy_bleu", "greedy_chrf",
-                 "greedy_sentences_per_second", "beam_sentences_per_second",
-                 "peak_memory_mb", "presets", "sentences"}
-
-
-def options(teacher: Path, data: Path, out: Path, **changes) -> DistillOptions:
-    settings = {"teachers": (str(teacher),), "data": data, "out": out, "nbest": 2, "beam": 2,
-                "drop": 0.1, "average_last": 1, "workers": 1, "shard_lines": 100,
-                "overrides": STUDENT_SETTINGS, "report_beam": 2, "device": "cpu",
-                "progress": False, **changes}
-    return DistillOptions(**settings)
-
-
-def run(opts: DistillOptions) -> tuple[dict, list[str]]:
-    log: list[str] = []
-    report = distill(opts, log=log.append)
-    return report, log
-
-
-@pytest.fixture(scope="module")
-def distilled(trained_model_file, tiny_data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("distill") / "out"
-    report, log = run(options(trained_model_file, tiny_data, out))
-    return out, report, log
-
-
-def started(log: list[str]) -> list[str]:
-    """The stages a run did, by their printed headings."""
-    return [stage for stage in STAGES
-            if any(line.startswith(f"\n[{STAGES.index(stage) + 1}/{len(STAGES)}]")
-                   and "done already" not in line for line in log)]
-
-
-def copy_of(distilled, tmp_path) -> Path:
-    out = tmp_path / "out"
-    shutil.copytree(distilled[0], out)
-    return out
-
-
-def drop_record(out: Path, stage: str) -> None:
-    state = json.loads((out / STATE).read_text(encoding="utf-8"))
-    del state["stages"][stage]
-    (out / STATE).write_text(json.dumps(state), encoding="utf-8")
-
 
 def test_every_stage_runs_and_leaves_its_files(distilled):
     out, report, log = distilled
-    assert started(log) == list(STAGES)
+    assert started(log) == [stage for stage in STAGES if stage != "export"]
     for path in ("translate/train.en", "select/train.en", "select/train.xx",
                  "data/manifest.json", "run/config.json", "student.pt", "report.json",
                  "report/student.test.xx", "report/teacher.test.xx"):
@@ -82,6 +35,10 @@ def test_every_stage_runs_and_leaves_its_files(distilled):
     text = "\n".join(log)
     assert "kept 216 of 240 pairs" in text  # 10% of 240 dropped, none empty
     assert "nmt translate-corpus --model" in text and "--shard I/N" in text
+    # No --export: stage 5 says so and how to export by hand.
+    assert "[5/5] exporting the student: none asked for" in text
+    assert "nmt export --model" in text and "--to argos" in text
+    assert not (out / "student-ctranslate2").exists()
 
 
 def test_the_report_compares_teacher_and_student(distilled):
@@ -99,14 +56,8 @@ def test_a_rerun_skips_every_stage(distilled, tmp_path):
     out = copy_of(distilled, tmp_path)
     report, log = run(options_for(distilled, out))
     assert started(log) == []
-    assert sum("done already" in line for line in log) == len(STAGES)
+    assert sum("done already" in line for line in log) == len(STAGES) - 1  # no export
     assert report == distilled[1] | {"data": report["data"]}
-
-
-def options_for(distilled, out: Path, **changes) -> DistillOptions:
-    """The fixture's options, into `out`."""
-    first = json.loads((distilled[0] / "report.json").read_text(encoding="utf-8"))
-    return options(Path(first["teacher"]["models"][0]), Path(first["data"]), out, **changes)
 
 
 def test_an_interrupted_stage_is_redone_with_what_follows(distilled, tmp_path):
@@ -153,7 +104,8 @@ def test_help_lists_the_stages(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["distill", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for heading in ("(1) translate", "(2) select", "(3) train", "(4) report", "--teacher",
+    for heading in ("(1) translate", "(2) select", "(3) train", "(4) report", "(5) export",
+                    "--export", "--quantization", "--teacher",
                     "--mono", "--student", "--set", "--drop",
                     "--shard $SLURM_ARRAY_TASK_ID/N", "--backend ray"):
         assert heading in text, heading

@@ -1,12 +1,13 @@
 """DIR/distill.json: a stage is done when recorded with today's settings and its files are
-there; redoing one forgets those after it; another setting or a damaged file is refused
-in one line."""
+there; redoing one forgets those made from its output (report and export: from the
+student alone); another setting or a damaged file is refused in one line, or, where the
+stage asks, redoes it."""
 
 from __future__ import annotations
 
 import pytest
 
-from transformer_nmt.distill.state import STATE, DistillState
+from transformer_nmt.distill.state import STAGES, STATE, DistillState, made_from
 from transformer_nmt.errors import UserError
 
 
@@ -43,3 +44,25 @@ def test_a_damaged_state_file_is_refused_in_one_line(tmp_path):
     (tmp_path / STATE).write_text('{"format": "other", "version": 1}', encoding="utf-8")
     with pytest.raises(UserError, match="not a nmt-distill file"):
         DistillState(tmp_path)
+
+
+def test_report_and_export_are_made_from_the_student_alone():
+    assert made_from("train") == ["report", "export"]
+    assert made_from("report") == made_from("export") == []
+    assert made_from("translate") == ["select", "train", "report", "export"]
+
+
+def test_redoing_the_report_keeps_the_export_and_the_reverse(tmp_path):
+    state = DistillState(tmp_path)
+    for stage in ("translate", "select", "train", "report", "export"):
+        state.finish(stage, {}, [])
+    state.finish("report", {}, [])
+    state.finish("export", {}, [])
+    assert set(DistillState(tmp_path).stages) == set(STAGES)
+
+
+def test_a_stage_redone_when_changed_is_not_refused(tmp_path):
+    DistillState(tmp_path).finish("export", {"formats": ["argos"]}, [])
+    state = DistillState(tmp_path)
+    assert state.done("export", {"formats": ["ctranslate2"]}, redo_if_changed=True) is None
+    assert state.done("export", {"formats": ["argos"]}, redo_if_changed=True) is not None

@@ -16,7 +16,7 @@ def add_distill_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "distill",
         help="distill a small, fast student from a teacher (or an ensemble), in resumable stages",
-        description="Sequence-level knowledge distillation (Kim & Rush 2016) in four stages, "
+        description="Sequence-level knowledge distillation (Kim & Rush 2016) in five stages, "
         "each printed as it starts and skipped when DIR/distill.json records it done with the "
         "same settings, so that the same command run again goes on where it stopped. "
         "(1) translate: the teacher(s) translate the training sources of --data (and any "
@@ -29,15 +29,20 @@ def add_distill_parser(subparsers: argparse._SubParsersAction) -> None:
         "with --set overrides (DIR/run), its last checkpoints averaged (DIR/student.pt). "
         "(4) report: teacher and student measured alike, each in a fresh process, on the "
         "test split: parameters, file size, BLEU and chrF, sentences per second greedy and "
-        "with beam search, peak memory (DIR/report.json, and printed).",
+        "with beam search, peak memory (DIR/report.json, and printed). (5) export, with "
+        "--export: the student exported as `nmt export --to` does, its weights stored as "
+        "--quantization (default int8): ctranslate2 into DIR/student-ctranslate2, argos into "
+        "DIR/student.argosmodel (both need `pip install 'transformer-nmt[ctranslate2]'`); "
+        "other --export or --quantization settings on a rerun redo this stage alone; "
+        "without --export, the `nmt export` commands are printed.",
         epilog="on a laptop: nmt distill --teacher model.pt --data data/ --student "
         "student-tiny --out distill/ --set max_time=1h. On a cluster, stage 1 may run first "
         "as a job array (the command is printed at stage 1): sbatch --array=0-N-1 --wrap "
         "'nmt translate-corpus --model model.pt --input data/train.SRC --out distill/translate "
         "--format json --beam 4 --nbest 4 --shard $SLURM_ARRAY_TASK_ID/N', or on a Ray "
-        "cluster with --backend ray; `nmt distill` then finds the shards done. Quantizing and "
-        "exporting the student: `nmt export --model distill/student.pt --to ctranslate2 OUT "
-        "--quantization int8`, `nmt translate --precision int8`.",
+        "cluster with --backend ray; `nmt distill` then finds the shards done. The student "
+        "for CTranslate2 and Argos Translate, in int8: add --export ctranslate2 --export "
+        "argos (on a finished distillation too: only stage 5 runs).",
     )
     parser.add_argument("--teacher", required=True, action="append", metavar="MODEL.pt",
                         help="the teacher's model file; repeat for an ensemble")
@@ -67,9 +72,11 @@ def run_distill(args: argparse.Namespace) -> None:
     # A Ctrl-C while torch is imported could abort the process (interrupts.py).
     with stop_signals_held():
         from transformer_nmt.distill.pipeline import distill
+        from transformer_nmt.export.student import EXPORTER
         from transformer_nmt.training.run import parse_assignment
 
     distill(DistillOptions(
         teachers=tuple(args.teacher), data=Path(args.data), out=Path(args.out),
         mono=tuple(args.mono), overrides=tuple(parse_assignment(text) for text in args.set),
-        device=args.device, **field_values(args, DistillOptions, exclude=_BY_HAND)))
+        device=args.device, **field_values(args, DistillOptions, exclude=_BY_HAND)),
+        exporter=EXPORTER)

@@ -4,8 +4,8 @@ declared once, in its dataclass, and its flag, type, default, choices and help f
 A field `max_len_a: float = setting(1.0, metavar="A")` with the docstring "An output has
 at most ..." becomes `--max-len-a A`, a float defaulting to 1.0, its help the docstring
 with "(default: 1.0)" added; a `Literal` field gets its choices, a bool field is a switch,
-a tuple field a repeatable flag. The flag's dest is its name without dashes, as
-`rerunnable_command` needs.
+a tuple field a repeatable flag (a tuple of a `Literal`'s values with its choices). The
+flag's dest is its name without dashes, as `rerunnable_command` needs.
 """
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ def _argument(field: dataclasses.Field, kind: Any, default: Any) -> dict[str, An
         action = argparse.BooleanOptionalAction if default is True else "store_true"
         return {"action": action, "default": default}
     if typing.get_origin(kind) is tuple:
+        # A tuple of a Literal's values: each value given is one of its choices.
         return {"action": "append", "default": [] if default is None else list(default),
-                "metavar": metavar}
+                "metavar": metavar, "choices": choices(typing.get_args(kind)[0])}
     if listed is not None:
         return {"choices": listed, "type": type(listed[0]), "default": default}
     if field.metadata.get("parse"):

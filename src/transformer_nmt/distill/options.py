@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
-from transformer_nmt.config import DEFAULT_SHARD_LINES
+from transformer_nmt.config import DEFAULT_SHARD_LINES, Quantization
 from transformer_nmt.errors import UserError
 from transformer_nmt.fields import check_types, setting
+
+ExportFormat = Literal["ctranslate2", "argos"]
+"""What stage 5 exports the student to, named as `nmt export --to` names them."""
+DEFAULT_QUANTIZATION = "int8"
+"""The student's exported weights unless told: it is made to be small and fast."""
 
 
 @dataclass(frozen=True)
@@ -56,13 +61,32 @@ class DistillOptions:
     filesystem every node shares, at the same path."""
     report_beam: int = setting(4, metavar="K")
     """The beam of the report's beam-search speed and scores (greedy is measured too)."""
+    exports: tuple[ExportFormat, ...] = setting((), flag="--export")
+    """Stage 5 exports the student to this runtime, as `nmt export --to` does (ctranslate2:
+    DIR/student-ctranslate2; argos: DIR/student.argosmodel; both need the ctranslate2
+    package); repeatable; default: no export."""
+    quantization: Quantization = DEFAULT_QUANTIZATION
+    """With --export: how CTranslate2 stores the student's weights, as `nmt export
+    --quantization` (int8: about 4x smaller and faster on CPUs, which is what a student is
+    for)."""
     device: str | None = None
     """Where every stage computes: 'cpu', 'cuda', or None for CUDA when present."""
     progress: bool = True
     """Show progress bars."""
 
     def __post_init__(self) -> None:
+        # Before check_types, which could only say that the tuple is not of the right type.
+        for name in self.exports if isinstance(self.exports, tuple) else ():
+            if name not in get_args(ExportFormat):
+                raise UserError(f"--export {name!r} is not a format nmt distill exports to; "
+                                f"give {' or '.join(get_args(ExportFormat))}")
         check_types(self)
+        if len(set(self.exports)) < len(self.exports):
+            raise UserError(f"--export {' '.join(self.exports)} names a format twice; "
+                            "give each once")
+        if not self.exports and self.quantization != DEFAULT_QUANTIZATION:
+            raise UserError(f"--quantization {self.quantization} is for the export stage; "
+                            "add --export ctranslate2 or --export argos")
         if not self.teachers:
             raise UserError("give at least one --teacher model file")
         if not 0 <= self.drop <= 1:

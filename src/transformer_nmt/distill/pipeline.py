@@ -12,6 +12,8 @@ DIR/
   student.pt       stage 3: its last checkpoints averaged
   report/          stage 4: each model's test translations
   report.json      stage 4: teacher and student measured alike
+  student-ctranslate2/   stage 5, with --export ctranslate2: the student for CTranslate2
+  student.argosmodel     stage 5, with --export argos: an Argos Translate package of it
 ```
 
 Within a stage, an interrupted run resumes where the stage's own machinery can: the
@@ -25,9 +27,9 @@ import json
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
-from transformer_nmt.config import DecodeConfig, get_preset
+from transformer_nmt.config import DecodeConfig, ModelConfig, get_preset
 from transformer_nmt.corpus import (CorpusOptions, file_sha256_of, merge, output_name,
                                     translate_corpus)
 from transformer_nmt.data.manifest import SPLITS, text_path
@@ -36,7 +38,7 @@ from transformer_nmt.decode.translator import TranslatorOptions
 from transformer_nmt.distill.measure import format_report, measure
 from transformer_nmt.distill.options import DistillOptions
 from transformer_nmt.distill.select import select
-from transformer_nmt.distill.state import STAGES, DistillState
+from transformer_nmt.distill.state import STAGES, DistillState, made_from
 from transformer_nmt.errors import UserError
 from transformer_nmt.evaluate import split_languages
 from transformer_nmt.files import write_json_atomic
@@ -62,9 +64,25 @@ def _skipped(log: Log, stage: str, text: str, record: dict[str, Any]) -> dict[st
     return record
 
 
+EXPORTS = {"ctranslate2": "student-ctranslate2", "argos": "student.argosmodel"}
+"""Where stage 5 writes each export of the student, in DIR."""
 OUTPUTS = {"translate": ("translate",), "select": ("select",),
-           "train": ("data", "run", STUDENT), "report": ("report", REPORT)}
+           "train": ("data", "run", STUDENT), "report": ("report", REPORT),
+           "export": tuple(EXPORTS.values())}
 """What each stage makes in DIR."""
+
+
+class Exporter(Protocol):
+    """What writes stage 5's exports: the export layer's `export.student.EXPORTER`,
+    handed in by the command, since this layer lies below that one and cannot import it."""
+
+    def check(self, fmt: str, model: ModelConfig) -> None:
+        """UserError when `fmt` cannot be written here (its runtime is not installed) or
+        cannot run a model of configuration `model`."""
+
+    def write(self, fmt: str, model: Path, out: Path, quantization: str) -> Path:
+        """The model file `model` exported as `fmt` to `out`, replacing an earlier export
+        there once the new one is complete, its weights stored as `quantization`."""
 
 
 def _finish(options: DistillOptions, state: DistillState, log: Log, stage: str,
@@ -72,7 +90,7 @@ def _finish(options: DistillOptions, state: DistillState, log: Log, stage: str,
     """Record `stage` done, after removing what later stages made from its previous
     output: their inputs have changed, and a data directory or a run made from other
     pairs would be refused or, worse, resumed. Nothing is removed when a stage fails."""
-    for later in STAGES[STAGES.index(stage) + 1:]:
+    for later in made_from(stage):
         for name in OUTPUTS[later]:
             path = Path(options.out) / name
             if path.is_dir():
@@ -247,17 +265,83 @@ def report_stage(options: DistillOptions, state: DistillState, student: Path,
                    summary=f"{out / REPORT}", table=table)
 
 
-def distill(options: DistillOptions, log: Log = print) -> dict[str, Any]:
-    """Run every stage not done yet; the report (what DIR/report.json holds)."""
+def _bytes(path: Path) -> int:
+    """The size of a file, or of the files under a directory."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(part.stat().st_size for part in path.rglob("*") if part.is_file())
+
+
+def _needed(exporter: Exporter | None) -> Exporter:
+    if exporter is None:
+        # A caller's mistake, not the user's: the command always passes one.
+        raise ValueError("--export needs an exporter: pass distill(..., "
+                         "exporter=transformer_nmt.export.student.EXPORTER)")
+    return exporter
+
+
+def _export_by_hand(student: Path, log: Log) -> None:
+    q = shlex.quote(str(student))
+    log(f"  or later, by hand: nmt export --model {q} --to ctranslate2 OUT --quantization int8")
+    log(f"                     nmt export --model {q} --to argos OUT.argosmodel")
+    log(f"  int8 without an export: nmt translate --model {q} --precision int8 ...")
+
+
+def export_stage(options: DistillOptions, state: DistillState, student: Path,
+                 exporter: Exporter | None, log: Log) -> dict[str, Any] | None:
+    """Stage 5: the student exported to each --export format, or, with none, the commands
+    that would export it printed. Changed settings redo it rather than being refused: an
+    export takes seconds, nothing is made from it, and each output is replaced only once
+    the new one is complete. An earlier export of this student in a format not asked for
+    this time is left as it was (a retrained student removes them all, see `_finish`)."""
+    if not options.exports:
+        _stage(log, "export", "exporting the student: none asked for (--export ctranslate2, "
+               "--export argos)")
+        _export_by_hand(student, log)
+        return None
+    exporter = _needed(exporter)
+    out = Path(options.out)
+    settings = {"formats": list(options.exports), "quantization": options.quantization,
+                "student": file_sha256_of(student)}
+    text = (f"exporting the student ({options.quantization} weights) to "
+            f"{' and '.join(options.exports)}")
+    if (record := state.done("export", settings, redo_if_changed=True)) is not None:
+        return _skipped(log, "export", text, record)
+    _stage(log, "export", text)
+    files, megabytes = [], {}
+    for fmt in options.exports:
+        path = out / EXPORTS[fmt]
+        exporter.write(fmt, student, path, options.quantization)
+        megabytes[fmt] = round(_bytes(path) / 1e6, 2)
+        use = (f"ctranslate2.Translator({str(path)!r}) loads it" if fmt == "ctranslate2"
+               else "`argospm install` or LibreTranslate takes it")
+        log(f"  wrote {path} ({megabytes[fmt]} MB); {use}")
+        files.append(path)
+    for fmt, name in EXPORTS.items():
+        if fmt not in options.exports and (out / name).exists():
+            log(f"  {out / name}, an earlier export not asked for this time, is left as it was")
+    summary = ", ".join(f"{EXPORTS[fmt]} {megabytes[fmt]} MB" for fmt in options.exports)
+    return _finish(options, state, log, "export", settings, files, summary=summary,
+                   megabytes=megabytes)
+
+
+def distill(options: DistillOptions, log: Log = print,
+            exporter: Exporter | None = None) -> dict[str, Any]:
+    """Run every stage not done yet; the report (what DIR/report.json holds). `exporter`
+    writes stage 5's exports (`export.student.EXPORTER`); needed with options.exports."""
     # An unknown preset or a bad --set is refused before hours of translating.
     preset = get_preset(options.student)
-    apply_overrides(preset.model, preset.train, options.overrides)
+    student_config, _ = apply_overrides(preset.model, preset.train, options.overrides)
     for path in options.teachers:
         if not Path(path).is_file():
             raise UserError(f"{path}: no such teacher model file")
     for path in options.mono:
         if not Path(path).is_file():
             raise UserError(f"{path}: no such --mono file")
+    # A missing runtime, or one that cannot run the student, is refused before hours of
+    # work, not after them.
+    for fmt in options.exports:
+        _needed(exporter).check(fmt, student_config)
     languages = split_languages(options.data, None, None)
     for path in options.teachers:
         recorded = model_languages(read_model_file(path))
@@ -271,10 +355,5 @@ def distill(options: DistillOptions, log: Log = print) -> dict[str, Any]:
     trained = train_stage(options, state, selected, log)
     student = Path(trained["files"][0])
     report_stage(options, state, student, log)
-    q = shlex.quote
-    log("\nnext (quantizing and exporting the student are not stages of their own yet):")
-    log(f"  int8 on a CPU:   nmt translate --model {q(str(student))} --precision int8 ...")
-    log(f"  CTranslate2:     nmt export --model {q(str(student))} --to ctranslate2 OUT "
-        "--quantization int8")
-    log(f"  Argos Translate: nmt export --model {q(str(student))} --to argos OUT")
+    export_stage(options, state, student, exporter, log)
     return json.loads((Path(options.out) / REPORT).read_text(encoding="utf-8"))

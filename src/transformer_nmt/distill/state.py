@@ -3,8 +3,9 @@ after each stage, so that a stage killed half-way has no record and is redone.
 
 Each stage's record holds the settings it ran with and the files it made (relative to
 DIR); a stage is done when its record is there, its settings are today's and its files
-still exist. A stage done again drops the records of every stage after it, since their
-inputs have changed.
+still exist. A stage done again drops the records of every stage made from its output,
+directly or not, since their inputs have changed; report and export are both made from
+the student alone, so that redoing one keeps the other.
 """
 
 from __future__ import annotations
@@ -21,8 +22,19 @@ from transformer_nmt.files import check_format, write_json_atomic
 FORMAT = "nmt-distill"
 VERSION = 1
 STATE = "distill.json"
-STAGES = ("translate", "select", "train", "report")
-"""The stages in order; quantizing and exporting the student are left to `nmt export`."""
+STAGES = ("translate", "select", "train", "report", "export")
+"""The stages in order."""
+INPUT = {"select": "translate", "train": "select", "report": "train", "export": "train"}
+"""The stage whose output each stage is made from."""
+
+
+def made_from(stage: str) -> list[str]:
+    """The stages made from `stage`'s output, directly or through others, in order."""
+    found = [stage]
+    for later in STAGES:
+        if INPUT.get(later) in found:
+            found.append(later)
+    return found[1:]
 
 
 class DistillState:
@@ -42,15 +54,19 @@ class DistillState:
                          remedy="distill into another --out")
             self.stages = record.get("stages", {})
 
-    def done(self, stage: str, settings: dict[str, Any]) -> dict[str, Any] | None:
+    def done(self, stage: str, settings: dict[str, Any], *,
+             redo_if_changed: bool = False) -> dict[str, Any] | None:
         """The record of `stage` if it is done with `settings` and its files are all there;
         None if it is to be (re)done; UserError naming the setting if it was done with
-        other ones (its work would be thrown away silently otherwise)."""
+        other ones (its work would be thrown away silently otherwise), unless
+        `redo_if_changed` (a stage cheap to redo whose outputs nothing is made from)."""
         record = self.stages.get(stage)
         if record is None:
             return None
         was = json.loads(json.dumps(record["settings"]))
         now = json.loads(json.dumps(settings))
+        if was != now and redo_if_changed:
+            return None
         if was != now:
             changed = ", ".join(differences(was, now)) or "its settings"
             raise UserError(f"{self.path}: stage {stage} was done with other settings "
@@ -64,9 +80,8 @@ class DistillState:
     def finish(self, stage: str, settings: dict[str, Any], files: list[Path],
                **facts: Any) -> dict[str, Any]:
         """Record `stage` as done with `settings`, having made `files` (and `facts` to
-        report); the records of later stages are dropped."""
-        later = STAGES[STAGES.index(stage) + 1:]
-        for name in later:
+        report); the records of the stages made from its output are dropped."""
+        for name in made_from(stage):
             self.stages.pop(name, None)
         # Inside DIR, relative to it: a directory moved or copied whole stays done.
         self.stages[stage] = {"settings": json.loads(json.dumps(settings)),

@@ -25,7 +25,7 @@ from typing import Any, get_args
 import numpy as np
 from torch import Tensor, nn
 
-from transformer_nmt.config import Quantization
+from transformer_nmt.config import ModelConfig, Quantization
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.errors import UserError
 from transformer_nmt.export.output import export_directory
@@ -50,7 +50,12 @@ def require_ctranslate2() -> None:
 
 def unsupported_reason(model: Transformer) -> str | None:
     """Why CTranslate2 cannot run `model` exactly, or None when it can."""
-    cfg = model.cfg
+    return config_unsupported_reason(model.cfg)
+
+
+def config_unsupported_reason(cfg: ModelConfig) -> str | None:
+    """Why CTranslate2 cannot run a model of configuration `cfg` exactly, or None when it
+    can: known before the model is trained."""
     if cfg.d_k != cfg.d_v:
         return (f"its attention heads have d_k = {cfg.d_k} but d_v = {cfg.d_v}, and "
                 "CTranslate2's heads have one width for queries, keys and values")
