@@ -22,6 +22,7 @@ vocabulary, the same way on both sides.
 
     python bench/serve_load.py --vocab-from quickstart/model.pt [--sentences 1000]
         [--clients 1,8,32,128] [--beam 4] [--max-seconds 120] [--hogs 0,2] [--no-guard]
+    python bench/serve_load.py --model imported-random.pt --ratio-lengths ...
 """
 
 from __future__ import annotations
@@ -265,6 +266,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18187)
     parser.add_argument("--no-guard", action="store_true",
                         help="decode without the guard on both sides (offline and served)")
+    parser.add_argument("--ratio-lengths", action="store_true",
+                        help="with --model: every output runs to round(1.075 x its source "
+                        "tokens), as for the random base model (for a --model with random "
+                        "weights, which never ends a sentence by itself)")
     parser.add_argument("--hogs", default="0",
                         help="busy-loop processes beside the server, one pass of the levels "
                         "per count (e.g. 0,2: quiet, then shared)")
@@ -273,9 +278,10 @@ def main() -> None:
         model = args.model or random_base_model(args.vocab_from, Path(scratch) / "base.pt")
         lines = [line.strip() for line in (DATA / "newstest2014.en").read_text(
             encoding="utf-8").splitlines() if line.strip()][: args.sentences]
+        by_ratio = not args.model or args.ratio_lengths
         decode = DecodeConfig(beam=args.beam, guard=not args.no_guard,
-                              max_len_a=LENGTH_RATIO if not args.model else 1,
-                              max_len_b=0 if not args.model else 50)
+                              max_len_a=LENGTH_RATIO if by_ratio else 1,
+                              max_len_b=0 if by_ratio else 50)
         vocab = load_for_inference(model).vocab
         count_tokens = lambda text: len(vocab.encode(text)) + 1  # noqa: E731 (EOS)
         translator = alone_translator(model, decode)
