@@ -43,12 +43,13 @@ def translated(lines: list[str]) -> list[str]:
     return [" ".join(GLOSSARY[word] for word in line.split()) for line in lines]
 
 
-def make_separate_vocab_marian_dir(directory: Path) -> Path:
+def make_separate_vocab_marian_dir(directory: Path, zero_start: bool = False) -> Path:
     """A MarianMTModel with separate source and target vocabularies, as OPUS-MT publishes
     some: vocab.json for English and target_vocab.json for German (of different sizes,
     <pad> at 2 in both, since its id pads either side), an encoder embedding of its own,
     and the output layer tied to the decoder's embedding; taught a word-for-word
-    translation."""
+    translation. `zero_start`: the start's (<pad>'s) decoder embedding and logits bias
+    stay 0, as in a model converted from Marian (`make_marian_release` needs it)."""
     transformers = __import__("transformers")
     directory.mkdir(parents=True, exist_ok=True)
     work = directory / "spm-work"
@@ -74,11 +75,13 @@ def make_separate_vocab_marian_dir(directory: Path) -> Path:
     model = transformers.MarianMTModel(transformers.MarianConfig(**settings))
     with torch.no_grad():
         model.final_logits_bias.normal_()
+        if zero_start:
+            model.final_logits_bias[0, 2] = 0.0
     tokenizer = transformers.MarianTokenizer(
         str(source), str(target), str(work / "vocab.json"),
         target_vocab_file=str(work / "target_vocab.json"), separate_vocabs=True,
         source_lang="en", target_lang="de")
-    _learn_to_copy(model, tokenizer, translate=True)
+    _learn_to_copy(model, tokenizer, 2 if zero_start else None, translate=True)
     model.eval().save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     shutil.rmtree(work)
@@ -139,7 +142,8 @@ def _learn_to_copy(model: Any, tokenizer: Any, zero_row: int | None = None,
     themselves. `zero_row`: an embedding row held at 0 throughout."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     lines = sentences(ENGLISH, 400, seed=11)
-    embeddings = model.get_input_embeddings().weight
+    # The start is the decoder's (the encoder's too, where they share one matrix).
+    embeddings = model.get_decoder().embed_tokens.weight
     model.train()
     for step in range(steps):
         if zero_row is not None:
@@ -237,7 +241,9 @@ def make_marian_release(hf_dir: Path, directory: Path, options: dict[str, Any] |
     Marian's names, matrices stored (in, out), no <pad> row and the model's options in
     `special:model.yml`; decoder.yml; the vocab.yml id map with source.spm and target.spm
     (or, `spm_vocab`, one vocab.spm whose ids are the id map's). `options` change
-    model.yml's."""
+    model.yml's. A model of `make_separate_vocab_marian_dir(..., zero_start=True)` is
+    written with an embedding per side (encoder_Wemb, decoder_Wemb) and an id map per
+    side (its <pad> row left out, the ids after it one lower)."""
     import numpy as np
     import transformers
     import yaml
@@ -247,9 +253,20 @@ def make_marian_release(hf_dir: Path, directory: Path, options: dict[str, Any] |
     weights = {name: tensor.detach().float().numpy() for name, tensor in
                model.state_dict().items()}
     pad = config.pad_token_id
-    assert pad == config.vocab_size - 1 and not weights["model.shared.weight"][pad].any()
-    arrays = {"Wemb": weights["model.shared.weight"][:pad],
-              "decoder_ff_logit_out_b": weights["final_logits_bias"][:, :pad]}
+    separate = not config.share_encoder_decoder_embeddings
+    if separate:
+        decoder_rows = weights["model.decoder.embed_tokens.weight"]
+        assert not decoder_rows[pad].any() and not weights["final_logits_bias"][0, pad]
+        arrays = {f"{side}_Wemb": np.delete(weights[f"model.{side}.embed_tokens.weight"],
+                                            pad, axis=0) for side in ("encoder", "decoder")}
+        arrays["decoder_ff_logit_out_b"] = np.delete(weights["final_logits_bias"], pad, axis=1)
+        options = {"tied-embeddings-all": False, "tied-embeddings": True,
+                   "dim-vocabs": [len(arrays["encoder_Wemb"]), len(arrays["decoder_Wemb"])],
+                   **(options or {})}
+    else:
+        assert pad == config.vocab_size - 1 and not weights["model.shared.weight"][pad].any()
+        arrays = {"Wemb": weights["model.shared.weight"][:pad],
+                  "decoder_ff_logit_out_b": weights["final_logits_bias"][:, :pad]}
     for side, depth in (("encoder", config.encoder_layers), ("decoder", config.decoder_layers)):
         names = {**MARIAN_LAYER_NAMES, **(MARIAN_CONTEXT_NAMES if side == "decoder" else {})}
         for i in range(depth):
@@ -282,6 +299,8 @@ def make_marian_release(hf_dir: Path, directory: Path, options: dict[str, Any] |
     arrays["special:model.yml"] = np.frombuffer(text.encode("utf-8"), dtype=np.int8)
     directory.mkdir(parents=True, exist_ok=True)
     np.savez(directory / MARIAN_NPZ, **arrays)
+    if separate:
+        return _write_separate_vocabularies(hf_dir, directory, pad, config)
     pieces = json.loads((hf_dir / "vocab.json").read_text(encoding="utf-8"))
     del pieces["<pad>"]
     vocab = "vocab.spm" if spm_vocab else MARIAN_VOCAB
@@ -296,6 +315,28 @@ def make_marian_release(hf_dir: Path, directory: Path, options: dict[str, Any] |
                "normalize": 0.6, "word-penalty": 0, "mini-batch": 16, "maxi-batch": 100,
                "maxi-batch-sort": "src", "relative-paths": True,
                "max-length": config.max_position_embeddings}
+    (directory / "decoder.yml").write_text(yaml.safe_dump(decoder, sort_keys=False),
+                                           encoding="utf-8")
+    return directory
+
+
+def _write_separate_vocabularies(hf_dir: Path, directory: Path, pad: int, config: Any) -> Path:
+    """A release's id map per side (src.vocab.yml, trg.vocab.yml: the Hugging Face maps
+    without <pad>), the two sentencepiece models, and decoder.yml naming them."""
+    import yaml
+
+    names = []
+    for json_name, yml_name in (("vocab.json", "src.vocab.yml"),
+                                ("target_vocab.json", "trg.vocab.yml")):
+        pieces = json.loads((hf_dir / json_name).read_text(encoding="utf-8"))
+        marian = {piece: i - (i > pad) for piece, i in pieces.items() if i != pad}
+        (directory / yml_name).write_text(yaml.safe_dump(marian, allow_unicode=True,
+                                                         sort_keys=False), encoding="utf-8")
+        names.append(yml_name)
+    for name in ("source.spm", "target.spm"):
+        shutil.copy(hf_dir / name, directory / name)
+    decoder = {"models": [MARIAN_NPZ], "vocabs": names, "beam-size": 6, "normalize": 0.6,
+               "relative-paths": True, "max-length": config.max_position_embeddings}
     (directory / "decoder.yml").write_text(yaml.safe_dump(decoder, sort_keys=False),
                                            encoding="utf-8")
     return directory

@@ -120,8 +120,10 @@ def test_nmt_import_from_marian_writes_a_model_file_that_says_where_it_came_from
     ({"transformer-postprocess": "da"}, "transformer-postprocess is 'da': only Marian's "
      "post-norm"),
     ({"transformer-preprocess": "n"}, "transformer-preprocess is 'n': only Marian's post-norm"),
+    ({"tied-embeddings-all": False, "tied-embeddings-src": True},
+     "tied-embeddings-src is 'true': source and target embeddings shared apart"),
     ({"tied-embeddings-all": False, "tied-embeddings": True},
-     "tied-embeddings-all is 'false': separate source, target and output embeddings"),
+     "no parameter encoder_Wemb"),
     ({"transformer-ffn-activation": "gelu"}, "transformer-ffn-activation is 'gelu'"),
     ({"transformer-train-position-embeddings": True}, "learned positions"),
     ({"transformer-decoder-autoreg": "average-attention"}, "transformer-decoder-autoreg"),
@@ -144,16 +146,6 @@ def test_a_missing_or_foreign_vocabulary_is_refused_in_one_line(release, tmp_pat
     refused(directory, tmp_path, "no source.spm")
     (directory / "decoder.yml").unlink()
     refused(directory, tmp_path, "no decoder.yml")
-
-
-def test_separate_vocabularies_are_refused_in_one_line(release, tmp_path):
-    directory = copied(release, tmp_path)
-    text = (directory / MARIAN_VOCAB).read_text(encoding="utf-8")
-    (directory / "target.vocab.yml").write_text(text.replace("</s>", "<eos>"), encoding="utf-8")
-    decoder = yaml.safe_load((directory / "decoder.yml").read_text())
-    decoder["vocabs"] = [MARIAN_VOCAB, "target.vocab.yml"]
-    (directory / "decoder.yml").write_text(yaml.safe_dump(decoder))
-    refused(directory, tmp_path, "separate source and target vocabularies")
 
 
 def test_an_npz_that_is_not_the_transformer_of_its_model_yml_is_refused(release, tmp_path):

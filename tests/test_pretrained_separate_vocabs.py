@@ -2,7 +2,9 @@
 target_vocab.json, an encoder embedding of its own), imported as one id space with a
 sentencepiece model per side (pretrained/vocab_map.py): the same source ids, target ids,
 log-probabilities, greedy and beam outputs as transformers, then fine-tuned on target text
-encoded by the target side's model, exported to CTranslate2 and served."""
+encoded by the target side's model, exported to CTranslate2 and served; and the same model
+written as a Marian release (an id map and an embedding per side) imports to the same
+weights."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ pytest.importorskip("transformers", reason="the pretrained extra is not installe
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from pretrained_fixtures import (ENGLISH, make_separate_vocab_marian_dir,  # noqa: E402
-                                 marian_model_and_tokenizer, sentences, translated)
+from pretrained_fixtures import (ENGLISH, make_marian_release,  # noqa: E402
+                                 make_separate_vocab_marian_dir, marian_model_and_tokenizer,
+                                 sentences, translated)
 from serve_fixtures import make_app  # noqa: E402
 from train_fixtures import tiny_overrides  # noqa: E402
 from transformer_nmt.cli import main  # noqa: E402
@@ -35,7 +38,8 @@ from transformer_nmt.training.session import train  # noqa: E402
 
 @pytest.fixture(scope="module")
 def marian_dir(tmp_path_factory) -> Path:
-    return make_separate_vocab_marian_dir(tmp_path_factory.mktemp("marian") / "opus-mt-en-de")
+    return make_separate_vocab_marian_dir(tmp_path_factory.mktemp("marian") / "opus-mt-en-de",
+                                          zero_start=True)
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +160,22 @@ def test_the_imported_model_is_served_scored_and_exported(imported, tmp_path, ca
     exported = export_ctranslate2(imported, tmp_path / "ct2")
     assert ctranslate2_tokens(exported, imported, lines, decode) == our_tokens(imported, lines,
                                                                               decode)
+
+
+def test_the_marian_release_of_the_model_imports_to_the_same_translations(imported,
+                                                                          marian_dir, tmp_path):
+    pytest.importorskip("yaml", reason="the pretrained extra is not installed")
+    release = make_marian_release(marian_dir, tmp_path / "opus-2021-02-22")
+    out = tmp_path / "from-release.pt"
+    assert main(["import", "--from", "marian", str(release), "--out", str(out)]) == 0
+    ours, theirs = read_model_file(imported), read_model_file(out)
+    assert theirs["model_config"]["tie_embeddings"] == "decoder"
+    assert "target_vocab" in theirs
+    lines = sentences(ENGLISH, 8, seed=9)
+    options = TranslatorOptions(DecodeConfig(beam=4, alpha=0.0, guard=False), workers=1,
+                                precision="fp32")
+    assert list(Translator.from_file(out, options).translate(lines)) == \
+        list(Translator.from_file(imported, options).translate(lines)) == translated(lines)
+    # The same pieces, whatever order each import gave them.
+    assert len(load_for_inference(out).vocab) == len(load_for_inference(imported).vocab)
+    assert ours["vocab_size"] == theirs["vocab_size"]

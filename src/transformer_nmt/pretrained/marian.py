@@ -3,8 +3,10 @@ releases, as the payload of one of our model files, read with numpy and PyYAML a
 
 A release holds decoder.yml (the model file and vocabularies marian-decoder loads), the
 weights as an .npz of Marian's parameter names with the model's options in its
-`special:model.yml` entry, and either an id map (`opus.spm32k-spm32k.vocab.yml`) beside
-the sentencepiece models source.spm and target.spm, or .spm vocabularies themselves.
+`special:model.yml` entry, and either an id map (`opus.spm32k-spm32k.vocab.yml`, or one
+per side) beside the sentencepiece models source.spm and target.spm, or .spm vocabularies
+themselves. Separate source and target vocabularies (no tied-embeddings-all: an encoder
+embedding of its own) become one id space, as vocab_map.py joins them.
 The network is the one huggingface.py imports, since transformers' converter makes
 OPUS-MT's Hugging Face models from these files: Marian's names are renamed to
 MarianMTModel's, its matrices, stored (in, out), transposed, and the rest is shared.
@@ -12,7 +14,8 @@ Marian has no <pad>: its decoder starts from a zero vector, which becomes, as in
 converter, a <pad> added after the last id with a zero embedding and a zero logits bias.
 What our Transformer cannot represent is refused in one line naming the option: anything
 but the post-norm Transformer (`transformer-preprocess: ""`, `transformer-postprocess:
-dan`), untied embeddings, learned positions, Marian's approximate GELU.
+dan`), source and target embeddings shared apart from the output layer
+(tied-embeddings-src alone), learned positions, Marian's approximate GELU.
 """
 
 from __future__ import annotations
@@ -74,24 +77,33 @@ def read_marian_release(directory: Path) -> dict[str, Any]:
     options = MarianOptions(_model_yml(weights, npz_path), f"{npz_path} ({CONFIG_KEY})")
     cfg = marian_model_config(options, _integer(decoder, "max-length", DECODER_MAX_LENGTH,
                                                 decoder_yml))
-    pieces, source_spm, target_spm, vocab_path = _vocabulary(directory, decoder, decoder_yml)
-    if "Wemb" in weights and len(weights["Wemb"]) != len(pieces):
-        raise UserError(f"{vocab_path}: {len(pieces)} pieces, where the model's embeddings "
-                        f"(Wemb) have {len(weights['Wemb'])} rows: not the model's vocabulary")
-    pad = next(name for name in ("<pad>", "<marian-pad>") if name not in set(pieces))
-    specials = {"pad": len(pieces), "eos": piece_id(pieces, "</s>", vocab_path),
-                "unk": piece_id(pieces, "<unk>", vocab_path), "start": len(pieces)}
-    pieces = [*pieces, pad]
-    imported = mapped_vocab(Side(source_spm.read_bytes(), pieces, specials),
-                            Side(target_spm.read_bytes(), pieces, specials), str(source_spm))
+    vocabularies = _vocabularies(directory, decoder, decoder_yml)
+    names = ("Wemb", "Wemb") if cfg.tie_embeddings == "all" else ("encoder_Wemb", "decoder_Wemb")
+    for (pieces, _, vocab_path), name in zip(vocabularies, names):
+        if name in weights and len(weights[name]) != len(pieces):
+            raise UserError(f"{vocab_path}: {len(pieces)} pieces, where the model's embeddings "
+                            f"({name}) have {len(weights[name])} rows: not the model's "
+                            "vocabulary")
+    sides = [_side(pieces, spm_path, vocab_path) for pieces, spm_path, vocab_path in vocabularies]
+    imported = mapped_vocab(sides[0], sides[1], str(vocabularies[0][1]))
     vocab = imported.vocab
-    theirs = _huggingface_names(weights, cfg, len(pieces) - 1, npz_path)
+    theirs = _huggingface_names(weights, cfg, [len(side.pieces) - 1 for side in sides],
+                                npz_path)
     model = Transformer(cfg, len(vocab), vocab.pad_id)
     model.load_state_dict(our_weights(theirs, cfg, imported))
     payload = model_payload(model, vocab.to_bytes(), target_vocab=vocab.target_bytes())
     payload["imported_from"] = {"format": "marian", "model_type": "transformer",
                                 "path": str(directory), "license": release_license(directory)}
     return payload
+
+
+def _side(pieces: list[str], spm_path: Path, vocab_path: Path) -> Side:
+    """One side's vocabulary with the <pad> Marian does not have added after its last id,
+    the decoder's start (a zero embedding, as Marian's decoder starts from zeros)."""
+    pad = next(name for name in ("<pad>", "<marian-pad>") if name not in set(pieces))
+    specials = {"pad": len(pieces), "eos": piece_id(pieces, "</s>", vocab_path),
+                "unk": piece_id(pieces, "<unk>", vocab_path), "start": len(pieces)}
+    return Side(spm_path.read_bytes(), [*pieces, pad], specials)
 
 
 class MarianOptions:
@@ -145,9 +157,10 @@ def marian_model_config(options: MarianOptions, max_positions: int) -> ModelConf
     if options.text("transformer-postprocess-emb", "d") not in ("", "d"):
         raise options.refuse("transformer-postprocess-emb", "a normalization of the "
                              "embeddings is not supported")
-    if not options.flag("tied-embeddings-all"):
-        raise options.refuse("tied-embeddings-all", "separate source, target and output "
-                             "embeddings are not supported yet")
+    shared = options.flag("tied-embeddings-all")
+    if not shared and options.flag("tied-embeddings-src"):
+        raise options.refuse("tied-embeddings-src", "source and target embeddings shared "
+                             "apart from the output layer are not supported")
     for name, why in (("transformer-train-position-embeddings", "learned positions are not "
                        "supported"), ("transformer-no-projection", "attention without its "
                        "output projection is not supported"),
@@ -166,9 +179,10 @@ def marian_model_config(options: MarianOptions, max_positions: int) -> ModelConf
         raise options.refuse("transformer-ffn-activation", f"one of {', '.join(ACTIVATIONS)} "
                              "is needed (Marian's gelu is not the exact GELU of ours)")
     vocabs = options.values.get("dim-vocabs")
-    if not isinstance(vocabs, list) or len(set(vocabs)) != 1:
-        raise options.refuse("dim-vocabs", "one vocabulary shared by source and target is "
-                             "needed")
+    if not isinstance(vocabs, list) or len(vocabs) != 2 or (shared and len(set(vocabs)) != 1):
+        raise options.refuse("dim-vocabs", "a source and a target vocabulary of one size "
+                             "are needed where tied-embeddings-all shares their embeddings")
+    tie = "all" if shared else "decoder" if options.flag("tied-embeddings") else "none"
     d_model, heads = options.integer("dim-emb", 512), options.integer("transformer-heads", 8)
     if d_model % heads:
         raise options.refuse("dim-emb", f"not a multiple of the {heads} attention heads")
@@ -177,7 +191,7 @@ def marian_model_config(options: MarianOptions, max_positions: int) -> ModelConf
         d_model=d_model, d_ff=options.integer("transformer-dim-ffn", 2048), heads=heads,
         d_k=d_model // heads, d_v=d_model // heads, dropout=DROPOUT, attention_dropout=0.0,
         activation_dropout=0.0, activation=activation, positional="sinusoidal-halves",
-        max_positions=max_positions, pre_norm=False, tie_embeddings="all", logits_bias=True)
+        max_positions=max_positions, pre_norm=False, tie_embeddings=tie, logits_bias=True)
 
 
 def layer_parameters(cfg: ModelConfig, decoder: bool) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -198,11 +212,12 @@ def layer_parameters(cfg: ModelConfig, decoder: bool) -> dict[str, tuple[str, tu
     return names
 
 
-def _huggingface_names(weights: dict[str, np.ndarray], cfg: ModelConfig, vocab_size: int,
+def _huggingface_names(weights: dict[str, np.ndarray], cfg: ModelConfig, sizes: list[int],
                        where: Path) -> dict[str, Tensor]:
     """The .npz's parameters under MarianMTModel's names and in its (out, in) layout, with
-    the added <pad>'s zero embedding and logits bias; a UserError for a parameter
-    missing, unknown, or of a shape model.yml's dimensions do not give."""
+    the added <pad>'s zero embedding and logits bias; `sizes`: the source's and the
+    target's vocabulary without it. A UserError for a parameter missing, unknown, or of a
+    shape model.yml's dimensions do not give."""
     def take(name: str, shape: tuple[int, ...]) -> Tensor:
         if name not in weights:
             raise UserError(f"{where}: no parameter {name}; the model is not the Transformer "
@@ -216,9 +231,19 @@ def _huggingface_names(weights: dict[str, np.ndarray], cfg: ModelConfig, vocab_s
 
     weights = dict(weights)
     zero = torch.zeros(1, cfg.d_model)
-    theirs = {"model.shared.weight": torch.cat([take("Wemb", (vocab_size, cfg.d_model)), zero]),
-              "final_logits_bias": torch.cat([take("decoder_ff_logit_out_b", (1, vocab_size)),
+    source, target = sizes
+    theirs = {"final_logits_bias": torch.cat([take("decoder_ff_logit_out_b", (1, target)),
                                               torch.zeros(1)])[None]}
+    if cfg.tie_embeddings == "all":
+        theirs["model.shared.weight"] = torch.cat([take("Wemb", (source, cfg.d_model)), zero])
+    else:
+        theirs["model.encoder.embed_tokens.weight"] = torch.cat(
+            [take("encoder_Wemb", (source, cfg.d_model)), zero])
+        theirs["model.decoder.embed_tokens.weight"] = torch.cat(
+            [take("decoder_Wemb", (target, cfg.d_model)), zero])
+    if cfg.tie_embeddings == "none":
+        theirs["lm_head.weight"] = torch.cat(
+            [take("decoder_ff_logit_out_W", (cfg.d_model, target)).T, zero])
     for side, depth in (("encoder", cfg.encoder_layers), ("decoder", cfg.decoder_layers)):
         for i in range(depth):
             for marian, (name, shape) in layer_parameters(cfg, side == "decoder").items():
@@ -233,38 +258,48 @@ def _huggingface_names(weights: dict[str, np.ndarray], cfg: ModelConfig, vocab_s
     return theirs
 
 
-def _vocabulary(directory: Path, decoder: dict[str, Any], decoder_yml: Path
-                ) -> tuple[list[str], Path, Path, Path]:
-    """(pieces[id], the source and target sides' sentencepiece models, the id map's file)
-    of the one vocabulary decoder.yml names for both sides."""
+def _vocabularies(directory: Path, decoder: dict[str, Any], decoder_yml: Path
+                  ) -> list[tuple[list[str], Path, Path]]:
+    """(pieces[id], the sentencepiece model, the id map's file) of the source's and the
+    target's vocabularies, which decoder.yml names (the same file, or one each)."""
     names = _names(decoder, "vocabs", decoder_yml)
+    if len(names) != 2:
+        raise UserError(f"{decoder_yml}: vocabs names {len(names)} vocabularies; a "
+                        "translation model has a source's and a target's")
     paths = [_named_file(directory, name, decoder_yml) for name in names]
-    if len(paths) != 2 or (paths[0] != paths[1]
-                           and paths[0].read_bytes() != paths[1].read_bytes()):
-        raise UserError(f"{decoder_yml}: vocabs names {', '.join(names)}: separate source and "
-                        "target vocabularies are not supported yet")
-    path = paths[0]
+    source = _vocabulary(directory, paths[0], "source.spm")
+    if paths[1] != paths[0] and paths[1].read_bytes() != paths[0].read_bytes():
+        return [source, _vocabulary(directory, paths[1], "target.spm")]
+    # One id map: the target's text is cut by target.spm where there is one.
+    target_spm = directory / "target.spm"
+    shared_spm = source[1] if paths[0].suffix == ".spm" or not target_spm.is_file() \
+        else target_spm
+    return [source, (source[0], shared_spm, source[2])]
+
+
+def _vocabulary(directory: Path, path: Path, spm_name: str) -> tuple[list[str], Path, Path]:
+    """(pieces[id], the sentencepiece model that cuts the side's text, the id map's file)
+    of the vocabulary `path`: an .spm (its own id map), or an id map beside `spm_name`."""
     if path.suffix == ".spm":
         try:
             processor = spm.SentencePieceProcessor(model_proto=path.read_bytes())
         except RuntimeError as error:
             raise UserError(f"{path}: not a sentencepiece model ({error})") from None
         ids = {processor.id_to_piece(i): i for i in range(processor.get_piece_size())}
-        return id_map(ids, path), path, path, path
+        return id_map(ids, path), path, path
     if path.suffix not in (".yml", ".yaml", ".json"):
         raise UserError(f"{path}: a vocabulary Marian reads as neither an id map (.yml, "
                         ".json) nor a sentencepiece model (.spm)")
-    source_spm = directory / "source.spm"
-    if not source_spm.is_file():
-        raise UserError(f"{directory}: no source.spm, the sentencepiece model that cuts "
-                        f"the source text into the pieces of {path.name}")
+    side_spm = directory / spm_name
+    if not side_spm.is_file():
+        raise UserError(f"{directory}: no {spm_name}, the sentencepiece model that cuts "
+                        f"the {spm_name.split('.')[0]} text into the pieces of {path.name}")
     mapping = _read_yaml(path)
     try:
         ids = {piece: int(i) for piece, i in mapping.items()}
     except (AttributeError, TypeError, ValueError):
         raise UserError(f"{path}: not a map of pieces and their integer ids") from None
-    target_spm = directory / "target.spm"
-    return id_map(ids, path), source_spm, target_spm if target_spm.is_file() else source_spm, path
+    return id_map(ids, path), side_spm, path
 
 
 def _decoder_yml(directory: Path) -> Path:
