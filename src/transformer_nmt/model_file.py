@@ -33,6 +33,8 @@ import torch
 
 from transformer_nmt.checksum import CHECKSUM_KEY, payload_checksum, verify_checksum
 from transformer_nmt.config import ModelConfig, config_from_dict, preset_of_architecture
+from transformer_nmt.data.bpe_vocab import BpeVocab
+from transformer_nmt.data.stored_vocab import read_vocab
 from transformer_nmt.data.vocab import PAD_ID, Vocab
 from transformer_nmt.data.vocab_source import VocabSource, read_vocab_file_or_dir, vocab_digest
 from transformer_nmt.errors import UserError
@@ -83,9 +85,10 @@ def model_payload(model: Transformer, vocab_bytes: bytes,
     return payload
 
 
-def payload_vocab(payload: dict[str, Any], source: str = "embedded vocabulary") -> Vocab:
+def payload_vocab(payload: dict[str, Any], source: str = "embedded vocabulary"
+                  ) -> Vocab | BpeVocab:
     """The vocabulary a model-file payload holds (both sides' where it has two)."""
-    return Vocab.from_bytes(payload["vocab"], source, payload.get("target_vocab"))
+    return read_vocab(payload["vocab"], source, payload.get("target_vocab"))
 
 
 def model_languages(payload: dict[str, Any]) -> tuple[str, str] | None:
@@ -212,7 +215,7 @@ class InferenceModel:
     """A model ready to translate: the network in eval mode and its vocabulary."""
 
     model: Transformer
-    vocab: Vocab
+    vocab: Vocab | BpeVocab
     path: Path
     payload_meta: dict[str, Any]
     """Everything in the file except the weights and vocabulary (step, configs, ...)."""

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from transformer_nmt.data.manifest import MANIFEST, SPM_MODEL, SPM_TARGET_MODEL, read_manifest
+from transformer_nmt.data.bpe_vocab import BpeVocab
+from transformer_nmt.data.stored_vocab import read_vocab
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.errors import UserError
 
@@ -30,12 +32,12 @@ def vocab_digest(model: bytes, target: bytes | None = None) -> str:
     return digest.hexdigest()
 
 
-def load_data_vocab(data_dir: str | Path) -> Vocab:
+def load_data_vocab(data_dir: str | Path) -> Vocab | BpeVocab:
     """The vocabulary of a prepared data directory: spm.model, and spm.target.model
     where the target side has its own."""
     data_dir = Path(data_dir)
-    return Vocab.from_bytes((data_dir / SPM_MODEL).read_bytes(), str(data_dir / SPM_MODEL),
-                            _target_model(data_dir))
+    return read_vocab((data_dir / SPM_MODEL).read_bytes(), str(data_dir / SPM_MODEL),
+                      _target_model(data_dir))
 
 
 def data_vocab_digest(data_dir: str | Path) -> str:
@@ -66,10 +68,10 @@ class VocabSource:
     def sha256(self) -> str:
         return vocab_digest(self.model, self.target)
 
-    def vocab(self) -> Vocab:
+    def vocab(self) -> Vocab | BpeVocab:
         """The vocabulary itself (UserError naming the path if the bytes are not a usable,
         complete one)."""
-        return Vocab.from_bytes(self.model, self.path, self.target)
+        return read_vocab(self.model, self.path, self.target)
 
     def record(self) -> dict[str, Any]:
         """What a manifest keeps of it: kind, path and checksum."""
