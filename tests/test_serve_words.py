@@ -1,23 +1,11 @@
-"""Words of subword pieces and attention between words (serve/words.py)."""
+"""Attention between words, and a sentence map given its words (serve/words.py); the
+words themselves are tests/test_data_words.py's."""
 
 from __future__ import annotations
 
 import torch
 
-from transformer_nmt.serve.words import word_attention, word_groups, with_words
-
-
-def test_a_piece_with_the_word_mark_starts_a_word_and_others_join_it():
-    pieces = ["▁the", "▁gar", "den", "s", "▁is", ".", "</s>"]
-    assert word_groups(pieces) == [{"text": "the", "pieces": [0]},
-                                   {"text": "gardens", "pieces": [1, 2, 3]},
-                                   {"text": "is.", "pieces": [4, 5]}]
-
-
-def test_special_pieces_and_empty_words_belong_to_no_word():
-    assert word_groups(["<s>", "den", "▁", "▁", "ab", "<pad>", "</s>"]) == [
-        {"text": "den", "pieces": [1]}, {"text": "ab", "pieces": [3, 4]}]
-    assert word_groups(["</s>"]) == []
+from transformer_nmt.serve.words import word_attention, with_words
 
 
 def test_attention_between_words_sums_a_source_word_and_averages_a_target_word():
