@@ -16,7 +16,9 @@ name the same word:
   text: they belong to no word, and the words around them are counted as if they were
   not there, so a source's word 0 is its own first word with or without the token;
 - the unknown piece stands for characters the vocabulary lacks, which are text: it is
-  part of the word it is in.
+  part of the word it is in, as those characters are of the source's text. (Decoded, it
+  shows as sentencepiece's " ⁇ ", spaces included, so a translation with one inside a
+  word has a text word more there; the text's characters are lost either way.)
 
 Plain text (a paragraph, a translation's decoded text) is cut into words by `text_words`,
 the same decision seen from the text: whitespace separates words.
