@@ -1,5 +1,6 @@
 """A multilingual model's target language chosen by name (decode/target_language.py):
-which token a name picks, the token before each line, alignments without it."""
+which token a name picks, the token before each line. That alignments leave the token
+out is the word rule's (tests/test_data_words.py, tests/test_decode_alignment.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from transformer_nmt.decode.job import Translation, TranslationRequest
-from transformer_nmt.decode.target_language import (language_token, with_language_token,
-                                                    without_language_token)
+from transformer_nmt.decode.job import TranslationRequest
+from transformer_nmt.decode.target_language import language_token, with_language_token
 from transformer_nmt.errors import UserError
 
 MULTILINGUAL = SimpleNamespace(language_tokens={">>fra<<": 60, ">>spa<<": 61,
@@ -45,8 +45,3 @@ def test_the_token_goes_before_each_line_and_blank_lines_stay_blank():
     assert with_language_token(request, ">>fra<<") == TranslationRequest(
         ">>fra<< the house", prefix="la", constraints=("maison",))
 
-
-def test_alignments_count_the_lines_own_words():
-    translation = Translation("la maison", -1.0, [5, 6], [(0, 0), (1, 0), (2, 1)])
-    assert without_language_token(translation).alignment == [(0, 0), (1, 1)]
-    assert without_language_token(Translation("", 0.0, [])).alignment is None

@@ -1,23 +1,13 @@
-"""Words of subword pieces and attention between words (serve/words.py)."""
+"""Attention between words, and a sentence map given its words (serve/words.py); the
+words themselves are tests/test_data_words.py's."""
 
 from __future__ import annotations
 
 import torch
 
-from transformer_nmt.serve.words import word_attention, word_groups, with_words
-
-
-def test_a_piece_with_the_word_mark_starts_a_word_and_others_join_it():
-    pieces = ["▁the", "▁gar", "den", "s", "▁is", ".", "</s>"]
-    assert word_groups(pieces) == [{"text": "the", "pieces": [0]},
-                                   {"text": "gardens", "pieces": [1, 2, 3]},
-                                   {"text": "is.", "pieces": [4, 5]}]
-
-
-def test_special_pieces_and_empty_words_belong_to_no_word():
-    assert word_groups(["<s>", "den", "▁", "▁", "ab", "<pad>", "</s>"]) == [
-        {"text": "den", "pieces": [1]}, {"text": "ab", "pieces": [3, 4]}]
-    assert word_groups(["</s>"]) == []
+from transformer_nmt.data.words import word_groups
+from transformer_nmt.decode.alignment import word_alignment
+from transformer_nmt.serve.words import word_attention, with_words
 
 
 def test_attention_between_words_sums_a_source_word_and_averages_a_target_word():
@@ -40,3 +30,15 @@ def test_a_sentence_map_gets_its_words_and_rounded_word_attention_per_layer_and_
     assert found["layers"] == "kept"
     assert found["source_words"] == found["target_words"] == [{"text": "ab", "pieces": [0, 1]}]
     assert found["word_layers"] == [[[[0.667]], [[0.667]]]]
+
+
+def test_alignment_indices_name_the_word_groups_the_answer_sends():
+    # One rule for both: a lone ▁ that spells only a space and the language token are
+    # no word in the alignment and in the groups alike.
+    source, target = [">>fra<<", "▁the", "▁", "▁house"], ["▁la", "▁", "▁maison", "▁"]
+    # (target pieces + EOS, source pieces + EOS): la -> the, ▁ -> >>fra<<, maison -> house
+    attention = torch.eye(5)[[1, 0, 3, 2, 4]]
+    pairs = word_alignment(source, target, attention)
+    source_words, target_words = word_groups(source), word_groups(target)
+    named = [(source_words[s]["text"], target_words[t]["text"]) for s, t in pairs]
+    assert named == [("the", "la"), ("house", "maison")]

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from transformer_nmt.data.words import piece_words
+
 REPEATS = "repeats"
 """A token or n-gram follows itself more often than any in the source does, and too
 often for a sentence (MOST_RUNS)."""
@@ -29,8 +31,6 @@ ONLY_SYMBOLS = "only_symbols"
 REASONS = (REPEATS, TOO_LONG, TOO_SHORT, COPIES_SOURCE, ONLY_SYMBOLS)
 """Every reason, in the order `degenerate_reasons` lists them."""
 
-WORD_START = "\u2581"
-"""sentencepiece's mark of a piece that starts a word."""
 LONGEST_NGRAM = 4
 """Repeated n-grams are looked for up to this many tokens: longer loops contain repeated
 shorter ones or are rare."""
@@ -114,10 +114,9 @@ def length_reason(source_tokens: int, output_tokens: int) -> str | None:
 
 
 def words(pieces: Sequence[str]) -> list[str]:
-    """The words that `pieces` spell, split at word starts and spaces, without the
+    """The words that `pieces` spell (transformer_nmt.data.words), without the
     punctuation around them (pieces of punctuation alone give none)."""
-    text = "".join(pieces).replace(WORD_START, " ")
-    found = (word.strip(".,;:!?\"'()[]{}«»„“”‘’-–—") for word in text.split())
+    found = (word.strip(".,;:!?\"'()[]{}«»„“”‘’-–—") for word in piece_words(pieces))
     return [word for word in found if word]
 
 

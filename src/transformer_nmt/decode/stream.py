@@ -18,7 +18,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transformer_nmt.data.text import LineWriter
 from transformer_nmt.data.vocab import Vocab
-from transformer_nmt.decode.target_language import with_language_token, without_language_token
+from transformer_nmt.decode.target_language import with_language_token
 from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.errors import UserError
 
@@ -126,12 +126,10 @@ def translated(translator: Translator, lines: Iterable[str | TranslationRequest]
                language_token: str | None = None) -> Iterator[list[Translation]]:
     """translator.translate_nbest of `lines`, each with `language_token` before it where
     one is given, and the alignments counted over the line's own words."""
-    if language_token is None:
-        yield from translator.translate_nbest(lines)
-        return
-    sources = (with_language_token(line, language_token) for line in lines)
-    for result in translator.translate_nbest(sources):
-        yield [without_language_token(translation) for translation in result]
+    if language_token is not None:
+        # The token is no word (transformer_nmt.data.words): alignments count the line's own.
+        lines = (with_language_token(line, language_token) for line in lines)
+    yield from translator.translate_nbest(lines)
 
 
 def translate_file(translator: Translator, lines: Iterable[str | TranslationRequest],

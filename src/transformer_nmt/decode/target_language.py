@@ -1,6 +1,7 @@
 """A multilingual model's target language chosen by name (fr, fra or >>fra<<): its token
-put before each source, and each translation's alignment counted over the source's own
-words, without the token, as if the client had never seen it."""
+put before each source. The token is no word (transformer_nmt.data.words), so each
+translation's alignment counts the source's own words, as if the client had never seen
+it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import dataclasses
 
 from transformer_nmt.data.language_codes import target_languages, token_code
 from transformer_nmt.data.vocab import Vocab
-from transformer_nmt.decode.job import Translation, TranslationRequest
+from transformer_nmt.decode.job import TranslationRequest
 from transformer_nmt.errors import UserError
 
 
@@ -42,11 +43,3 @@ def with_language_token(line: str | TranslationRequest, token: str
         return dataclasses.replace(line, text=f"{token} {text}")
     return f"{token} {text}"
 
-
-def without_language_token(translation: Translation) -> Translation:
-    """`translation` of a source given `with_language_token`: its alignment's source
-    words counted from the source's first word, the token (word 0) left out."""
-    if not translation.alignment:
-        return translation
-    return dataclasses.replace(translation, alignment=[
-        (source - 1, target) for source, target in translation.alignment if source > 0])

@@ -21,6 +21,7 @@ import torch
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import normalize
 from transformer_nmt.data.vocab import Vocab
+from transformer_nmt.data.words import continues_word
 from transformer_nmt.decode.alignment import word_alignment
 from transformer_nmt.decode.batching import buffers, length_batches, run_in_order
 from transformer_nmt.decode.confidence import ConfidenceEstimator
@@ -75,10 +76,10 @@ def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
 
 
 def word_piece_mask(vocab: Vocab, special: SpecialIds) -> torch.Tensor:
-    """(vocab,) True for the pieces that continue the word before them: no word-start
-    mark ▁ and a letter or digit (punctuation pieces end a word; specials never continue)."""
-    mask = torch.tensor([not piece.startswith("▁") and any(c.isalnum() for c in piece)
-                         for piece in (vocab.piece(i) for i in range(len(vocab)))])
+    """(vocab,) True for the pieces that continue the word before them
+    (transformer_nmt.data.words.continues_word)."""
+    mask = torch.tensor([continues_word(vocab.piece(i)) for i in range(len(vocab))])
+    # By id as well: an imported vocabulary may spell its specials otherwise.
     mask[[special.pad, special.bos, special.eos, vocab.unk_id]] = False
     return mask
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Sequence
 from sentencex import segment
 from tqdm import tqdm
 
-from transformer_nmt.decode.target_language import with_language_token, without_language_token
+from transformer_nmt.data.words import text_words
+from transformer_nmt.decode.target_language import with_language_token
 from transformer_nmt.documents.runs import Result, Translate
 
 if TYPE_CHECKING:
@@ -23,8 +24,9 @@ class Joined:
 
     text: str
     alignment: list[tuple[int, int]] | None
-    """(source word, target word) over the paragraph's whitespace-separated words; None
-    when a sentence came without one."""
+    """(source word, target word) over the paragraph's words (transformer_nmt.data.words
+    text_words: whitespace-separated, as the alignments' pieces count them); None when a
+    sentence came without one."""
 
 
 def sentences_of(paragraph: str, language: str) -> list[str]:
@@ -47,8 +49,8 @@ def join_sentences(sources: Sequence[str], results: Sequence[Result]) -> Joined:
         pairs = None if isinstance(result, str) else result.alignment
         complete = complete and pairs is not None
         alignment += [(s + source_offset, t + target_offset) for s, t in pairs or []]
-        source_offset += len(source.split())
-        target_offset += len(text.split())
+        source_offset += len(text_words(source))
+        target_offset += len(text_words(text))
         if text:
             texts.append(text)
     return Joined(" ".join(texts), alignment if complete else None)
@@ -65,13 +67,11 @@ def translator_translate(translator: Translator, language_token: str | None = No
     def translate(paragraphs: list[str]) -> list[Joined]:
         split = [sentences_of(paragraph, language) for paragraph in paragraphs]
         flat = [sentence for sentences in split for sentence in sentences]
-        if language_token is not None:
+        if language_token is not None:  # no word: the alignments count the sentence's own
             flat_in = [with_language_token(sentence, language_token) for sentence in flat]
-            results = (
-                [without_language_token(translation) for translation in result]
-                for result in translator.translate_nbest(flat_in, alignments=True))
         else:
-            results = translator.translate_nbest(flat, alignments=True)
+            flat_in = flat
+        results = translator.translate_nbest(flat_in, alignments=True)
         found = list(tqdm(results, total=len(flat),
                           unit="sentence", leave=False, disable=None)) if flat else []
         joined, offset = [], 0

@@ -12,7 +12,7 @@ from typing import Any
 from transformer_nmt.attention_plot import compute_attention_of_ids
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import normalize
-from transformer_nmt.decode.target_language import with_language_token, without_language_token
+from transformer_nmt.decode.target_language import with_language_token
 from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.errors import UserError
 from transformer_nmt.serve.batcher import Batcher, SearchKey
@@ -138,9 +138,6 @@ class TranslationService:
         if search.attention:
             self._check_attention(tokens, term_tokens, key.decode)
         found = await self.batcher.translate(items, tokens, key)
-        if language_token is not None:  # alignments over the sentence's own words
-            found = [[without_language_token(translation) for translation in translations]
-                     for translations in found]
         attention = [None] * len(sentences)
         if search.attention:  # the token is one of the source pieces the model attends to
             attention = await self.batcher.run_in_decoder(

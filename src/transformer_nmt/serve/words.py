@@ -1,6 +1,7 @@
-"""Words of a translation's subword pieces, and its encoder-decoder attention summed into
-words, as the web page shows them: the server knows the pieces, so clients need not
-re-derive the words."""
+"""A translation's encoder-decoder attention summed into words, with the words of its
+subword pieces (transformer_nmt.data.words, the rule its alignments follow too), as the
+web page shows them: the server knows the pieces, so clients need not re-derive the
+words."""
 
 from __future__ import annotations
 
@@ -8,27 +9,7 @@ from typing import Any
 
 import torch
 
-WORD_START = "▁"
-"""sentencepiece's mark of a piece that begins a word."""
-SPECIAL_PIECES = frozenset({"<s>", "</s>", "<pad>"})
-"""Pieces that belong to no word."""
-
-
-def word_groups(pieces: list[str]) -> list[dict[str, Any]]:
-    """The words of `pieces`, each {'text': the word, 'pieces': indices of its pieces}: a
-    piece beginning with ▁ starts a word, any other joins the word before it; special
-    pieces belong to none, and a word of no characters (a lone ▁) is left out."""
-    words: list[dict[str, Any]] = []
-    for index, piece in enumerate(pieces):
-        if piece in SPECIAL_PIECES:
-            continue
-        text = piece.replace(WORD_START, "")
-        if piece.startswith(WORD_START) or not words:
-            words.append({"text": text, "pieces": [index]})
-        else:
-            words[-1]["text"] += text
-            words[-1]["pieces"].append(index)
-    return [word for word in words if word["text"]]
+from transformer_nmt.data.words import word_groups
 
 
 def word_attention(weights: torch.Tensor, source_words: list[dict[str, Any]],
