@@ -62,7 +62,7 @@ NOT_SETTINGS = {
     "presets": set(),
     "info": {"model"},
     "import": {"--from", "path", "--out", "--src-lang", "--tgt-lang", "--dict-dir", "--bpe",
-               "--bpe-model", "--force"},
+               "--bpe-model", "--bpe-codes", "--force"},
 }
 """Flags that set no field of a settings dataclass."""
 

@@ -35,7 +35,8 @@ def guarded(found, retried=None):
         asked.append(rows)
         return [retried[row] for row in rows]
 
-    return guard([SOURCE] * len(found), found, PIECES.__getitem__, decode_again), asked
+    return guard([SOURCE] * len(found), found, lambda ids: [PIECES[i] for i in ids],
+                 decode_again), asked
 
 
 def test_sound_translations_are_kept_and_not_decoded_again():

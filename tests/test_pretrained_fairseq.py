@@ -274,15 +274,23 @@ def test_separate_dictionaries_become_one_id_space(reference, tmp_path, search, 
     assert found == [[joined[i] for i in row if i != 2] for row in reference[search]["untied"]]
 
 
-def test_subword_nmt_fastbpe_and_unusable_dictionaries_are_refused(tmp_path):
+def test_another_bpe_and_unusable_dictionaries_are_refused(tmp_path):
+    """BPE codes are imported too (tests/test_pretrained_fairseq_bpe.py); not the codes
+    of a sentencepiece model, nor a sentencepiece model for a checkpoint of codes."""
     checkpoint = DATA / "post" / "checkpoint_best.pt"
-    refused(checkpoint, tmp_path, "--bpe fastbpe: not supported yet", bpe="fastbpe")
-    refused(checkpoint, tmp_path, "--bpe subword_nmt: not supported yet", bpe="subword_nmt")
+    refused(checkpoint, tmp_path, "--bpe-model is for --bpe sentencepiece", bpe="fastbpe")
+    refused(checkpoint, tmp_path, "--bpe-codes \\(none\\)", bpe="subword_nmt",
+            bpe_model=None)
     state = load_checkpoint(checkpoint)
     state["cfg"]["bpe"] = {"_name": "subword_nmt", "bpe_codes": "codes"}
     state["cfg"]["model"] = argparse.Namespace(**vars(state["cfg"]["model"]))
     torch.save(state, tmp_path / "bpe.pt")
-    refused(tmp_path / "bpe.pt", tmp_path, "trained with --bpe subword_nmt")
+    refused(tmp_path / "bpe.pt", tmp_path, "trained with --bpe subword_nmt; give --bpe "
+            "subword_nmt and its files")
+    state["cfg"]["bpe"] = None
+    state["cfg"]["tokenizer"] = {"_name": "moses", "source_lang": "en"}
+    torch.save(state, tmp_path / "moses.pt")
+    refused(tmp_path / "moses.pt", tmp_path, "its text was tokenized with 'moses'")
     data = copy_data(tmp_path)
     lines = (data / "dict.de.txt").read_text(encoding="utf-8").splitlines()
     (data / "dict.de.txt").write_text("\n".join(lines[1:] + lines[:1]) + "\n", encoding="utf-8")
@@ -359,7 +367,8 @@ def test_fairseqs_namespace_is_read_as_plain_attributes():
 
 
 def test_fairseqs_options_are_refused_for_another_source(tmp_path):
-    with pytest.raises(UserError, match="--dict-dir and --bpe-model are for --from fairseq"):
+    with pytest.raises(UserError, match="--dict-dir, --bpe-model and --bpe-codes are for "
+                       "--from fairseq"):
         import_model("huggingface", tmp_path, tmp_path / "out.pt", dict_dir=DATA)
     refused(tmp_path / "missing.pt", tmp_path, "missing.pt: no such file")
     refused(DATA / "post" / "checkpoint_best.pt", tmp_path, "--bpe-model .*missing.model: "

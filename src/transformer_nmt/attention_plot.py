@@ -60,7 +60,7 @@ def compute_attention_of_ids(model, vocab, src_ids: list[int],
     enc = model.encode(src, need_weights=True)
     dec = model.decode(tgt_in, enc, need_weights=True)
     first = lambda layers: [w[0].float().cpu() for w in layers]  # noqa: E731 (drop batch)
-    pieces = lambda ids: [vocab.piece(i) for i in ids]  # noqa: E731
+    pieces = vocab.marked_pieces
     return AttentionMaps(
         src_tokens=pieces(src_ids[:-1]) + ["</s>"],
         tgt_in_tokens=["<s>"] + pieces(tgt_ids),

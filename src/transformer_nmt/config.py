@@ -287,6 +287,10 @@ class DecodeConfig:
     nbest: int = setting(1, metavar="K")
     """Hypotheses returned per sentence, K <= beam (with sampling: K samples drawn per
     sentence)."""
+    min_len: int = setting(0, group="search", metavar="N")
+    """EOS may not end an output before N subword tokens, as fairseq's --min-len (1 there:
+    never an empty output) and CTranslate2's min_decoding_length (0: no minimum). A
+    sentence's maximum length wins where it is shorter."""
     no_repeat_ngram: int = setting(0, group="search", metavar="N")
     """Never generate an n-gram of N subword tokens twice in one output, as fairseq's and
     CTranslate2's option of that name (0: off)."""
@@ -323,7 +327,7 @@ class DecodeConfig:
         elif not 1 <= self.nbest <= self.beam:
             raise UserError(f"nbest must be between 1 and the beam size ({self.beam}), "
                             f"not {self.nbest}")
-        _require_at_least(self, 0, "no_repeat_ngram", "topk", "seed")
+        _require_at_least(self, 0, "no_repeat_ngram", "topk", "seed", "min_len")
         if self.seed >= 2 ** 31:
             raise UserError(f"seed must be at most {2 ** 31 - 1}, not {self.seed}")
         _require_positive(self, "temperature", "topp")

@@ -37,10 +37,11 @@ def add_import_parser(subparsers: argparse._SubParsersAction) -> None:
         "Transformer (checkpoint_best.pt of --arch transformer, transformer_wmt_en_de, "
         "transformer_vaswani_wmt_en_de_big, ...), read as data without running it, with "
         "the dict.SRC.txt and dict.TGT.txt of its data (--dict-dir) and the sentencepiece "
-        "model its pieces come from (--bpe sentencepiece --bpe-model); separate "
-        "dictionaries need --src-lang and --tgt-lang where the checkpoint names no "
-        "languages. subword-nmt and "
-        "fastBPE models, which need Moses tokenization, are not supported yet. What this "
+        "model its pieces come from (--bpe sentencepiece --bpe-model), or, as fairseq's "
+        "WMT models, the BPE codes of Moses tokens (--bpe subword_nmt or fastbpe "
+        "--bpe-codes; `pip install 'transformer-nmt[pretrained]'` brings subword-nmt); "
+        "separate dictionaries, and Moses, need --src-lang and --tgt-lang where the "
+        "checkpoint names no languages. What this "
         "project's Transformer cannot represent (fairseq's layernorm_embedding, say) is "
         "refused in one line, never "
         "imported wrong. A multilingual OPUS-MT model's sources start with the "
@@ -65,11 +66,16 @@ def add_import_parser(subparsers: argparse._SubParsersAction) -> None:
                         "dict.TGT.txt (fairseq-preprocess's --destdir; default: the "
                         "checkpoint's directory)")
     parser.add_argument("--bpe", choices=BPES, default="sentencepiece",
-                        help="fairseq: how the dictionaries' pieces were made; only "
-                        "sentencepiece is supported yet, subword_nmt and fastbpe (which need "
-                        "Moses tokenization) are refused (default: sentencepiece)")
+                        help="fairseq: how the dictionaries' pieces were made: a "
+                        "sentencepiece model (--bpe-model), or Moses tokens cut by BPE codes "
+                        "of subword_nmt or fastbpe (--bpe-codes; the Moses languages are "
+                        "the checkpoint's, or --src-lang and --tgt-lang) (default: "
+                        "%(default)s)")
     parser.add_argument("--bpe-model", metavar="FILE.model",
                         help="fairseq: the sentencepiece model of the dictionaries' pieces")
+    parser.add_argument("--bpe-codes", metavar="FILE",
+                        help="fairseq: the BPE codes of the dictionaries' pieces (--bpe "
+                        "subword_nmt or fastbpe; bpecodes in fairseq's WMT releases)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
     parser.set_defaults(func=run_import)
 
@@ -82,7 +88,7 @@ def run_import(args: argparse.Namespace) -> None:
 
     payload = import_model(args.source, args.path, args.out, args.force,
                            (args.src_lang, args.tgt_lang), dict_dir=args.dict_dir,
-                           bpe=args.bpe, bpe_model=args.bpe_model)
+                           bpe=args.bpe, bpe_model=args.bpe_model, bpe_codes=args.bpe_codes)
     languages = "-".join(filter(None, (payload.get("src_lang"), payload.get("tgt_lang"))))
     print(f"wrote {args.out}{f' ({languages})' if languages else ''}; translate with "
           f"nmt translate --model {args.out}, serve with nmt serve --model {args.out}")

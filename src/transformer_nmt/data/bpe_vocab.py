@@ -7,8 +7,9 @@ fairseq's `--tokenizer moses` does), cut into pieces by the BPE merges, and each
 looked up in the list (<unk> where this side does not have it); a translation is the
 reverse: pieces joined by spaces, the separator's joins undone ("@@ "), and Moses's
 detokenizer for the language. A piece ending with the separator continues into the next
-one: words start after a piece without it (`word_starts`), not at a ▁ mark as in
-sentencepiece's pieces.
+one: words start after a piece without it, not at a ▁ mark as in sentencepiece's pieces,
+and `marked_pieces` writes them with the mark, so that data/words.py's one rule of words
+(alignments, the page, the guard, constraints) reads both kinds alike.
 
 Stored as JSON bytes (the `vocab` and `target_vocab` of a model file, each side with its
 own Moses language and the pieces it has), so that a model file stays self-contained and
@@ -17,11 +18,16 @@ its reading runs no code; `subword_nmt` (the `pretrained` extra) applies the mer
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from typing import Any, Iterable, Sequence
 
-from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, available_cores
+from sacremoses import MosesDetokenizer, MosesTokenizer
+
+from transformer_nmt.data.vocab import (BOS_ID, EOS_ID, LANGUAGE_TOKEN, PAD_ID, UNK_ID,
+                                        available_cores)
+from transformer_nmt.data.words import WORD_START
 from transformer_nmt.errors import UserError
 
 FORMAT = "transformer-nmt-bpe-vocab"
@@ -131,8 +137,9 @@ class BpeVocab:
         return found
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Text of a sequence of ids; pad, bos and eos are skipped wherever they are."""
-        *_, detokenizer = self._loaded()
+        """Text of a sequence of ids (a translation: the target's Moses language detokenizes
+        it); pad, bos and eos are skipped wherever they are."""
+        *_, detokenizer = self.target._loaded()
         pieces = " ".join(self.pieces_list[int(i)] for i in ids
                           if int(i) not in (PAD_ID, BOS_ID, EOS_ID))
         joined = (pieces + " ").replace(SEPARATOR + " ", "").rstrip()
@@ -146,11 +153,48 @@ class BpeVocab:
         """The piece of one id (ending with @@ where it continues into the next)."""
         return self.pieces_list[int(token_id)]
 
-    @staticmethod
-    def word_starts(pieces: Sequence[str]) -> list[bool]:
-        """For each piece, whether it begins a word: the first, and each after a piece
-        that does not continue (no @@ at its end)."""
-        return [i == 0 or not pieces[i - 1].endswith(SEPARATOR) for i in range(len(pieces))]
+    def score(self, token_id: int) -> float:
+        """0: BPE ranks merges, not pieces."""
+        return 0.0
+
+    def marked_pieces(self, ids: Iterable[int]) -> list[str]:
+        """The pieces of `ids` as data/words.py reads them, words being those of the text
+        they spell: ▁ before each piece that begins a Moses token which begins a word of
+        the detokenized text (punctuation Moses split off a word joins it again), the @@
+        left out. Specials stay as they are."""
+        pieces = [self.piece(i) for i in ids]
+        text = [not (int(i) in (PAD_ID, BOS_ID, EOS_ID) or LANGUAGE_TOKEN.fullmatch(piece))
+                for i, piece in zip(ids, pieces)]
+        tokens: list[list[int]] = []  # the positions of each Moses token's pieces
+        for position, piece in enumerate(pieces):
+            if not text[position]:
+                continue
+            if not tokens or not pieces[tokens[-1][-1]].endswith(SEPARATOR):
+                tokens.append([])
+            tokens[-1].append(position)
+        surfaces = ["".join(pieces[p].removesuffix(SEPARATOR) for p in token)
+                    for token in tokens]
+        marked = list(pieces)
+        for token, starts in zip(tokens, self._starts_word(surfaces)):
+            for position in token:
+                marked[position] = pieces[position].removesuffix(SEPARATOR)
+            if starts:
+                marked[token[0]] = WORD_START + marked[token[0]]
+        return marked
+
+    def _starts_word(self, tokens: list[str]) -> list[bool]:
+        """For each Moses token, whether it begins a word of their detokenized text (the
+        first does; one whose surface is not found there is taken to begin one)."""
+        *_, detokenizer = self._loaded()
+        text = detokenizer.detokenize(tokens)
+        starts, position = [], 0
+        for token in tokens:
+            surface = _surface(detokenizer, token)
+            found = text.find(surface, position) if surface else -1
+            starts.append(found <= 0 or text[found - 1].isspace())
+            if found >= 0:
+                position = found + len(surface)
+        return starts
 
     def _loaded(self) -> Any:
         """(Moses tokenizer, subword-nmt's BPE, Moses detokenizer), made on first use."""
@@ -161,11 +205,15 @@ class BpeVocab:
                 raise UserError("this model's vocabulary is Moses and BPE, which needs "
                                 "subword-nmt: pip install 'transformer-nmt[pretrained]'"
                                 ) from None
-            from sacremoses import MosesDetokenizer, MosesTokenizer
-
             self._tools = (MosesTokenizer(self.language), BPE(io.StringIO(self.codes)),
                            MosesDetokenizer(self.language))
         return self._tools
+
+
+@functools.lru_cache(maxsize=65536)
+def _surface(detokenizer: Any, token: str) -> str:
+    """What one Moses token reads as in text (its escapes undone): detokenized alone."""
+    return detokenizer.detokenize([token])
 
 
 def _read(model: bytes, source: str) -> tuple[list[str], list[bool], str, str]:

@@ -376,10 +376,9 @@ def _reuse_vocab(source: VocabSource, work: Path, log: Callable[[str], None]) ->
     (work / SPM_MODEL).write_bytes(source.model)
     if source.target is not None:
         (work / SPM_TARGET_MODEL).write_bytes(source.target)
-    processor = vocab.processor
     (work / SPM_VOCAB).write_text(
-        "".join(f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}\n"
-                for i in range(len(vocab))), encoding="utf-8")
+        "".join(f"{vocab.piece(i)}\t{vocab.score(i):g}\n" for i in range(len(vocab))),
+        encoding="utf-8")
     return vocab
 
 

@@ -167,6 +167,15 @@ class Vocab:
         """The subword piece of one id (▁ marks a word start)."""
         return self.processor.id_to_piece(int(token_id))
 
+    def score(self, token_id: int) -> float:
+        """The piece's score in the sentencepiece model (its log-probability or merge rank)."""
+        return self.processor.get_score(int(token_id))
+
+    def marked_pieces(self, ids: Iterable[int]) -> list[str]:
+        """The pieces of `ids` with ▁ where a word starts, as data/words.py reads them:
+        sentencepiece's own pieces."""
+        return [self.piece(i) for i in ids]
+
 
 def _processor(model: bytes, source: str) -> spm.SentencePieceProcessor:
     """The sentencepiece processor of a serialized model proto, checked usable."""

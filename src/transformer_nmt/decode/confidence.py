@@ -275,14 +275,14 @@ class ConfidenceEstimator:
 
     def attach(self, sources: list[list[int]], translations: list[list[Any]],
                source_tensor: Callable[[list[list[int]]], Tensor],
-               piece: Callable[[int], str],
+               pieces: Callable[[Sequence[int]], list[str]],
                gathered: list[list[list[float] | None]] | None = None) -> None:
         """Set the `confidence` and `confidence_reasons` of every Translation in
         translations[i], the translations of source ids sources[i]; a degenerate one gets
         0 and why. source_tensor makes the padded source batch (Translator.source_tensor);
-        piece: the subword piece of a token id. gathered[i][j]: what the search gathered
-        for translations[i][j] (Hypothesis.features); those without are decoded once more,
-        teacher-forced."""
+        pieces: the subword pieces of token ids (`Vocab.marked_pieces`). gathered[i][j]:
+        what the search gathered for translations[i][j] (Hypothesis.features); those
+        without are decoded once more, teacher-forced."""
         pairs = [(source, translation, None if gathered is None else gathered[i][j])
                  for i, (source, found) in enumerate(zip(sources, translations))
                  for j, translation in enumerate(found)]
@@ -294,7 +294,7 @@ class ConfidenceEstimator:
         for source, translation, known in pairs:
             assessment = next(assessed) if known is None else self._assessment(
                 all_features(known, translation.tokens, source))
-            broken = output_reasons(source, translation.tokens, piece)
+            broken = output_reasons(source, translation.tokens, pieces)
             if broken:
                 assessment = Assessment(0.0, [DEGENERATE_REASONS[reason] for reason in broken])
             translation.confidence = assessment.confidence

@@ -43,7 +43,7 @@ def serves(model: Any, cfg: DecodeConfig, prefixes: bool = False,
     constraints when asked): beam search or greedy, nothing that needs the whole batch
     in lockstep."""
     return (hasattr(model, "decode_rows") and not cfg.sampling and not cfg.no_repeat_ngram
-            and not prefixes and not constraints)
+            and not cfg.min_len and not prefixes and not constraints)
 
 
 @dataclass

@@ -60,24 +60,24 @@ def fallback_config(cfg: DecodeConfig) -> DecodeConfig:
 
 
 def output_reasons(source: Sequence[int], output: Sequence[int],
-                   piece: Callable[[int], str]) -> list[str]:
+                   pieces: Callable[[Sequence[int]], list[str]]) -> list[str]:
     """Why output token ids `output` are a degenerate translation of source token ids
-    `source` (transformer_nmt.decode.degenerate); piece: the subword piece of a token id."""
-    return degenerate_reasons([piece(token) for token in source],
-                              [piece(token) for token in output])
+    `source` (transformer_nmt.decode.degenerate); pieces: the subword pieces of token
+    ids, ▁ marking word starts (`Vocab.marked_pieces`)."""
+    return degenerate_reasons(pieces(source), pieces(output))
 
 
 def guard(sources: Sequence[Sequence[int]], found: list[list[Hypothesis]],
-          piece: Callable[[int], str],
+          pieces: Callable[[Sequence[int]], list[str]],
           decode_again: Callable[[list[int]], list[list[Hypothesis]]]) -> list[Guarded]:
     """The guarded translations of the sentences whose source token ids are `sources`,
     given what the first search `found` for each (its best first).
 
-    piece: the subword piece of a token id. decode_again: the fallback's translations
+    pieces: the subword pieces of token ids (`Vocab.marked_pieces`). decode_again: the fallback's translations
     of the sentences at the given positions, in that order (called once, for the
     degenerate ones only)."""
     def reasons(row: int, hypothesis: Hypothesis) -> list[str]:
-        return output_reasons(sources[row], hypothesis.tokens, piece)
+        return output_reasons(sources[row], hypothesis.tokens, pieces)
 
     results = [Guarded(hyps, reasons(row, hyps[0]) if hyps else [])
                for row, hyps in enumerate(found)]

@@ -4,8 +4,9 @@ applied in order (fairseq2's generation step processors are the model).
 
 Every search obeys `ForcePrefix` (an optional target prefix: its tokens only, scored by
 the model, then free search; the maximum length grows to fit it), `NoRepeatNgram` (an
-optional ban on repeating an n-gram) and `ForceEos` (EOS at a sentence's maximum
-length); constrained search puts its own before them (transformer_nmt.decode.constrained).
+optional ban on repeating an n-gram), `MinLength` (an optional fewest tokens before EOS)
+and `ForceEos` (EOS at a sentence's maximum length, which wins over the minimum);
+constrained search puts its own before them (transformer_nmt.decode.constrained).
 """
 
 from __future__ import annotations
@@ -71,6 +72,17 @@ class ForceEos:
             log_probs[step.at_limit, self.eos] = eos_scores
 
 
+class MinLength:
+    """No EOS before an output has `tokens` tokens (fairseq's --min-len)."""
+
+    def __init__(self, eos: int, tokens: int) -> None:
+        self.eos, self.tokens = eos, tokens
+
+    def __call__(self, log_probs: Tensor, step: Step) -> None:
+        if step.index < self.tokens:
+            log_probs[:, self.eos] = float("-inf")
+
+
 class NoRepeatNgram:
     """No n-gram twice in one output: bans every token that followed an earlier
     occurrence of the row's last n - 1 tokens (fairseq's and CTranslate2's
@@ -123,12 +135,15 @@ def prefix_tensor(prefixes: list[list[int]] | None, device: torch.device) -> Ten
 def step_processors(cfg: DecodeConfig, eos: int, prefixes: Tensor | None,
                     own: list[StepProcessor] | None = None) -> list[StepProcessor]:
     """The rules of a search, in the order they apply: its `own`, the forced prefix (when
-    given), no repeated n-grams (when cfg asks), EOS at the maximum length."""
+    given), no repeated n-grams and the fewest tokens (when cfg asks), EOS at the maximum
+    length."""
     processors: list[StepProcessor] = list(own or [])
     if prefixes is not None:
         processors.append(ForcePrefix(prefixes))
     if cfg.no_repeat_ngram:
         processors.append(NoRepeatNgram(cfg.no_repeat_ngram))
+    if cfg.min_len:
+        processors.append(MinLength(eos, cfg.min_len))
     processors.append(ForceEos(eos))
     return processors
 

@@ -78,7 +78,10 @@ def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
 def word_piece_mask(vocab: Vocab, special: SpecialIds) -> torch.Tensor:
     """(vocab,) True for the pieces that continue the word before them
     (transformer_nmt.data.words.continues_word)."""
-    mask = torch.tensor([continues_word(vocab.piece(i)) for i in range(len(vocab))])
+    # Each piece alone: a vocabulary whose pieces mark where a word goes on (BPE's @@)
+    # rather than where one starts has none that continues the word before it.
+    mask = torch.tensor([continues_word(vocab.marked_pieces([i])[0])
+                         for i in range(len(vocab))])
     # By id as well: an imported vocabulary may spell its specials otherwise.
     mask[[special.pad, special.bos, special.eos, vocab.unk_id]] = False
     return mask
@@ -329,7 +332,8 @@ class Translator:
         then gather such lines, so that their second search runs as one batch."""
         if not checks(job.settings.decode):
             return False
-        return any(hyps and output_reasons(job.ids[row], hyps[0].tokens, self.vocab.piece)
+        return any(hyps and output_reasons(job.ids[row], hyps[0].tokens,
+                                                  self.vocab.marked_pieces)
                    for row, hyps in zip(rows, found))
 
     def finish(self, job: TranslationJob, rows: list[int], found: list[list[Hypothesis]]
@@ -347,7 +351,7 @@ class Translator:
             def decode_again(again: list[int]) -> list[list[Hypothesis]]:
                 return self._search(fallback, *job.pick([rows[i] for i in again]))
 
-            guarded = guard(ids, found, self.vocab.piece, decode_again)
+            guarded = guard(ids, found, self.vocab.marked_pieces, decode_again)
         if settings.alignments or settings.token_scores:
             attach_details(self.model, self.source_tensor(ids),
                            [result.hypotheses for result in guarded], self.special,
@@ -355,7 +359,7 @@ class Translator:
         translations = [[self._translation(source, hyp, result) for hyp in result.hypotheses]
                         for source, result in zip(ids, guarded)]
         if self.confidence is not None:  # from what the search gathered, calibrated models only
-            self.confidence.attach(ids, translations, self.source_tensor, self.vocab.piece,
+            self.confidence.attach(ids, translations, self.source_tensor, self.vocab.marked_pieces,
                                    [[hyp.features for hyp in result.hypotheses]
                                     for result in guarded])
         for row, found_for_row in zip(rows, translations):
@@ -430,9 +434,9 @@ class Translator:
                      ) -> Translation:
         alignment = None
         if hyp.attention is not None:
-            to_piece = self.vocab.processor.id_to_piece
-            alignment = word_alignment([to_piece(i) for i in src_ids],
-                                       [to_piece(i) for i in hyp.tokens], hyp.attention)
+            alignment = word_alignment(self.vocab.marked_pieces(src_ids),
+                                       self.vocab.target.marked_pieces(hyp.tokens),
+                                       hyp.attention)
         degenerate = None if guarded.degenerate is None else list(guarded.degenerate)
         return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.tokens, alignment,
                            hyp.token_scores, degenerate=degenerate, fallback=guarded.fallback)

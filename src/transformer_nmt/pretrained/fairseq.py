@@ -35,11 +35,13 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import FAIRSEQ_FIRST_ROW, Transformer
 from transformer_nmt.model_file import model_payload
 from transformer_nmt.pretrained.layer_names import layer_weights
-from transformer_nmt.pretrained.vocab_map import ImportedVocab, Side, mapped_vocab
+from transformer_nmt.data.bpe_vocab import merges_of
+from transformer_nmt.pretrained.vocab_map import (ImportedVocab, Side, mapped_bpe_vocab,
+                                                  mapped_vocab)
 
 BPES = ("sentencepiece", "subword_nmt", "fastbpe")
-"""fairseq's --bpe schemes of translation models; sentencepiece alone is imported yet (the
-others need Moses tokenization, which this project's text path does not have)."""
+"""fairseq's --bpe schemes of translation models: a sentencepiece model, or BPE codes over
+Moses tokens (data/bpe_vocab.py; fastBPE's codes are subword-nmt's merges with counts)."""
 ARCHITECTURES = ("transformer", "transformer_tiny", "transformer_iwslt_de_en",
                  "transformer_wmt_en_de", "transformer_vaswani_wmt_en_de_big",
                  "transformer_vaswani_wmt_en_fr_big", "transformer_wmt_en_de_big",
@@ -80,24 +82,25 @@ class FairseqArgs:
 
 def read_fairseq_checkpoint(checkpoint: Path, dict_dir: Path, bpe: str,
                             bpe_model: Path | None,
-                            languages: tuple[str | None, str | None] = (None, None)
-                            ) -> dict[str, Any]:
+                            languages: tuple[str | None, str | None] = (None, None),
+                            bpe_codes: Path | None = None) -> dict[str, Any]:
     """The model-file payload of the fairseq checkpoint `checkpoint`, whose dictionaries
     (dict.SRC.txt, dict.TGT.txt) are in `dict_dir` and whose pieces are those of the
-    `bpe` model `bpe_model`; with an `imported_from` record. `languages` (source,
-    target) name the dictionaries where the checkpoint does not."""
-    if bpe != "sentencepiece":
-        raise UserError(f"--bpe {bpe}: not supported yet (it needs Moses tokenization, which "
-                        "this project does not do); import a sentencepiece model")
-    if bpe_model is None or not bpe_model.is_file():
-        raise UserError(f"--bpe-model {bpe_model or '(none)'}: give the sentencepiece model "
-                        "(.model) the checkpoint's dictionaries were made with")
+    `bpe` scheme: the sentencepiece model `bpe_model`, or Moses tokens cut by the BPE
+    codes `bpe_codes` (subword_nmt, fastbpe); with an `imported_from` record.
+    `languages` (source, target) name the dictionaries and Moses's languages where the
+    checkpoint does not."""
+    _check_bpe_files(bpe, bpe_model, bpe_codes)
     state = load_checkpoint(checkpoint)
     settings, task, recorded_bpe = _settings(state, checkpoint)
-    if recorded_bpe not in (None, "sentencepiece"):
-        raise UserError(f"{checkpoint}: trained with --bpe {recorded_bpe}, which is not "
-                        "supported yet; only sentencepiece models are imported")
+    if recorded_bpe not in (None, bpe):
+        raise UserError(f"{checkpoint}: trained with --bpe {recorded_bpe}; give --bpe "
+                        f"{recorded_bpe} and its files")
+    _check_tokenizer(state, checkpoint, bpe)
     languages = (task.get("source_lang") or languages[0], task.get("target_lang") or languages[1])
+    if bpe != "sentencepiece" and not all(languages):
+        raise UserError(f"{checkpoint} names no languages, which Moses tokenizes by: give "
+                        "--src-lang and --tgt-lang")
     source_pieces, target_pieces = _dictionaries(dict_dir, languages)
     weights = _ReadKeys(_float_weights(state, checkpoint))
     try:
@@ -114,11 +117,17 @@ def read_fairseq_checkpoint(checkpoint: Path, dict_dir: Path, bpe: str,
                                 f"embeddings {rows} rows: give the --dict-dir of the data it "
                                 "was trained on")
         specials = {"pad": PAD, "unk": UNK, "eos": EOS, "start": EOS}
-        model_bytes = bpe_model.read_bytes()
-        imported = mapped_vocab(Side(model_bytes, source_pieces, specials),
-                                Side(model_bytes, target_pieces, specials), str(bpe_model))
+        if bpe == "sentencepiece":
+            model_bytes = bpe_model.read_bytes()
+            imported = mapped_vocab(Side(model_bytes, source_pieces, specials),
+                                    Side(model_bytes, target_pieces, specials), str(bpe_model))
+            _check_pieces_known(imported.vocab, len(imported.vocab), bpe_model)
+        else:
+            codes = merges_of(_text(bpe_codes), str(bpe_codes))
+            imported = mapped_bpe_vocab(Side(b"", source_pieces, specials),
+                                        Side(b"", target_pieces, specials), codes,
+                                        (languages[0], languages[1]), str(dict_dir))
         vocab = imported.vocab
-        _check_pieces_known(vocab, len(vocab), bpe_model)
         ours = _our_weights(weights, cfg, imported, checkpoint)
     except KeyError as error:
         raise UserError(f"{checkpoint}: no {error.args[0]} among its settings or weights: "
@@ -139,8 +148,56 @@ def read_fairseq_checkpoint(checkpoint: Path, dict_dir: Path, bpe: str,
     payload = model_payload(model, vocab.to_bytes(), languages if all(languages) else None,
                             vocab.target_bytes())
     payload["imported_from"] = {"format": "fairseq", "model_type": settings["arch"],
-                                "path": str(checkpoint), "license": None}
+                                "path": str(checkpoint), "license": None,
+                                **({"bpe": bpe} if bpe != "sentencepiece" else {})}
     return payload
+
+
+def _check_bpe_files(bpe: str, bpe_model: Path | None, bpe_codes: Path | None) -> None:
+    """UserError unless `bpe` comes with its file: a sentencepiece model, or BPE codes."""
+    if bpe == "sentencepiece":
+        if bpe_codes is not None:
+            raise UserError("--bpe-codes is for --bpe subword_nmt or fastbpe; a sentencepiece "
+                            "model is given with --bpe-model")
+        if bpe_model is None or not bpe_model.is_file():
+            raise UserError(f"--bpe-model {bpe_model or '(none)'}: give the sentencepiece "
+                            "model (.model) the checkpoint's dictionaries were made with")
+    elif bpe in BPES:
+        if bpe_model is not None:
+            raise UserError(f"--bpe-model is for --bpe sentencepiece; give --bpe {bpe}'s "
+                            "codes with --bpe-codes")
+        if bpe_codes is None or not bpe_codes.is_file():
+            raise UserError(f"--bpe-codes {bpe_codes or '(none)'}: give the BPE codes file "
+                            "the checkpoint's dictionaries were made with (fairseq's "
+                            "--bpe-codes; bpecodes in fairseq's WMT releases)")
+    else:
+        raise UserError(f"--bpe {bpe}: one of {', '.join(BPES)} is needed")
+
+
+def _check_tokenizer(state: dict[str, Any], path: Path, bpe: str) -> None:
+    """UserError when the checkpoint records a tokenizer other than what is imported with
+    its BPE: none for sentencepiece, Moses with fairseq's defaults for BPE codes."""
+    cfg = state.get("cfg")
+    found = _plain(cfg.get("tokenizer")) if isinstance(cfg, dict) else {
+        "_name": _plain(state.get("args")).get("tokenizer"),
+        **{name: _plain(state.get("args")).get(name)
+           for name in ("moses_no_dash_splits", "moses_no_escape")}}
+    name = found.get("_name")
+    if name not in (None, "moses") or (name == "moses" and bpe == "sentencepiece"):
+        raise UserError(f"{path}: its text was tokenized with {name!r}, which this import "
+                        "does not do; models of Moses and BPE codes, or of sentencepiece "
+                        "alone, are imported")
+    for option in ("moses_no_dash_splits", "moses_no_escape"):
+        if found.get(option):
+            raise UserError(f"{path}: tokenized with {option}, which this import does not "
+                            "do (fairseq's default Moses settings are imported)")
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 text ({error})") from None
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from google.protobuf.message import DecodeError
 from sentencepiece import sentencepiece_model_pb2
 from torch import Tensor
 
+from transformer_nmt.data.bpe_vocab import BpeVocab
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, LANGUAGE_TOKEN, PAD_ID, UNK_ID, Vocab
 from transformer_nmt.errors import UserError
 
@@ -90,7 +91,7 @@ class Side:
 class ImportedVocab:
     """Our vocabulary of an imported model, and the orders that move its tables into it."""
 
-    vocab: Vocab
+    vocab: Vocab | BpeVocab
     source: IdOrder
     """The rows of the encoder's embeddings."""
     target: IdOrder
@@ -101,6 +102,19 @@ def mapped_vocab(source: Side, target: Side, where: str) -> ImportedVocab:
     """Our vocabulary of a model whose source and target sides are `source` and `target`
     (the same id map for a shared vocabulary, each with its own sentencepiece model or
     the same one); `where` names the files in errors."""
+    pieces, source_ids, order = joint_ids(source, target, where)
+    source_proto = _proto(source.spm, pieces, [i != ABSENT for i in source_ids], where)
+    target_proto = _proto(target.spm, pieces, [i != ABSENT for i in order], where)
+    vocab = Vocab.from_bytes(source_proto, where,
+                             None if target_proto == source_proto else target_proto)
+    return ImportedVocab(vocab, IdOrder(source_ids), IdOrder(order))
+
+
+def joint_ids(source: Side, target: Side, where: str
+              ) -> tuple[list[str], list[int], list[int]]:
+    """(our pieces, the source side's id of each or ABSENT, the target side's id of each
+    or ABSENT): our specials first, then the target's pieces in its order, then those only
+    the source has. `Side.spm` is not read."""
     pad, unk, eos, start = (target.specials[name] for name in ("pad", "unk", "eos", "start"))
     if len({pad, unk, eos}) < 3:
         raise UserError(f"{where}: pad, unk and eos must be three different ids, not "
@@ -126,11 +140,7 @@ def mapped_vocab(source: Side, target: Side, where: str) -> ImportedVocab:
     start_piece = pieces[BOS_ID] if start not in (pad, unk, eos) else next(
         name for name in ("<s>", "<decoder-start>", "<start>") if name not in set(pieces))
     pieces[BOS_ID] = start_piece
-    source_proto = _proto(source.spm, pieces, [i != ABSENT for i in source_ids], where)
-    target_proto = _proto(target.spm, pieces, [i != ABSENT for i in order], where)
-    vocab = Vocab.from_bytes(source_proto, where,
-                             None if target_proto == source_proto else target_proto)
-    return ImportedVocab(vocab, IdOrder(source_ids), IdOrder(order))
+    return pieces, source_ids, order
 
 
 def _proto(spm_model: bytes, pieces: list[str], on_side: list[bool], where: str) -> bytes:
@@ -166,3 +176,15 @@ def _proto(spm_model: bytes, pieces: list[str], on_side: list[bool], where: str)
     spec.bos_piece, spec.eos_piece = pieces[BOS_ID], pieces[EOS_ID]
     spec.vocab_size = len(pieces)
     return proto.SerializeToString()
+
+
+def mapped_bpe_vocab(source: Side, target: Side, codes: str, languages: tuple[str, str],
+                     where: str) -> ImportedVocab:
+    """Our Moses and BPE vocabulary (data/bpe_vocab.py) of a model whose sides' id maps are
+    `source` and `target`, cut by the merges `codes`, tokenized in `languages` (source,
+    target); `where` names the files in errors."""
+    pieces, source_ids, order = joint_ids(source, target, where)
+    sides = [BpeVocab(pieces, [i != ABSENT for i in ids], codes, language)
+             for ids, language in ((source_ids, languages[0]), (order, languages[1]))]
+    vocab = BpeVocab.from_bytes(sides[0].to_bytes(), where, sides[1].to_bytes())
+    return ImportedVocab(vocab, IdOrder(source_ids), IdOrder(order))

@@ -22,10 +22,12 @@ checkpoint takes its dictionaries and sentencepiece model besides)."""
 def import_model(source: str, path: str | Path, out: str | Path, force: bool = False,
                  languages: tuple[str | None, str | None] = (None, None), *,
                  dict_dir: str | Path | None = None, bpe: str = "sentencepiece",
-                 bpe_model: str | Path | None = None) -> dict[str, Any]:
+                 bpe_model: str | Path | None = None,
+                 bpe_codes: str | Path | None = None) -> dict[str, Any]:
     """Read the pretrained model at `path` (a directory of `source`'s format; fairseq: its
     checkpoint file, with its dictionaries in `dict_dir`, default the checkpoint's
-    directory, and its `bpe` model `bpe_model`) and write it as the model file `out`;
+    directory, and its `bpe` sentencepiece model `bpe_model` or BPE codes `bpe_codes`)
+    and write it as the model file `out`;
     returns its payload. `languages` (source, target) replace what the model records,
     where given."""
     path, out = Path(path), Path(out)
@@ -38,15 +40,15 @@ def import_model(source: str, path: str | Path, out: str | Path, force: bool = F
     elif not path.is_dir():
         raise UserError(f"{path}: no such directory; give the model's directory (what "
                         "save_pretrained wrote, or what a Marian release unzips to)")
-    if source != "fairseq" and (dict_dir or bpe_model):
-        raise UserError("--dict-dir and --bpe-model are for --from fairseq")
+    if source != "fairseq" and (dict_dir or bpe_model or bpe_codes):
+        raise UserError("--dict-dir, --bpe-model and --bpe-codes are for --from fairseq")
     if out.exists() and not force:
         raise UserError(f"{out} already exists; choose another --out or pass --force to "
                         "replace it")
     if source == "fairseq":
         payload = read_fairseq_checkpoint(path, Path(dict_dir) if dict_dir else path.parent,
                                           bpe, Path(bpe_model) if bpe_model else None,
-                                          languages)
+                                          languages, Path(bpe_codes) if bpe_codes else None)
     else:
         payload = READERS[source](path)
     src_lang, tgt_lang = languages

@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
 from transformer_nmt.data.language_codes import target_languages
-from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model_dir import is_model_dir
 from transformer_nmt.model_file import (inference_model_of, load_for_inference, model_languages,
-                                        read_model_file)
+                                        payload_vocab, read_model_file)
 from transformer_nmt.serve.batcher import Batcher
 from transformer_nmt.serve.metrics import ServerMetrics
 from transformer_nmt.serve.model_card import file_card, model_card
@@ -102,7 +101,7 @@ def scan_models(paths: Sequence[Path], keep: int | None = None) -> list[Scanned]
 def target_tokens(payload: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     """(language, token) of each target-language token of a multilingual model's
     vocabulary, by the codes clients use ('fr', '>>fra<<'); none for a one-pair model."""
-    vocab = Vocab.from_bytes(payload["vocab"])
+    vocab = payload_vocab(payload)
     return tuple(target_languages(vocab.language_tokens).items())
 
 
