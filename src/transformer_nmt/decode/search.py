@@ -280,8 +280,8 @@ def attach_details(model: Seq2Seq, src: Tensor, results: list[list[Hypothesis]],
                    special: SpecialIds = SpecialIds(), attention: bool = True,
                    token_scores: bool = False) -> None:
     """Fill Hypothesis.attention (the encoder-decoder attention of decoder layer
-    transformer_nmt.decode.search_features.ATTENTION_LAYER, averaged over heads) and/or Hypothesis.token_scores by decoding every
-    final hypothesis once more, teacher-forced.
+    transformer_nmt.decode.search_features.ATTENTION_LAYER, averaged over heads) and/or
+    Hypothesis.token_scores by decoding every final hypothesis once more, teacher-forced.
 
     Re-running the decoder on the chosen hypotheses costs one pass and keeps the search
     itself free of attention and per-token bookkeeping.
