@@ -66,7 +66,7 @@ def add_import_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--bpe", choices=BPES, default="sentencepiece",
                         help="fairseq: how the dictionaries' pieces were made; only "
                         "sentencepiece is supported yet, subword_nmt and fastbpe (which need "
-                        "Moses tokenization) are refused (default: sentencepiece)")
+                        "Moses tokenization) are refused (default: %(default)s)")
     parser.add_argument("--bpe-model", metavar="FILE.model",
                         help="fairseq: the sentencepiece model of the dictionaries' pieces")
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
