@@ -17,8 +17,9 @@ from search_fixtures import (BOS, EOS, PAD, SPECIAL, ToyCache, ToyModel, random_
                              searches_with_and_without_cache, sequence_log_prob,
                              tiny_transformer, unpadded)
 from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.beam import best_possible_scores
 from transformer_nmt.decode.search import (
-    _sample, beam_search, greedy_search, length_penalty, max_lengths, search)
+    _sample, attach_details, beam_search, greedy_search, length_penalty, max_lengths, search)
 from transformer_nmt.errors import UserError
 
 
@@ -182,8 +183,8 @@ def test_pad_and_bos_are_never_generated(beam):
 
 def test_attention_of_each_hypothesis():
     model, src = tiny_transformer(), random_sources(3, 40, seed=7)
-    results = search(model, src, DecodeConfig(beam=2, nbest=2, max_len_b=3), SPECIAL,
-                     need_attention=True)
+    results = search(model, src, DecodeConfig(beam=2, nbest=2, max_len_b=3), SPECIAL)
+    attach_details(model, src, results, SPECIAL)
     for row, hyps in enumerate(results):
         src_len = int(src[row].ne(PAD).sum())
         for hyp in hyps:
@@ -199,12 +200,10 @@ def test_nbest_larger_than_beam_is_refused():
 def test_bound_uses_the_longest_reachable_length():
     """The early-stopping bound for alpha >= 0 is log P / lp(max_len + 1) (math check of
     the helper against a direct maximum over every reachable length)."""
-    from transformer_nmt.decode.search import _best_possible_scores
-
     open_log_probs = torch.tensor([[-2.0, -3.0], [-0.5, -9.0]])
     limits = torch.tensor([6, 9])
     for alpha in (0.6, -0.4):
-        bound = _best_possible_scores(open_log_probs, 2, limits, alpha)
+        bound = best_possible_scores(open_log_probs, 2, limits, alpha)
         for i, limit in enumerate(limits.tolist()):
             direct = max(float(open_log_probs[i].max()) / length_penalty(n, alpha)
                          for n in range(3, limit + 2))
@@ -217,7 +216,9 @@ def test_token_scores_are_each_tokens_log_probability(beam):
     model = tiny_transformer()
     src = random_sources(4, 12, seed=5)
     cfg = DecodeConfig(beam=beam, nbest=beam, max_len_b=5)
-    for row, hyps in enumerate(search(model, src, cfg, SPECIAL, need_token_scores=True)):
+    found = search(model, src, cfg, SPECIAL)
+    attach_details(model, src, found, SPECIAL, attention=False, token_scores=True)
+    for row, hyps in enumerate(found):
         for hyp in hyps:
             assert len(hyp.token_scores) == len(hyp.tokens) + 1
             assert sum(hyp.token_scores) == pytest.approx(hyp.log_prob, abs=1e-4)
@@ -243,7 +244,8 @@ def test_outputs_start_with_their_prefix(beam):
     src = random_sources(4, 12, seed=8)
     prefixes = [[7, 7, 9], [], [5], [11, 4, 6, 8, 10, 5, 7, 9, 11, 4]]  # the last: past max_len
     cfg = DecodeConfig(beam=beam, nbest=beam, max_len_b=3)
-    found = search(model, src, cfg, SPECIAL, prefixes=prefixes, need_token_scores=True)
+    found = search(model, src, cfg, SPECIAL, prefixes=prefixes)
+    attach_details(model, src, found, SPECIAL, attention=False, token_scores=True)
     for prefix, hyps in zip(prefixes, found):
         for hyp in hyps:
             assert hyp.tokens[: len(prefix)] == prefix

@@ -44,9 +44,9 @@ VALID_METRICS = get_args(ValidMetric)
 DEFAULT_SHARD_LINES = 2000
 """Input lines per shard of a corpus translation unless told (`nmt translate-corpus`,
 `nmt distill`): small enough that the last shard in flight, which one worker finishes
-while the others have nothing left, is a minute or two of work on a CPU (at 10000 lines,
-a 30401-line corpus on two workers left one idle for a third of the run), large enough
-that a shard's own cost stays small beside its lines."""
+while the others have nothing left, is a minute or two of work on a CPU (larger shards
+left one worker idle for a long tail: bench/RESULTS.md, "`nmt distill` on the Bible"),
+large enough that a shard's own cost stays small beside its lines."""
 MAX_BEAM = 1024
 """Widest beam decoding accepts: far beyond any useful width (the paper's is 4), short of
 one that would hang a machine on a few lines."""

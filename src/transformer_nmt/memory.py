@@ -58,14 +58,14 @@ def release_free_memory() -> None:
 
 
 def keep_freed_memory() -> None:
-    """Let glibc keep the memory a process frees for its next allocations (up to 32 MB a
-    block) instead of handing it back to the operating system.
+    """Let glibc keep the memory a process frees for its next allocations (blocks up to
+    _MMAP_THRESHOLD_MAX) instead of handing it back to the operating system.
 
     A training step frees and allocates again the same few hundred megabytes of
     activations at every step; returned to the system, each page came back through a
-    page fault and was zeroed again: 15 million faults in 3 minutes of the quickstart's
-    training in bf16, 0.4 million with this (bench/RESULTS.md, "Training that keeps its
-    speed"). Resident memory stays at the step's peak, which it reaches anyway.
+    page fault and was zeroed again: millions of faults in minutes of training, far
+    fewer with this (bench/RESULTS.md, "Training that keeps its speed", has the figures).
+    Resident memory stays at the step's peak, which it reaches anyway.
     """
     if _LIBC is not None:
         _LIBC.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
@@ -116,17 +116,17 @@ def training_allocator(environ: Mapping[str, str],
 
 @contextlib.contextmanager
 def kept_apart() -> Iterator[None]:
-    """Within the block, large blocks (256 KB and more) are mapped on their own rather than
-    taken from the heap, and after it the heap's free pages go back to the operating
-    system (glibc only; after `keep_freed_memory`).
+    """Within the block, large blocks (_MMAP_THRESHOLD_APART and more) are mapped on their
+    own rather than taken from the heap, and after it the heap's free pages go back to the
+    operating system (glibc only; after `keep_freed_memory`).
 
     For a training step that compiles new oneDNN kernels (a bf16 step meeting a new
     shape): each kernel keeps about half a megabyte for the rest of the process, and
     allocated among the step's activations, the blocks it keeps and the holes it leaves
     made the heap grow past the activations' own peak. The quickstart's training in bf16
-    peaked 68 MiB lower with this around its new shapes' steps (1413 against 1481 MiB over
-    4 minutes; bench/RESULTS.md, "Training that keeps its speed"), at no measurable cost
-    in speed: the page faults of the few dozen steps that meet a new shape.
+    peaks lower with this around its new shapes' steps (bench/RESULTS.md, "Training: a
+    step that meets a new shape keeps its blocks apart", has the figures), at no
+    measurable cost in speed: the page faults of the few dozen steps that meet a new shape.
     """
     if _LIBC is None:
         yield

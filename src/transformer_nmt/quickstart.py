@@ -91,11 +91,13 @@ class QuickstartOptions:
     """Training time budget in minutes, summed over re-runs."""
     average_last: int = 2
     """Numbered checkpoints averaged into the final model: 2, a minute apart, because the
-    run ends on a curve still falling steeply, where the last 5 scored 0.9-1.0 valid BLEU
-    below the last 2 (bench/RESULTS.md); the paper averaged 5 or 20 of a converged model."""
+    run ends on a curve still falling steeply, where the last 5 scored below the last 2
+    (bench/RESULTS.md, "The quickstart's recipe for 20 minutes"); the paper averaged 5 or
+    20 of a converged model."""
     warmup: int = 300
-    """Warm-up steps at most: a run of the default budget on 2 cores makes 1000-3500 steps,
-    of which the small preset's 1000 warm-up steps would be a third or all. The peak stays
+    """Warm-up steps at most: a run of the default budget on 2 cores makes a few thousand
+    steps at most, of which the small preset's warm-up would be a large share or all
+    (bench/RESULTS.md has the step counts of the quickstarts measured). The peak stays
     the preset's (lr_scale shrinks by sqrt(warmup / preset's warmup))."""
     batch_tokens: int = 2048
     """Tokens per update and side, over all processes (the run's batch_tokens). Half the

@@ -257,9 +257,9 @@ def validation_precision(device: torch.device, precision: str) -> str:
     loss's batches met about a hundred shapes that training had not (on top of training's
     own few hundred), and under autocast every decoding step's products have a new number
     of rows as sentences finish (about 400 kernels over a few validations). fp32 keeps
-    nothing per shape, decoded the quickstart's validation split faster (2.1 s against
-    2.4 s) to within 0.1 BLEU, and its loss is the more exact (bench/RESULTS.md, "Training
-    that keeps its speed" and "Validation's memory in a bf16 run").
+    nothing per shape, decoded the quickstart's validation split faster at the same BLEU,
+    and its loss is the more exact (bench/RESULTS.md, "Training that keeps its speed" and
+    "Validation's memory in a bf16 run").
     """
     return "fp32" if device.type == "cpu" else precision
 

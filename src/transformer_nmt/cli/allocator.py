@@ -34,7 +34,7 @@ def trains_on_cpu(arguments: list[str]) -> bool:
     if device != "auto":
         return device.startswith("cpu")
     if not any(map(os.path.exists, GPU_DRIVERS)):
-        return True  # no GPU driver, no GPU: decided without importing torch (1.3 s)
+        return True  # no GPU driver, no GPU: decided without importing torch, which is slow
     import torch
 
     return not torch.cuda.is_available()

@@ -28,7 +28,7 @@ def add_calibrate_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", required=True, metavar="DATA_DIR",
                         help="data directory of `nmt prepare` that the model was trained on")
     parser.add_argument("--split", default="valid",
-                        help="split to fit on, never the test split you report (default valid)")
+                        help="split to fit on, never the test split you report (default %(default)s)")
     parser.add_argument("--out", metavar="FILE",
                         help="write the calibrated model here instead (default: --model)")
     parser.add_argument("--threshold", type=float, metavar="CHRF",

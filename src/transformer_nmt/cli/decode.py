@@ -22,9 +22,8 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
     serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked)."""
     groups = {
         "search": parser.add_argument_group(
-            "search", "the paper's settings are the defaults (section 6.1): beam 4, alpha "
-            "0.6, output length up to source length + 50, stopping early when no open "
-            "hypothesis can still win"),
+            "search", "the defaults are the paper's settings (section 6.1), and the search "
+            "stops early when no open hypothesis can still win"),
         "sampling": parser.add_argument_group(
             "sampling", "draw each token at random instead of searching, e.g. to "
             "back-translate (Edunov et al. 2018): --beam is then unused and --nbest K draws "
@@ -33,16 +32,18 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
     add_fields(parser, DecodeConfig, exclude=() if nbest else ("nbest",), groups=groups)
     speed = parser.add_argument_group("speed")
     speed.add_argument("--batch-size", type=int, metavar="N",
-                       help="sentences translated together, sorted by length (default: "
-                       "about 128 decoder rows shared by the workers, so for two workers 16 "
-                       "sentences each at beam 4, 32 at beam 2, 48 for greedy search)")
+                       help="sentences translated together, sorted by length (default: a "
+                       "fixed number of decoder rows, sentences × beam, shared by the "
+                       "workers and bounded both ways: more sentences for greedy search than "
+                       "for beam search; TranslatorOptions.batch_size)")
     speed.add_argument("--max-tokens", type=int, metavar="N",
                        help="also limit a batch to N source tokens, padding included "
                        "(default: no limit)")
     speed.add_argument("--precision", choices=DECODE_PRECISIONS, default="auto",
                        help="auto (default): bf16 on a GPU that computes it natively and on "
-                       "a CPU whose bf16 matrix products measured at least 1.25x as fast as "
-                       "fp32's (a CPU with AMX; measured once and cached), else fp32; fp32: "
+                       "a CPU whose bf16 matrix products measured faster than fp32's by "
+                       "runtime.BF16_MARGIN (a CPU with AMX; measured once and cached), else "
+                       "fp32; fp32: "
                        "the reference output; bf16: bfloat16 weights and activations, for "
                        "GPUs and CPUs with AVX-512 BF16 or AMX; int8: dynamic int8 "
                        "quantization of the linear layers, CPU only, the fastest on CPUs with "
@@ -56,7 +57,7 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        help="translate N batches at once, each on its share of the cores "
                        "(default: 2 on a CPU with two or more cores, 1 on a GPU or with "
                        "--interactive). A decoding step's thin products split poorly across "
-                       "cores, so two batches of 16 translate faster than one of 32, in less "
+                       "cores, so two half batches translate faster than one whole one, in less "
                        "memory; more workers or larger batches are faster still but hold "
                        "more batches' memory (measurements: bench/RESULTS.md)")
     speed.add_argument("--device", choices=["cpu", "cuda"],
@@ -172,10 +173,11 @@ def run_translate(args: argparse.Namespace) -> None:
     with stop_signals_held():
         from transformer_nmt.data.text import count_lines, iter_lines, read_lines
         from transformer_nmt.decode.stream import requests, translate_file, translate_stream
-        from transformer_nmt.decode.translator import Translator
+        from transformer_nmt.decode.translator import Translator, TranslatorOptions
 
         translator = Translator.from_files(args.model, _translator_options(
-            args, alignments=args.alignments, buffer_size=1 if args.interactive else 1024,
+            args, alignments=args.alignments,
+            buffer_size=1 if args.interactive else TranslatorOptions.buffer_size,
             token_scores=args.token_scores or args.format == "json"))
     token = _language_token(translator, args.target_language)
     lines = (read_lines(args.input, args.errors) if args.input is not None
@@ -253,7 +255,7 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", metavar="DATA_DIR",
                         help="data directory of `nmt prepare` (languages from its manifest)")
     parser.add_argument("--split", default="test",
-                        help="split to translate: DATA_DIR/SPLIT.SRC_LANG (default test)")
+                        help="split to translate: DATA_DIR/SPLIT.SRC_LANG (default %(default)s)")
     parser.add_argument("--output", metavar="FILE",
                         help="where to write the translations (default MODEL.SPLIT.hyp next "
                         "to the model, MODEL without .pt)")

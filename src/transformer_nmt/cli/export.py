@@ -56,7 +56,8 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
     argos.add_argument("--to-code", metavar="LANG",
                        help="the package's target language code (default: the model's)")
     argos.add_argument("--package-version", default="1.0", metavar="VERSION",
-                       help="the package's version, as argospm compares them (default 1.0)")
+                       help="the package's version, as argospm compares them "
+                       "(default %(default)s)")
     parser.set_defaults(func=run_export)
 
 

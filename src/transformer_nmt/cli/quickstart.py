@@ -14,22 +14,22 @@ def add_quickstart_parser(subparsers: argparse._SubParsersAction) -> None:
         "(in bf16 where this CPU measured it faster than fp32), average the last checkpoints "
         "and calibrate the confidence of its translations, report BLEU and chrF on the test "
         "split, translate example sentences, draw attention pictures, and print where "
-        "everything is and what to run next. About 21 minutes on 2 CPU cores. "
+        "everything is and what to run next, in little more than --minutes on a CPU. "
         "Running it again continues from what is already in --out.",
     )
     parser.add_argument("--out", default="quickstart", metavar="DIR",
-                        help="working directory (default: ./quickstart)")
+                        help="working directory (default: ./%(default)s)")
     parser.add_argument("--corpus", default="bible", choices=["bible", "multi30k"],
-                        help="corpus recipe (default: bible)")
-    parser.add_argument("--src", default="en", help="source language (default: en)")
-    parser.add_argument("--tgt", default="de", help="target language (default: de)")
+                        help="corpus recipe (default: %(default)s)")
+    parser.add_argument("--src", default="en", help="source language (default: %(default)s)")
+    parser.add_argument("--tgt", default="de", help="target language (default: %(default)s)")
     parser.add_argument("--mirror", metavar="DIR_OR_URL",
                         help="local copy of a downloadable corpus, e.g. the Multi30k repository")
-    parser.add_argument("--preset", default="small", help="model preset (default: small)")
+    parser.add_argument("--preset", default="small", help="model preset (default: %(default)s)")
     parser.add_argument("--minutes", type=float, default=20.0,
-                        help="training time in minutes, summed over re-runs (default: 20)")
+                        help="training time in minutes, summed over re-runs (default: %(default)g)")
     parser.add_argument("--batch-tokens", type=int, default=2048,
-                        help="tokens per update and side (default: 2048, half the small "
+                        help="tokens per update and side (default: %(default)s, half the small "
                         "preset's: more updates in a time-bound run)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="set any model or training field, as `nmt train --set`; repeatable")

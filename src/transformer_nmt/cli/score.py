@@ -40,9 +40,10 @@ def add_score_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="SCORE is log P, not length-normalized")
     add_fields(parser, DecodeConfig, ["alpha"])
     parser.add_argument("--format", choices=["text", "json"], default="text",
-                        help="output format (default text)")
+                        help="output format (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N",
-                        help="sentence pairs scored together, sorted by length (default 32)")
+                        help="sentence pairs scored together, sorted by length "
+                        "(default %(default)s)")
     parser.add_argument("--precision", choices=DECODE_PRECISIONS, default="fp32",
                         help="as in `nmt translate`, but fp32 by default: scores are "
                         "numbers to compare, the same on every machine")

@@ -17,7 +17,7 @@ import torch
 from transformer_nmt.data.text import normalize
 from transformer_nmt.decode.batching import buffers, length_batches, run_in_order
 from transformer_nmt.decode.search import length_penalty, teacher_forced
-from transformer_nmt.decode.translator import Translator
+from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 
 
@@ -60,7 +60,7 @@ def score_ids(translator: Translator, sources: list[list[int]], targets: list[li
 
 def score_lines(translator: Translator, sources: Iterable[str], targets: Iterable[str],
                 source_name: str = "source", target_name: str = "target",
-                buffer_size: int = 1024) -> Iterator[PairScore]:
+                buffer_size: int = TranslatorOptions.buffer_size) -> Iterator[PairScore]:
     """Scores of each target line as a translation of its source line, in order; raw
     text on both sides, normalized and split into subwords with the model's vocabulary.
 

@@ -41,8 +41,6 @@ from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.beam import TopK, beam_loop
-from transformer_nmt.decode.beam import (  # noqa: F401 (tests check the bound)
-    best_possible_scores as _best_possible_scores)
 from transformer_nmt.decode.search_base import (EncoderState, Hypothesis, Seq2Seq,
                                                 SpecialIds, Stepper, length_penalty,
                                                 max_lengths, source_lengths)
@@ -208,19 +206,16 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
 
 def search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
            special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
-           need_attention: bool = False, attention_layer: int = -2,
-           need_token_scores: bool = False, prefixes: list[list[int]] | None = None,
+           prefixes: list[list[int]] | None = None,
            seeds: list[int] | None = None, features: bool = False) -> list[list[Hypothesis]]:
     """Translate a batch of sources (batch, src_len): greedy for beam 1, else beam search,
     or with cfg.sampling, cfg.nbest samples (`sample`, seeded per sentence with `seeds`,
     default its row number).
 
     Returns per sentence its cfg.nbest best hypotheses. Outputs start with `prefixes`
-    when given (token ids per sentence, at most max_len_limit each). With need_attention,
-    each hypothesis gets the encoder-decoder attention of decoder layer `attention_layer`
-    (default: the penultimate, which aligns best in Garg et al. 2019), averaged over heads;
-    with need_token_scores, the log-probability of each of its tokens; with features, what
-    the confidence needs (Hypothesis.features; a Transformer's only).
+    when given (token ids per sentence, at most max_len_limit each). With features, each
+    hypothesis gets what the confidence needs (Hypothesis.features; a Transformer's only);
+    `attach_details` adds attention and token scores afterwards.
     """
     if cfg.sampling:
         seeds = list(range(src.size(0))) if seeds is None else seeds
@@ -231,9 +226,6 @@ def search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
     else:
         results = beam_search(model, src, cfg, special, max_len_limit, prefixes=prefixes,
                               features=features)
-    if need_attention or need_token_scores:
-        attach_details(model, src, results, special, attention_layer, need_attention,
-                       need_token_scores)
     return results
 
 
@@ -285,10 +277,11 @@ def teacher_forced_pass(model: Seq2Seq, src: Tensor, owners: Tensor,
 
 
 def attach_details(model: Seq2Seq, src: Tensor, results: list[list[Hypothesis]],
-                   special: SpecialIds = SpecialIds(), layer: int = -2,
-                   attention: bool = True, token_scores: bool = False) -> None:
-    """Fill Hypothesis.attention (of decoder layer `layer`) and/or Hypothesis.token_scores
-    by decoding every final hypothesis once more, teacher-forced.
+                   special: SpecialIds = SpecialIds(), attention: bool = True,
+                   token_scores: bool = False) -> None:
+    """Fill Hypothesis.attention (the encoder-decoder attention of decoder layer
+    transformer_nmt.decode.search_features.ATTENTION_LAYER, averaged over heads) and/or
+    Hypothesis.token_scores by decoding every final hypothesis once more, teacher-forced.
 
     Re-running the decoder on the chosen hypotheses costs one pass and keeps the search
     itself free of attention and per-token bookkeeping.
@@ -304,8 +297,7 @@ def attach_details(model: Seq2Seq, src: Tensor, results: list[list[Hypothesis]],
             hyp.token_scores = token_scores_of_hyp
     if not attention:
         return
-    layer_index = max(layer, -len(cross)) if layer < 0 else min(layer, len(cross) - 1)
-    weights = cross[layer_index].float().mean(dim=1)  # (hyps, length, src_len)
+    weights = cross[probe_layer(len(cross))].float().mean(dim=1)  # (hyps, length, src_len)
     src_lengths = src.ne(special.pad).sum(1).tolist()
     for row, (owner, hyp) in enumerate(zip(owners, hyps)):
         hyp.attention = weights[row, : len(hyp.tokens) + 1, : src_lengths[owner]].cpu()

@@ -19,8 +19,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 ATTENTION_LAYER = -2
-"""The decoder layer whose encoder-decoder attention tells coverage: the penultimate, which
-aligns best (as for word alignments, transformer_nmt.decode.search)."""
+"""The decoder layer whose encoder-decoder attention is read, for word alignments
+(transformer_nmt.decode.search.attach_details) and for the confidence's coverage: the
+penultimate, whose attention aligns with the source words best (Garg et al. 2019). A
+decoder of one layer reads that one (`probe_layer`)."""
 ATTENDED = 0.5
 """Attention a source token must receive, summed over the output's tokens, to count as
 attended (each output token spreads 1 over the source)."""

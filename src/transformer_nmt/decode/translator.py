@@ -46,20 +46,24 @@ ROWS_IN_FLIGHT = 128
 """Decoder rows (sentences × hypotheses per sentence) decoded at once by default,
 shared by the workers: the matrix products of a step are faster per row with more rows,
 so greedy search gets more sentences than beam search (see `sentences_in_flight`)."""
+FEWEST_SENTENCES_IN_FLIGHT = 32
+"""The least `sentences_in_flight` gives, whatever the beam: beam 4's share of
+ROWS_IN_FLIGHT, so that wider beams keep as many sentences as it does."""
+MOST_SENTENCES_IN_FLIGHT = 96
+"""The most `sentences_in_flight` gives: greedy search gets faster with more sentences at
+once up to about this many, and hardly faster past it, while memory keeps growing (each
+sentence keeps its encoder-decoder keys and values whatever its rows)."""
 
 
 def sentences_in_flight(decode: DecodeConfig) -> int:
     """Sentences decoded at once by default, shared by the workers: ROWS_IN_FLIGHT rows,
-    but at least 32 sentences and at most 96.
-
-    Greedy search gets faster with more sentences at once up to about the upper bound,
-    and hardly faster past it, while memory keeps growing: each sentence keeps its
-    encoder-decoder keys and values whatever its rows. Beam search's hypotheses per
-    sentence bring the count down, beam 4's to the lower bound (bench/RESULTS.md, "more
+    but at least FEWEST_SENTENCES_IN_FLIGHT sentences and at most MOST_SENTENCES_IN_FLIGHT.
+    Beam search's hypotheses per sentence bring the count down (bench/RESULTS.md, "More
     sentences per batch for greedy search").
     """
     rows_per_sentence = decode.nbest if decode.sampling else decode.beam
-    return min(max(ROWS_IN_FLIGHT // rows_per_sentence, 32), 96)
+    return min(max(ROWS_IN_FLIGHT // rows_per_sentence, FEWEST_SENTENCES_IN_FLIGHT),
+               MOST_SENTENCES_IN_FLIGHT)
 
 
 def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
@@ -104,8 +108,7 @@ class TranslatorOptions:
     (transformer_nmt.runtime.auto_decoding_precision)."""
     batch_size: int | None = None
     """Most sentences per batch, whatever a call's settings (None: `sentences_in_flight`
-    of `decode` shared by the workers: for two, 48 each for greedy search, 32 for beam 2,
-    16 for beam 4 or more)."""
+    of `decode` shared by the workers)."""
     max_tokens: int | None = None
     """Most source tokens per batch as well, padding included (None: no such limit)."""
     alignments: bool = False

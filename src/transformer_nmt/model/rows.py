@@ -14,8 +14,9 @@ masked NaN would still poison the softmax.
 A step's rows read their keys and values in a few spans (`row_spans`), each only as far
 as its own longest row: sentences join last, at position 0, and all advance together,
 so the rows are in order of position, longest first, and one span per step would make a
-sentence that just joined read as many positions as the oldest one. On a server's
-arrival order that padding took a third of the engine's attention and cache gathers.
+sentence that just joined read as many positions as the oldest one: on a server's
+arrival order that padding was a large share of the engine's attention and cache gathers
+(bench/RESULTS.md, "The engine in a server's arrival order").
 """
 
 from __future__ import annotations

@@ -221,8 +221,10 @@ class Driver:
         """The complete pieces to finish now: every sound one, and the suspect ones (the
         guard will search them again) once half a batch's sentences of them wait, the
         oldest has waited SUSPECT_STEPS steps, or nothing else is decoding. A second
-        search of one or two sentences at a time cost the server twice the CPU per
-        sentence of batches on a weak model; gathered, they search as one batch."""
+        search of one or two sentences at a time pays a whole search's fixed costs for
+        each, which made a weak model's server spend far more CPU per sentence than
+        batches (bench/RESULTS.md, "Continuous batching in the server"); gathered, they
+        search as one batch."""
         ready, suspects = [], []
         for piece in complete:
             if id(piece) not in self.suspect_since:

@@ -43,8 +43,8 @@ def attention_kernels(device: torch.device, precision: str,
     On a GPU, PyTorch 2.11 picked cuDNN's attention for the padded batches of training (an
     H100, tests/test_gpu.py). cuDNN builds an execution graph for every new shape, tens to
     hundreds of milliseconds each by public reports, and training meets a new (sentences,
-    length) shape at almost every batch: the small preset trained fewer than 3 steps a
-    second there (bench/RESULTS.md, "The CUDA paths on an H100"). The memory-efficient
+    length) shape at almost every batch: the small preset trained far below its goal
+    there (bench/RESULTS.md, "The CUDA paths on an H100", has the figure). The memory-efficient
     kernel takes the same masks with no per-shape cost. That this is the whole cause is
     still to be measured (bench/gpu_attention_shapes.py). Elsewhere PyTorch's choice stands.
     """
