@@ -11,8 +11,8 @@ from transformer_nmt.serve.access import presented_key, require_key
 
 def request(*headers: tuple[str, str]) -> Request:
     """A request as the ASGI server hands it over: header names in lower case."""
-    return Request({"type": "http", "method": "POST", "path": "/v1/translate",
-                    "headers": [(name.lower().encode(), value.encode()) for name, value in headers]})
+    raw = [(name.lower().encode(), value.encode()) for name, value in headers]
+    return Request({"type": "http", "method": "POST", "path": "/v1/translate", "headers": raw})
 
 
 def test_the_key_comes_from_x_api_key_first_then_a_bearer_token_then_the_body():
