@@ -1,5 +1,6 @@
-"""ARCHITECTURE.md read as data: the rank of every layer and the one line of every module
-(the tests of the map and of the imports both read it, so the page is the one table)."""
+"""ARCHITECTURE.md read as data: the rank of every layer, the one line of every module and
+the tests it names (the tests of the map and of the imports both read it, so the page is
+the one table)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ MAP = ROOT / "ARCHITECTURE.md"
 
 _LAYER_ROW = re.compile(r"^\| *(\d+) *\| *((?:`[\w.]+`(?:, *)?)+) *\|")
 _MODULE_LINE = re.compile(r"^- `([\w/.]+\.py)`: *(.*)$")
+_TESTED_BY = re.compile(r" Tested by (tests/[\w.]+\.py(?:, tests/[\w.]+\.py)*)\.$")
 
 
 def layer_ranks(text: str) -> dict[str, int]:
@@ -28,6 +30,17 @@ def module_lines(text: str) -> dict[str, str]:
     """Module path under the package ('decode/search.py') -> its line of description."""
     return {match.group(1): match.group(2).strip() for line in text.splitlines()
             if (match := _MODULE_LINE.match(line))}
+
+
+def named_tests(text: str) -> dict[str, list[str]]:
+    """Module path -> the test files its line names at its end (' Tested by
+    tests/test_a.py, tests/test_b.py.'), for the modules whose line names any."""
+    found = {}
+    for path, line in module_lines(text).items():
+        named = _TESTED_BY.search(line)
+        if named:
+            found[path] = named.group(1).split(", ")
+    return found
 
 
 def read_map(path: Path = MAP) -> tuple[dict[str, int], dict[str, str]]:

@@ -1,11 +1,23 @@
 """ARCHITECTURE.md stays the true map of the house: every source module is on it with a line
-saying what it is for, nothing gone is left on it, and every module's layer has a rank."""
+saying what it is for, nothing gone is left on it, every module's layer has a rank, and
+every module has its tests.
+
+The tests mirror the house: `src/transformer_nmt/<layer>/<module>.py` has its own
+`tests/test_<layer>_<module>.py` (`tests/test_<module>.py` for a top-level module; a
+package's `__init__.py` has `tests/test_<package>.py`), or its line on the map ends with
+` Tested by tests/test_x.py.` (several files separated by ", "), naming existing test files
+that import or run it. Exempt by rule, as there is nothing in them to test: `__main__.py`
+files and `__init__.py` files that hold nothing but a docstring.
+"""
 
 from __future__ import annotations
 
-from architecture_map import ROOT, layer_ranks, module_lines, read_map
+import ast
+
+from architecture_map import MAP, ROOT, layer_ranks, module_lines, named_tests, read_map
 
 PACKAGE_DIR = ROOT / "src" / "transformer_nmt"
+TESTS_DIR = ROOT / "tests"
 
 
 def source_modules() -> set[str]:
@@ -15,6 +27,42 @@ def source_modules() -> set[str]:
 def layer_of(path: str) -> str:
     """'decode/search.py' -> 'decode'; 'config.py' -> 'config'; '__init__.py' -> '__init__'."""
     return path.split("/")[0].removesuffix(".py")
+
+
+def own_test(path: str) -> str:
+    """'decode/search.py' -> 'tests/test_decode_search.py'; 'config.py' ->
+    'tests/test_config.py'; 'data/corpora/__init__.py' -> 'tests/test_data_corpora.py'."""
+    parts = path.removesuffix(".py").split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return "tests/test_" + "_".join(parts) + ".py"
+
+
+def exempt(path: str) -> bool:
+    """A `__main__.py`, or an `__init__.py` with nothing but a docstring (or nothing)."""
+    name = path.rsplit("/", 1)[-1]
+    if name == "__main__.py":
+        return True
+    if name != "__init__.py":
+        return False
+    body = ast.parse((PACKAGE_DIR / path).read_text(encoding="utf-8")).body
+    return all(isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+               and isinstance(node.value.value, str) for node in body)
+
+
+def untested(modules: set[str], named: dict[str, list[str]], test_files: set[str]
+             ) -> tuple[list[str], list[str]]:
+    """The modules (not exempt) with neither their own test file nor a test named on the
+    map, and the named test files that do not exist ('module: file')."""
+    missing = sorted(path for path in modules if not exempt(path)
+                     and own_test(path) not in test_files and path not in named)
+    gone = sorted(f"{path}: {name}" for path, names in named.items() for name in names
+                  if name not in test_files)
+    return missing, gone
+
+
+def existing_test_files() -> set[str]:
+    return {path.relative_to(ROOT).as_posix() for path in TESTS_DIR.glob("test_*.py")}
 
 
 def test_the_reader_finds_ranks_and_module_lines():
@@ -37,3 +85,40 @@ def test_every_layer_has_a_rank_and_every_rank_a_layer_that_exists():
     layers = {layer_of(path) for path in source_modules()}
     assert sorted(layers - set(ranks)) == []
     assert sorted(set(ranks) - layers) == []
+
+
+def test_the_reader_finds_the_tests_a_line_names():
+    text = ("- `serve/app.py`: the app. Tested by tests/test_serve_server.py.\n"
+            "- `serve/pairs.py`: pairs. Tested by tests/test_serve_models.py, tests/test_a.py.\n"
+            "- `errors.py`: errors; Tested by nothing in particular\n")
+    assert named_tests(text) == {"serve/app.py": ["tests/test_serve_server.py"],
+                               "serve/pairs.py": ["tests/test_serve_models.py", "tests/test_a.py"]}
+
+
+def test_the_rule_names_own_tests_and_exempts_only_modules_without_behaviour():
+    assert own_test("decode/beam.py") == "tests/test_decode_beam.py"
+    assert own_test("calibrate.py") == "tests/test_calibrate.py"
+    assert own_test("cli/__init__.py") == "tests/test_cli.py"
+    assert own_test("data/corpora/__init__.py") == "tests/test_data_corpora.py"
+    assert exempt("cli/__main__.py") and exempt("decode/__init__.py")
+    assert exempt("documents/__init__.py")  # a docstring only
+    assert not exempt("cli/__init__.py") and not exempt("data/corpora/__init__.py")
+    assert not exempt("decode/beam.py")
+    # One test file gone, one named on the map gone: both found.
+    files = {"tests/test_decode_beam.py", "tests/test_serve_models.py"}
+    assert untested({"decode/beam.py", "decode/job.py", "serve/pairs.py"},
+                    {"serve/pairs.py": ["tests/test_serve_models.py", "tests/test_gone.py"]},
+                    files) == (["decode/job.py"], ["serve/pairs.py: tests/test_gone.py"])
+
+
+def test_every_module_has_its_own_test_file_or_names_existing_ones_on_the_map():
+    text = MAP.read_text(encoding="utf-8")
+    lines = module_lines(text)
+    named = named_tests(text)
+    malformed = sorted(path for path, line in lines.items()
+                       if "Tested by" in line and path not in named)
+    assert malformed == [], "a 'Tested by' that does not end its line as ' Tested by tests/x.py.'"
+    missing, gone = untested(source_modules(), named, existing_test_files())
+    assert missing == [], ("modules without tests/test_<layer>_<module>.py and without "
+                           "' Tested by tests/....py.' on their line of ARCHITECTURE.md")
+    assert gone == [], "ARCHITECTURE.md names test files that do not exist"
