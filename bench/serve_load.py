@@ -270,6 +270,9 @@ def main() -> None:
                         help="with --model: every output runs to round(1.075 x its source "
                         "tokens), as for the random base model (for a --model with random "
                         "weights, which never ends a sentence by itself)")
+    parser.add_argument("--server-flag", action="append", default=[], metavar="FLAG",
+                        help="a flag for `nmt serve` (repeat: --server-flag=--no-batch-invariant "
+                        "measures the server without its default batch invariance)")
     parser.add_argument("--hogs", default="0",
                         help="busy-loop processes beside the server, one pass of the levels "
                         "per count (e.g. 0,2: quiet, then shared)")
@@ -299,7 +302,7 @@ def main() -> None:
                    str(model), "--port", str(args.port), "--beam", str(args.beam),
                    "--max-len-a", str(decode.max_len_a), "--max-len-b", str(decode.max_len_b),
                    "--max-queue", "100000", "--timeout", "600", "--log-level", "warning",
-                   *(["--no-guard"] if args.no_guard else [])]
+                   *(["--no-guard"] if args.no_guard else []), *args.server_flag]
         process = subprocess.Popen(command, stderr=subprocess.PIPE)
         try:
             wait_ready(url, process)
