@@ -25,7 +25,6 @@ and the reference moves with them.
 
 from __future__ import annotations
 
-import argparse
 import random
 import shutil
 import sys
@@ -33,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fairseq_checkpoints import LEXICON, run, train  # noqa: E402
+from fairseq_checkpoints import LEXICON, run, run_in_fairseq, train  # noqa: E402
 
 TEST_LINES = ["The dog runs in the garden.", "A small cat sleeps on the warm-green roof!",
               "Children play near the old house, and the dog sleeps.",
@@ -125,29 +124,17 @@ def reference(out: Path) -> dict:
     return found
 
 
+def inside(work: Path, out: Path) -> None:
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    train(make_data(work, out), work, out, "post")
+    torch.save(reference(out), out / "reference.pt")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, required=True,
-                        help="fairseq's environment, the corpus and the training run")
-    parser.add_argument("--out", type=Path, required=True, help="where the test data goes")
-    parser.add_argument("--inside", action="store_true",
-                        help="(run by the script itself inside fairseq's environment)")
-    args = parser.parse_args()
-    work, out = args.work.resolve(), args.out.resolve()
-    if args.inside:
-        import torch
-
-        out.mkdir(parents=True, exist_ok=True)
-        train(make_data(work, out), work, out, "post")
-        torch.save(reference(out), out / "reference.pt")
-        return
-    from fairseq_quickstart import install
-
-    bin_dir = install(work, sys.executable)
-    run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "sentencepiece",
-         "subword-nmt", "sacremoses"])
-    run([str(bin_dir / "python"), __file__, "--inside", "--work", str(work), "--out", str(out)])
-    print(f"wrote {out}")
+    run_in_fairseq(__file__, __doc__.splitlines()[0], inside,
+                   ["sentencepiece", "subword-nmt", "sacremoses"])
 
 
 if __name__ == "__main__":

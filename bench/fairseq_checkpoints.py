@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 LEXICON = {
     "the": "die", "house": "haus", "is": "ist", "small": "klein", "a": "ein",
@@ -196,8 +197,12 @@ def inside(work: Path, out: Path) -> None:
     torch.save(reference(out), out / "reference.pt")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_in_fairseq(script: str, description: str, inside: Callable[[Path, Path], None],
+                   packages: list[str]) -> None:
+    """The command line of a script that makes test data with fairseq: installed in its
+    own environment under --work with `packages` added, the script runs itself again
+    there with --inside, where `inside(work, out)` does the work."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--work", type=Path, required=True,
                         help="fairseq's environment, the corpus and the training runs")
     parser.add_argument("--out", type=Path, required=True, help="where the test data goes")
@@ -212,9 +217,13 @@ def main() -> None:
     from fairseq_quickstart import install
 
     bin_dir = install(work, sys.executable)
-    run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "sentencepiece"])
-    run([str(bin_dir / "python"), __file__, "--inside", "--work", str(work), "--out", str(out)])
+    run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", *packages])
+    run([str(bin_dir / "python"), script, "--inside", "--work", str(work), "--out", str(out)])
     print(f"wrote {out}")
+
+
+def main() -> None:
+    run_in_fairseq(__file__, __doc__.splitlines()[0], inside, ["sentencepiece"])
 
 
 if __name__ == "__main__":
