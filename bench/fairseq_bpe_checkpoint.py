@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fairseq_checkpoints import LEXICON, run, run_in_fairseq, train  # noqa: E402
+from fairseq_checkpoints import LEXICON, binarize, run_in_fairseq, train  # noqa: E402
 
 TEST_LINES = ["The dog runs in the garden.", "A small cat sleeps on the warm-green roof!",
               "Children play near the old house, and the dog sleeps.",
@@ -90,15 +90,7 @@ def make_data(work: Path, out: Path) -> Path:
             (text / f"{split}.{language}").write_text(
                 "".join(bpe.process_line(tokenized(pair[side], language)) + "\n"
                         for pair in pairs), encoding="utf-8")
-    binarized = work / "bpe-data-bin"
-    shutil.rmtree(binarized, ignore_errors=True)
-    run([str(Path(sys.executable).parent / "fairseq-preprocess"), "--source-lang", "en",
-         "--target-lang", "de", "--trainpref", str(text / "train"), "--validpref",
-         str(text / "valid"), "--destdir", str(binarized), "--joined-dictionary",
-         "--workers", "1"])
-    for language in ("en", "de"):
-        shutil.copy(binarized / f"dict.{language}.txt", out / f"dict.{language}.txt")
-    return binarized
+    return binarize(text, work / "bpe-data-bin", out)
 
 
 def reference(out: Path) -> dict:

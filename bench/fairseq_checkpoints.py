@@ -118,7 +118,12 @@ def make_data(work: Path, out: Path) -> Path:
             pieces = processor.encode([pair[side] for pair in pairs], out_type=str)
             (text / f"{split}.{language}").write_text(
                 "".join(" ".join(line) + "\n" for line in pieces), encoding="utf-8")
-    binarized = work / "data-bin"
+    return binarize(text, work / "data-bin", out)
+
+
+def binarize(text: Path, binarized: Path, out: Path) -> Path:
+    """fairseq-preprocess of text/{train,valid}.{en,de} (pieces) into `binarized`, one
+    joined dictionary, copied to `out` as dict.en.txt and dict.de.txt; `binarized`."""
     shutil.rmtree(binarized, ignore_errors=True)
     run([str(Path(sys.executable).parent / "fairseq-preprocess"), "--source-lang", "en",
          "--target-lang", "de", "--trainpref", str(text / "train"), "--validpref",
