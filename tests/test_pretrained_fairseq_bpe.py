@@ -160,4 +160,12 @@ def test_bpe_imports_are_refused_in_one_line_without_their_files(tmp_path, capsy
     assert main(["import", "--from", "fairseq", str(CHECKPOINT), "--dict-dir", str(DATA),
                  "--bpe", "subword_nmt", "--bpe-codes", str(DATA / "codes"), "--src-lang",
                  "en", "--tgt-lang", "de", "--out", str(tmp_path / "cli.pt")]) == 0
-    assert "fairseq transformer model" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "fairseq transformer model" in printed
+    assert "Moses tokens and BPE codes for each side" in printed
+    # Argos Translate cuts text with sentencepiece: refused in one line, nothing written.
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    assert main(["export", "--model", str(tmp_path / "cli.pt"), "--to", "argos",
+                 str(tmp_path / "x.argosmodel")]) != 0
+    assert "Moses tokens cut by BPE codes" in capsys.readouterr().err
+    assert not (tmp_path / "x.argosmodel").exists()

@@ -33,7 +33,7 @@ import torch
 
 from transformer_nmt.checksum import CHECKSUM_KEY, payload_checksum, verify_checksum
 from transformer_nmt.config import ModelConfig, config_from_dict, preset_of_architecture
-from transformer_nmt.data.bpe_vocab import BpeVocab
+from transformer_nmt.data.bpe_vocab import BpeVocab, is_bpe_vocab
 from transformer_nmt.data.stored_vocab import read_vocab
 from transformer_nmt.data.vocab import PAD_ID, Vocab
 from transformer_nmt.data.vocab_source import VocabSource, read_vocab_file_or_dir, vocab_digest
@@ -270,9 +270,11 @@ def _architecture_line(payload: dict[str, Any]) -> str:
 
 def _vocabulary_line(payload: dict[str, Any]) -> str:
     target = payload.get("target_vocab")
+    kind = ("Moses tokens and BPE codes" if is_bpe_vocab(payload["vocab"])
+            else "sentencepiece")
     sides = ("shared by both languages" if target is None else
-             "one id space, a sentencepiece model for each side")
-    return (f"{payload['vocab_size']} pieces, {sides} (sentencepiece, sha256 "
+             f"one id space, {kind} for each side")
+    return (f"{payload['vocab_size']} pieces, {sides} ({kind}, sha256 "
             f"{vocab_digest(payload['vocab'], target)[:16]})")
 
 

@@ -14,6 +14,7 @@ import json
 import zipfile
 from pathlib import Path
 
+from transformer_nmt.data.bpe_vocab import BpeVocab
 from transformer_nmt.errors import UserError
 from transformer_nmt.export.ctranslate2 import (require_ctranslate2, unsupported_reason,
                                                 write_ctranslate2)
@@ -64,6 +65,10 @@ def export_argos(model_path: str | Path, out: str | Path, quantization: str = "f
     check_destination(out, force)
     require_ctranslate2()
     model = load_for_inference(model_path)
+    if isinstance(model.vocab, BpeVocab):
+        raise UserError(f"{model_path}: cannot export to Argos Translate, which cuts text with "
+                        "a sentencepiece model, while this model's text is Moses tokens cut by "
+                        "BPE codes; export it --to ctranslate2 instead")
     reason = unsupported_reason(model.model)
     if reason is not None:
         raise UserError(f"{model_path}: cannot export to Argos Translate, whose runtime is "
