@@ -380,3 +380,22 @@ def test_the_cli_offers_the_bpes_the_library_knows():
     from transformer_nmt.pretrained.fairseq import BPES
 
     assert CLI_BPES == BPES
+
+
+def test_the_imported_model_is_calibrated_evaluated_and_drawn(imported, tmp_path, capsys):
+    """The commands after import work on it with no special case: a confidence fitted on
+    a corpus of its vocabulary, BLEU on that corpus, the attention pictures."""
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    from transformer_nmt.calibrate import calibrate
+
+    data = make_copy_task_data(tmp_path, vocab_source(imported["pre"]))
+    out = tmp_path / "calibrated.pt"
+    calibrate(imported["pre"], data, "valid", out=out, log=lambda message: None,
+              options=TranslatorOptions(DecodeConfig(max_len_b=16), precision="fp32"))
+    assert read_model_file(out)["calibration"]
+    assert main(["evaluate", "--model", str(out), "--data", str(data), "--split", "valid",
+                 "--precision", "fp32", "--max-len-b", "16"]) == 0
+    assert "BLEU" in capsys.readouterr().out
+    assert main(["attention", "--model", str(out), "--src", "the dog runs in the garden",
+                 "--out", str(tmp_path / "pictures")]) == 0
+    assert list((tmp_path / "pictures").glob("*.png"))
