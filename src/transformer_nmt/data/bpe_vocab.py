@@ -162,8 +162,9 @@ class BpeVocab:
         they spell: ▁ before each piece that begins a Moses token which begins a word of
         the detokenized text (punctuation Moses split off a word joins it again), the @@
         left out. Specials stay as they are."""
+        ids = [int(i) for i in ids]
         pieces = [self.piece(i) for i in ids]
-        text = [not (int(i) in (PAD_ID, BOS_ID, EOS_ID) or LANGUAGE_TOKEN.fullmatch(piece))
+        text = [not (i in (PAD_ID, BOS_ID, EOS_ID) or LANGUAGE_TOKEN.fullmatch(piece))
                 for i, piece in zip(ids, pieces)]
         tokens: list[list[int]] = []  # the positions of each Moses token's pieces
         for position, piece in enumerate(pieces):
@@ -185,6 +186,8 @@ class BpeVocab:
     def _starts_word(self, tokens: list[str]) -> list[bool]:
         """For each Moses token, whether it begins a word of their detokenized text (the
         first does; one whose surface is not found there is taken to begin one)."""
+        if len(tokens) < 2:  # the first begins a word: nothing to detokenize
+            return [True] * len(tokens)
         *_, detokenizer = self._loaded()
         text = detokenizer.detokenize(tokens)
         starts, position = [], 0

@@ -92,10 +92,9 @@ class Vocab:
         if target is None:
             return cls(processor)
         target_processor = _processor(target, f"{source} (target side)")
-        size = processor.get_piece_size()
-        if target_processor.get_piece_size() != size or any(
-                processor.id_to_piece(i) != target_processor.id_to_piece(i)
-                for i in range(size)):
+        if (processor.id_to_piece(list(range(processor.get_piece_size())))
+                != target_processor.id_to_piece(
+                    list(range(target_processor.get_piece_size())))):
             raise UserError(f"{source}: its source and target sentencepiece models do not "
                             "hold the same pieces at the same ids; import the model again")
         return cls(processor, cls(target_processor))

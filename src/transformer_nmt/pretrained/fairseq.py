@@ -178,10 +178,11 @@ def _check_tokenizer(state: dict[str, Any], path: Path, bpe: str) -> None:
     """UserError when the checkpoint records a tokenizer other than what is imported with
     its BPE: none for sentencepiece, Moses with fairseq's defaults for BPE codes."""
     cfg = state.get("cfg")
-    found = _plain(cfg.get("tokenizer")) if isinstance(cfg, dict) else {
-        "_name": _plain(state.get("args")).get("tokenizer"),
-        **{name: _plain(state.get("args")).get(name)
-           for name in ("moses_no_dash_splits", "moses_no_escape")}}
+    if isinstance(cfg, dict):
+        found = _plain(cfg.get("tokenizer"))
+    else:  # fairseq before 0.10: one flat Namespace
+        args = _plain(state.get("args"))
+        found = {"_name": args.get("tokenizer"), **args}
     name = found.get("_name")
     if name not in (None, "moses") or (name == "moses" and bpe == "sentencepiece"):
         raise UserError(f"{path}: its text was tokenized with {name!r}, which this import "

@@ -184,7 +184,7 @@ def mapped_bpe_vocab(source: Side, target: Side, codes: str, languages: tuple[st
     `source` and `target`, cut by the merges `codes`, tokenized in `languages` (source,
     target); `where` names the files in errors."""
     pieces, source_ids, order = joint_ids(source, target, where)
-    sides = [BpeVocab(pieces, [i != ABSENT for i in ids], codes, language)
-             for ids, language in ((source_ids, languages[0]), (order, languages[1]))]
-    vocab = BpeVocab.from_bytes(sides[0].to_bytes(), where, sides[1].to_bytes())
+    target_side = BpeVocab(pieces, [i != ABSENT for i in order], codes, languages[1])
+    vocab = BpeVocab(pieces, [i != ABSENT for i in source_ids], codes, languages[0],
+                     target=target_side)
     return ImportedVocab(vocab, IdOrder(source_ids), IdOrder(order))
