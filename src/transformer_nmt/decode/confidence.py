@@ -19,7 +19,7 @@ fitted mostly on sound outputs gave an empty output for a sentence of digits an 
 chance.
 
 A calibration is plain numbers, stored under the model file's `calibration` key: the
-features' means and standard deviations on the validation split, and a logistic
+features' means and standard deviations on the split it was fitted on, and a logistic
 regression's coefficients over the standardized features. Applying it is a dot product
 and a sigmoid; the fitting is transformer_nmt.calibrate's.
 """
@@ -49,9 +49,10 @@ from transformer_nmt.model_file import InferenceModel
 LOW_CONFIDENCE = 0.5
 """Below this, a translation says why (Translation.confidence_reasons)."""
 REASON_MARGIN = 0.5
-"""How much a feature must lower the log-odds, against a validation-average sentence, to
-be named as a reason."""
+"""How much a feature must lower the log-odds, against a sentence with every feature at
+its mean (Calibration.means), to be named as a reason."""
 MOST_REASONS = 2
+"""Most reasons a low confidence names, most telling first."""
 
 _GROUPS = {
     "mean_log_prob": ("mean_log_prob",), "min_log_prob": ("min_log_prob",),
@@ -100,7 +101,7 @@ class Calibration:
     threshold: float
     """The sentence chrF2 a translation needed to count as acceptable."""
     split: str
-    """The split fitted on (validation)."""
+    """The split of the data directory fitted on (`nmt calibrate --split`)."""
     sentences: int
     """Translations fitted on."""
     accepted: float
