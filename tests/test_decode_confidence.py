@@ -10,8 +10,7 @@ import pytest
 
 from decode_fixtures import SHORT, make_model_file, sentences, with_calibration
 from transformer_nmt.decode.confidence import (BASE_RATE_REASON, DEGENERATE_REASONS,
-                                               FEATURES, Calibration, copied_tokens,
-                                               repeated_bigrams, sentence_features)
+                                               FEATURES, Calibration, sentence_features)
 from transformer_nmt.decode.degenerate import TOO_LONG, degenerate_reasons
 from transformer_nmt.decode.translator import (Translator, TranslationRequest,
                                                TranslatorOptions)
@@ -25,14 +24,6 @@ def calibration(coefficients=None, intercept=0.0, means=None) -> Calibration:
                        tuple(coefficients or [0.0] * len(FEATURES)), intercept,
                        target="by hand", threshold=50.0, split="valid", sentences=10,
                        accepted=0.5)
-
-
-def test_repetition_and_copying_of_hand_made_outputs():
-    assert repeated_bigrams([5, 5, 5, 5, 5]) == 3 / 4  # (5, 5) four times: three repeats
-    assert repeated_bigrams([1, 2, 3, 1, 2]) == 1 / 4
-    assert repeated_bigrams([1, 2, 3, 4]) == repeated_bigrams([7]) == repeated_bigrams([]) == 0
-    assert copied_tokens([1, 2, 3, 4], [4, 9, 1]) == 2 / 4
-    assert copied_tokens([], [1, 2]) == 0
 
 
 def test_features_of_hand_made_outputs_agree_with_the_models_token_scores(model_file):

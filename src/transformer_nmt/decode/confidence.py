@@ -3,30 +3,23 @@ gives about it (`sentence_features`), and the calibration that turns them into t
 probability that the sentence is acceptable (`Calibration`, fitted by `nmt calibrate`,
 transformer_nmt.calibrate).
 
-The features of a translation Y of a source X, from one teacher-forced decoder pass over
-the chosen output (or, the same numbers up to rounding, gathered by the search that made it:
-transformer_nmt.decode.search_features):
-
-- mean_log_prob, min_log_prob: the mean and the lowest log P of Y's tokens (EOS included);
-- mean_entropy: the mean entropy of the next-token distributions along Y;
-- log_length_ratio and its square: log(|Y| / |X|), tokens with EOS, so that outputs far
-  longer or shorter than usual can both lower the confidence;
-- unattended_source: the share of source tokens that the cross-attention of the
-  penultimate decoder layer (heads averaged) gives less than ATTENDED in total;
-- repeated_bigrams: the share of Y's token bigrams that already occurred in Y;
-- copied_tokens: the share of Y's tokens that are tokens of X.
+The features (FEATURES) are defined in transformer_nmt.decode.confidence_features: what
+one teacher-forced decoder pass over the chosen output gives (`sentence_features`), or, the
+same numbers up to rounding, what the search gathered while it made it
+(transformer_nmt.decode.search_features).
 
 The agreement of an n-best list is left out: the default search returns one hypothesis,
 and asking it for more would make every translation slower.
 
 A degenerate translation (transformer_nmt.decode.degenerate: repeating, far too long or
 short, a copy of its source, no letter or digit) gets confidence 0 with the reasons in words,
-whatever its features: the degenerate bounds flag none of 59,398 reference translations,
-so what they flag is not what a reader accepts, while a calibration fitted mostly on
-sound outputs gave an empty output for a sentence of digits 0.5.
+whatever its features: the degenerate bounds flag none of the reference translations they
+were drawn from, so what they flag is not what a reader accepts, while a calibration
+fitted mostly on sound outputs gave an empty output for a sentence of digits an even
+chance.
 
 A calibration is plain numbers, stored under the model file's `calibration` key: the
-features' means and standard deviations on the validation split, and a logistic
+features' means and standard deviations on the split it was fitted on, and a logistic
 regression's coefficients over the standardized features. Applying it is a dot product
 and a sigmoid; the fitting is transformer_nmt.calibrate's.
 """
@@ -40,29 +33,26 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
+from transformer_nmt.decode.confidence_features import (CALIBRATION_VERSION, FEATURES,
+                                                         StepSums, all_features,
+                                                         heads_averaged, token_entropy)
 from transformer_nmt.decode.degenerate import (COPIES_SOURCE, ONLY_SYMBOLS, REPEATS,
                                                 TOO_LONG, TOO_SHORT)
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.guard import output_reasons
 from transformer_nmt.decode.search import teacher_forced_pass
-from transformer_nmt.decode.search_base import Seq2Seq, SpecialIds
-from transformer_nmt.decode.search_features import ATTENDED, ATTENTION_LAYER
+from transformer_nmt.decode.search_base import Seq2Seq, SpecialIds, source_lengths
+from transformer_nmt.decode.search_features import probe_layer
 from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import InferenceModel
 
-FEATURES = ("mean_log_prob", "min_log_prob", "mean_entropy", "log_length_ratio",
-            "log_length_ratio_squared", "unattended_source", "repeated_bigrams",
-            "copied_tokens")
-"""The features, in the order of a calibration's coefficients."""
-CALIBRATION_VERSION = 1
-"""Bumped when the features or their definitions change: a model calibrated for others
-must be calibrated again."""
 LOW_CONFIDENCE = 0.5
 """Below this, a translation says why (Translation.confidence_reasons)."""
 REASON_MARGIN = 0.5
-"""How much a feature must lower the log-odds, against a validation-average sentence, to
-be named as a reason."""
+"""How much a feature must lower the log-odds, against a sentence with every feature at
+its mean (Calibration.means), to be named as a reason."""
 MOST_REASONS = 2
+"""Most reasons a low confidence names, most telling first."""
 
 _GROUPS = {
     "mean_log_prob": ("mean_log_prob",), "min_log_prob": ("min_log_prob",),
@@ -111,7 +101,7 @@ class Calibration:
     threshold: float
     """The sentence chrF2 a translation needed to count as acceptable."""
     split: str
-    """The split fitted on (validation)."""
+    """The split of the data directory fitted on (`nmt calibrate --split`)."""
     sentences: int
     """Translations fitted on."""
     accepted: float
@@ -203,47 +193,15 @@ def sentence_features(model: Seq2Seq, src: Tensor, sequences: list[list[int]],
     # log_probs (rows, longest + 1, vocab), picked (rows, longest + 1)
     log_probs, picked, layers = teacher_forced_pass(model, src, rows, sequences, special,
                                                     need_weights=True)
-    # -inf clamped: a token of probability 0 adds 0 × (finite) = 0 to the entropy.
-    entropy = -(log_probs.exp() * log_probs.clamp(min=-1e4)).sum(-1)  # (rows, longest + 1)
-    attention = layers[max(ATTENTION_LAYER, -len(layers))].float().mean(1)  # (rows, tgt, src)
-    src_lengths = src.ne(special.pad).sum(1).tolist()  # source tokens with EOS
-    features = []
-    for row, tokens in enumerate(sequences):
-        steps, source_tokens = len(tokens) + 1, src_lengths[row] - 1
-        received = attention[row, :steps, :source_tokens].sum(0)  # (source tokens,)
-        from_states = [float(picked[row, :steps].mean()), float(picked[row, :steps].min()),
-                       float(entropy[row, :steps].mean()),
-                       float(received.lt(ATTENDED).float().mean()) if source_tokens else 0.0]
-        features.append(all_features(from_states, tokens, src[row, :source_tokens].tolist()))
-    return features
-
-
-def all_features(from_states: Sequence[float], tokens: Sequence[int],
-                 source: Sequence[int]) -> list[float]:
-    """FEATURES of output `tokens` (without EOS) as a translation of source ids `source`
-    (without EOS), given the four that come from the model's states: mean_log_prob,
-    min_log_prob, mean_entropy and unattended_source (Hypothesis.features)."""
-    mean_log_prob, min_log_prob, mean_entropy, unattended_source = from_states
-    ratio = math.log((len(tokens) + 1) / (len(source) + 1))
-    return [mean_log_prob, min_log_prob, mean_entropy, ratio, ratio * ratio,
-            unattended_source, repeated_bigrams(tokens), copied_tokens(tokens, source)]
-
-
-def repeated_bigrams(tokens: Sequence[int]) -> float:
-    """The share of the bigrams of `tokens` that already occurred earlier in them."""
-    bigrams = list(zip(tokens, tokens[1:]))
-    seen: set[tuple[int, int]] = set()
-    repeated = 0
-    for bigram in bigrams:
-        repeated += bigram in seen
-        seen.add(bigram)
-    return repeated / len(bigrams) if bigrams else 0.0
-
-
-def copied_tokens(tokens: Sequence[int], source: Sequence[int]) -> float:
-    """The share of `tokens` that are also tokens of `source`."""
-    own = set(source)
-    return sum(token in own for token in tokens) / len(tokens) if tokens else 0.0
+    steps = [len(tokens) + 1 for tokens in sequences]  # tokens with EOS
+    source_tokens = source_lengths(src, special.pad)  # (rows,) without EOS
+    sums = StepSums.over_positions(picked, token_entropy(log_probs),
+                                   heads_averaged(layers[probe_layer(len(layers))]),
+                                   steps, source_tokens.tolist())
+    from_states = sums.features(torch.tensor(steps, device=src.device), source_tokens)
+    return [all_features(states, tokens, src[row, :length].tolist())
+            for row, (states, tokens, length)
+            in enumerate(zip(from_states.tolist(), sequences, source_tokens.tolist()))]
 
 
 class ConfidenceEstimator:

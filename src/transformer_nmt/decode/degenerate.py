@@ -42,14 +42,12 @@ runs one word on to its maximum length ("WENDY WENDY WENDY WENDY ...")."""
 LONGEST = (2.0, 10)
 """(a, b): an output of more than a * source tokens + b tokens is too long. The Bible's
 and Multi30k's target/source ratios reach 1.8 and 1.92 at their 99.9th percentiles and
-2.5 and 2.4 at most, among short sentences: no reference is longer than
-2 * source + 10. The slack b keeps short sources
-(a name, "Amen.") from being held to a ratio."""
+2.5 and 2.4 at most, among short sentences: no reference is longer than this bound
+allows. The slack b keeps short sources (a name, "Amen.") from being held to a ratio."""
 SHORTEST = (1 / 3, 1)
 """(a, b): an output of fewer than a * source tokens - b tokens is too short. The ratios'
 0.1th percentiles are 0.5 and 0.53, their minimum 0.4 and 0.42: no reference is shorter
-than a third of its source less one token, and a model that drops two thirds of a
-sentence has dropped content."""
+than this bound allows, and an output shorter than that has dropped content."""
 COPIED_SHARE = 0.8
 """An output is a copy when at least this share of its distinct lowercase words, and
 `COPIED_WORDS` of them, are words of the source."""

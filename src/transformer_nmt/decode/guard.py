@@ -7,10 +7,11 @@ degenerate output"), so the search's own stays.
 Sentences whose first translation is sound are not decoded again, so their outputs are
 exactly the search's.
 
-The fallback blocks repeated 3-grams (the loops a weak model falls into), doubles the
-beam (at least 4: a wider search finds the likelier end of sentence a narrow one missed)
-and caps the output at the length `degenerate.LONGEST` allows. It keeps the length
-penalty, so that the two results' scores compare.
+The fallback blocks repeated n-grams of FALLBACK_NGRAM tokens (the loops a weak model falls
+into), doubles the beam (at least FALLBACK_BEAM, at most config.MAX_BEAM: a wider search
+finds the likelier end of sentence a narrow one missed) and caps the output at the length
+`degenerate.LONGEST` allows. It keeps the length penalty, so that the two results' scores
+compare.
 """
 
 from __future__ import annotations
@@ -74,9 +75,9 @@ def guard(sources: Sequence[Sequence[int]], found: list[list[Hypothesis]],
     """The guarded translations of the sentences whose source token ids are `sources`,
     given what the first search `found` for each (its best first).
 
-    pieces: the subword pieces of token ids (`Vocab.marked_pieces`). decode_again: the fallback's translations
-    of the sentences at the given positions, in that order (called once, for the
-    degenerate ones only)."""
+    pieces: the subword pieces of token ids (`Vocab.marked_pieces`). decode_again: the
+    fallback's translations of the sentences at the given positions, in that order
+    (called once, for the degenerate ones only)."""
     def reasons(row: int, hypothesis: Hypothesis) -> list[str]:
         return output_reasons(sources[row], hypothesis.tokens, pieces)
 
