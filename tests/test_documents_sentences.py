@@ -9,14 +9,8 @@ from decode_fixtures import SHORT
 from document_fixtures import Fake, docx_structure, make_docx
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.documents.formats import translate_file
-from transformer_nmt.documents.sentences import (Joined, join_sentences, sentences_of,
+from transformer_nmt.documents.sentences import (Joined, join_sentences, model_fitting,
                                                  translator_translate)
-
-
-def test_sentences_of_a_paragraph():
-    assert sentences_of("The dog runs. The cat sleeps.", "en") == \
-        ["The dog runs.", "The cat sleeps."]
-    assert sentences_of("   ", "en") == []
 
 
 def test_joined_sentences_shift_their_alignments_to_the_paragraphs_words():
@@ -45,3 +39,14 @@ def test_a_real_model_translates_a_word_document_keeping_its_structure(model_fil
     before, after = docx_structure(source), docx_structure(target)
     assert after.shape == before.shape
     assert after.texts != before.texts and "42" in after.texts
+
+
+def test_the_length_rule_is_the_models_and_counts_what_it_decodes(model_file):
+    translator = Translator.from_file(model_file, TranslatorOptions(SHORT, workers=1))
+    fitting = model_fitting(translator)
+    assert fitting.limit == translator.src_limit
+    assert fitting.encode("the house is small") == \
+        translator.vocab.encode("the house is small")
+    assert fitting.encode("the house") is fitting.encode("the house")  # encoded once
+    assert model_fitting(translator, ">>fra<<").encode("the house") == \
+        translator.vocab.encode(">>fra<< the house")

@@ -1,15 +1,19 @@
-"""Paragraphs translated sentence by sentence: a paragraph is cut into sentences (by
-sentencex, as the server cuts texts), each is translated, and the translations and their
-word alignments are joined back into one translation of the paragraph."""
+"""Paragraphs translated sentence by sentence: a paragraph is cut into sentences by the
+one splitter (data/sentences.py, as the server cuts texts and files), each is
+translated, and the translations and their word alignments are joined back into one
+translation of the paragraph. The splitter's length limit is read off the model here,
+for every caller."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from sentencex import segment
 from tqdm import tqdm
 
+from transformer_nmt.data.sentences import Fitting, split_paragraph
+from transformer_nmt.data.text import normalize
 from transformer_nmt.data.words import text_words
 from transformer_nmt.decode.target_language import with_language_token
 from transformer_nmt.documents.runs import Result, Translate
@@ -29,13 +33,19 @@ class Joined:
     sentence came without one."""
 
 
-def sentences_of(paragraph: str, language: str) -> list[str]:
-    """The paragraph's sentences, stripped; the whole paragraph when the segmenter would
-    change its characters."""
-    pieces = list(segment(language, paragraph))
-    if "".join(pieces) != paragraph:
-        return [paragraph.strip()] if paragraph.strip() else []
-    return [piece.strip() for piece in pieces if piece.strip()]
+def model_fitting(translator: Translator, language_token: str | None = None) -> Fitting:
+    """The splitter's length rule for `translator`'s model: a sentence's ids as the
+    Translator encodes it (normalized, after a multilingual model's `language_token`),
+    cached so that they are computed once, and the most it takes (`Translator.src_limit`,
+    the one limit of the rule)."""
+    vocab = translator.vocab
+
+    @functools.cache
+    def encode(sentence: str) -> list[int]:
+        text = sentence if language_token is None else with_language_token(
+            sentence, language_token)
+        return vocab.encode(normalize(text))
+    return Fitting(encode, translator.src_limit)
 
 
 def join_sentences(sources: Sequence[str], results: Sequence[Result]) -> Joined:
@@ -59,13 +69,16 @@ def join_sentences(sources: Sequence[str], results: Sequence[Result]) -> Joined:
 def translator_translate(translator: Translator, language_token: str | None = None
                          ) -> Translate:
     """A Translate that cuts paragraphs into sentences of the model's source language
-    (English rules when the model does not say) and translates them with `translator` in
-    one call (its own batching), with word alignments; a multilingual model's
-    `language_token` (>>fra<<) before each sentence where one is given."""
+    (English rules when the model does not say), each within the model's limit, and
+    translates them with `translator` in one call (its own batching), with word
+    alignments; a multilingual model's `language_token` (>>fra<<) before each sentence
+    where one is given."""
     language = translator.languages[0] if translator.languages else "en"
+    fitting = model_fitting(translator, language_token)
 
     def translate(paragraphs: list[str]) -> list[Joined]:
-        split = [sentences_of(paragraph, language) for paragraph in paragraphs]
+        split = [split_paragraph(paragraph, language, fitting).sentences
+                 for paragraph in paragraphs]
         flat = [sentence for sentences in split for sentence in sentences]
         if language_token is not None:  # no word: the alignments count the sentence's own
             flat_in = [with_language_token(sentence, language_token) for sentence in flat]

@@ -4,9 +4,10 @@ multipart form (`file`, `source`, `target`, optional `api_key`) and answers
 translated file once, then it is deleted (unfetched, after the store's time limit).
 
 The file is read and written by transformer_nmt.documents (the formats it lists); its
-paragraphs are cut into sentences and translated through the same service and batcher as
-every other request, so they share batches with them, a chunk at a time within the
-server's per-request limits.
+paragraphs are cut into sentences (data/sentences.py, as `nmt translate --file` cuts
+them) and translated through the same service and batcher as every other request, so
+they share batches with them, a chunk at a time within the server's per-request limits.
+The service, told they are sentences already, only halves one too long for the model.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from urllib.parse import quote
 from fastapi import APIRouter, HTTPException, Request, Response
 from starlette.datastructures import UploadFile
 
+from transformer_nmt.data.sentences import sentences_of
 from transformer_nmt.documents.formats import (EXTENSIONS, SUPPORTED, Document, FileLimits,
                                                read_document)
 from transformer_nmt.documents.runs import Run, pending, put_back, source_text
-from transformer_nmt.documents.sentences import Joined, join_sentences, sentences_of
+from transformer_nmt.documents.sentences import Joined, join_sentences
 from transformer_nmt.errors import UserError
 from transformer_nmt.serve.access import presented_key, require_key
 from transformer_nmt.serve.detect import LanguageDetector
@@ -152,10 +154,11 @@ async def _translate_paragraphs(translate: TranslateTexts, paragraphs: list[str]
 
 
 async def _translate_chunk(translate: TranslateTexts, chunk: list[str]) -> list[Joined]:
-    """One translation per sentence of `chunk` (a sentence the service cuts further comes
-    back joined); halved and sent again where the service finds it too large."""
+    """One translation per sentence of `chunk` (a sentence too long for the model, which
+    the service halves, comes back joined); the chunk halved and sent again where the
+    service finds it too large."""
     try:
-        results = await translate(chunk, Search(alignments=True))
+        results = await translate(chunk, Search(alignments=True, already_split=True))
     except TooLarge:
         if len(chunk) == 1:
             raise

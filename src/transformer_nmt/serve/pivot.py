@@ -35,7 +35,8 @@ async def translate_through(first: TranslationService, second: TranslationServic
     target-language token, for a multilingual model. The caller has checked `search`
     with check_pivot_search, before loading the models."""
     first_search = Search(beam=search.beam, alpha=search.alpha,
-                          alignments=search.alignments and not html)
+                          alignments=search.alignments and not html,
+                          already_split=search.already_split)
     through = await first.translate_texts(texts, first_search, html, tokens[0])
     second_search = Search(beam=search.beam, alpha=search.alpha, nbest=search.nbest,
                            alignments=search.alignments and not html)

@@ -1,22 +1,23 @@
 """The server's work without the HTTP: check a request against the limits, cut its texts
-into sentences, have the batcher translate them, and put the translations back together
-(with n-best lists, alignments and attention maps when asked)."""
+into sentences (by the one splitter, data/sentences.py, whose length limit is the
+model's), have the batcher translate them, and put the translations back together (with
+n-best lists, alignments and attention maps when asked)."""
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from transformer_nmt.attention_plot import compute_attention_of_ids
 from transformer_nmt.config import DecodeConfig
+from transformer_nmt.data.sentences import Document, Fitting, split_sentence, split_text
 from transformer_nmt.data.text import normalize
 from transformer_nmt.decode.target_language import with_language_token
+from transformer_nmt.documents.sentences import model_fitting
 from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.errors import UserError
 from transformer_nmt.serve.batcher import Batcher, SearchKey
-from transformer_nmt.serve.documents import split_document
 from transformer_nmt.serve.html_text import Markup, parse_html
 from transformer_nmt.serve.settings import ServeSettings
 from transformer_nmt.serve.words import with_words
@@ -59,6 +60,9 @@ class Search:
     alignments: bool = False
     attention: bool = False
     glossary: dict[str, str] | None = None
+    already_split: bool = False
+    """Each text is one sentence the splitter cut already (a file's paragraph, cut by the
+    files API): only the length rule applies, so that no sentence is cut twice."""
 
 
 class TranslationService:
@@ -98,9 +102,19 @@ class TranslationService:
             raise BadOption("alpha", str(error)) from None
         return SearchKey(decode, search.alignments)
 
-    def count_tokens(self, sentence: str) -> int:
-        """Source subword tokens of `sentence`, as the Translator will encode it."""
-        return len(self.translator.vocab.encode(normalize(sentence)))
+    def split(self, texts: list[str], search: Search, html: bool,
+              fitting: Fitting) -> tuple[list[Markup | None], list[list[Document]]]:
+        """Each text's markup (with `html`) and the documents of its text nodes (the
+        text itself without), cut into sentences of at most the model's tokens."""
+        markups = [parse_html(text) if html else None for text in texts]
+        units = [markup.texts if markup else [text] for markup, text in zip(markups, texts)]
+        if search.already_split:
+            documents = [[split_sentence(unit, fitting) for unit in text_units]
+                         for text_units in units]
+        else:
+            documents = [[split_text(unit, self.segmenter_language, fitting)
+                          for unit in text_units] for text_units in units]
+        return markups, documents
 
     async def translate_texts(self, texts: list[str], search: Search,
                               html: bool = False, language_token: str | None = None
@@ -120,19 +134,17 @@ class TranslationService:
         if characters > self.settings.max_characters:
             raise TooLarge(f"the request has {characters} characters, more than the "
                            f"server's max_characters ({self.settings.max_characters})")
-        markups: list[Markup | None] = [parse_html(text) if html else None for text in texts]
-        units = [markup.texts if markup else [text] for markup, text in zip(markups, texts)]
-        # Splitting counts each sentence's tokens already; the batch budget reuses them.
-        count_tokens = functools.cache(lambda sentence: self.count_tokens(decoded(sentence)))
-        documents = [[split_document(unit, self.segmenter_language, count_tokens,
-                                     self.translator.src_limit) for unit in text_units]
-                     for text_units in units]
+        # Splitting encodes each sentence already; the batch budget and attention reuse
+        # its ids.
+        fitting = model_fitting(self.translator, language_token)
+        markups, documents = self.split(texts, search, html, fitting)
         sentences = [sentence for text_documents in documents
                      for document in text_documents for sentence in document.sentences]
         if len(sentences) > self.settings.max_sentences:
             raise TooLarge(f"the request has {len(sentences)} sentences, more than the "
                            f"server's max_sentences ({self.settings.max_sentences})")
-        tokens = [count_tokens(sentence) for sentence in sentences]
+        ids = [fitting.encode(sentence) for sentence in sentences]
+        tokens = [len(sentence_ids) for sentence_ids in ids]
         items, term_tokens = self._with_terminology([decoded(sentence) for sentence in sentences],
                                                     search.glossary)
         if search.attention:
@@ -140,8 +152,7 @@ class TranslationService:
         found = await self.batcher.translate(items, tokens, key)
         attention = [None] * len(sentences)
         if search.attention:  # the token is one of the source pieces the model attends to
-            attention = await self.batcher.run_in_decoder(
-                self._attention, [decoded(sentence) for sentence in sentences], found)
+            attention = await self.batcher.run_in_decoder(self._attention, ids, found)
         results = []
         offset = 0
         for markup, text_documents in zip(markups, documents):
@@ -231,14 +242,14 @@ class TranslationService:
             term_tokens.append(needed)
         return items, term_tokens
 
-    def _attention(self, sentences: list[str],
+    def _attention(self, source_ids: list[list[int]],
                    found: list[list[Translation]]) -> list[dict[str, Any]]:
-        """The encoder-decoder attention of each best translation, per layer and head,
-        between pieces and between words."""
+        """The encoder-decoder attention of each best translation (of the sentence of
+        `source_ids`, as the splitter encoded it), per layer and head, between pieces and
+        between words."""
         vocab = self.translator.vocab
         maps = []
-        for sentence, translations in zip(sentences, found):
-            src_ids = vocab.encode(normalize(sentence))
+        for src_ids, translations in zip(source_ids, found):
             attention = compute_attention_of_ids(self.translator.model, vocab, src_ids,
                                                  translations[0].tokens)
             maps.append(with_words({
