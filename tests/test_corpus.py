@@ -14,7 +14,8 @@ import pytest
 
 from decode_fixtures import make_model_file, sentences
 from transformer_nmt.cli import main
-from transformer_nmt.corpus import KILL_HOOK, MANIFEST, SHARDS
+from transformer_nmt.corpus.manifest import MANIFEST
+from transformer_nmt.corpus.shards import KILL_HOOK, SHARDS
 
 FAST = ["--beam", "2", "--max-len-b", "5", "--precision", "fp32"]
 

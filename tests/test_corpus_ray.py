@@ -11,8 +11,9 @@ import pytest
 
 from decode_fixtures import sentences
 from transformer_nmt.cli import main
-from transformer_nmt.corpus import (KILL_HOOK, MANIFEST, RAY_ATTEMPTS, ShardTask,
-                                    _start_ray_shard, _started_path)
+from transformer_nmt.corpus.manifest import MANIFEST
+from transformer_nmt.corpus.ray_actors import RAY_ATTEMPTS, _start_ray_shard, _started_path
+from transformer_nmt.corpus.shards import KILL_HOOK, ShardTask
 from transformer_nmt.errors import UserError
 
 ray = pytest.importorskip("ray", reason="the ray backend needs Ray: pip install -e '.[ray]'")

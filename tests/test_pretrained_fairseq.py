@@ -33,7 +33,7 @@ from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import load_for_inference, read_model_file, vocab_source
-from transformer_nmt.pretrained.fairseq import FairseqArgs, load_checkpoint
+from transformer_nmt.pretrained.fairseq_checkpoint import FairseqArgs, load_checkpoint
 from transformer_nmt.pretrained.vocab_map import COPY_BIAS
 from transformer_nmt.pretrained.write import import_model
 from transformer_nmt.training.checkpoint import LAST

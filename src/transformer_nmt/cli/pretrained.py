@@ -11,41 +11,45 @@ SOURCES = ("huggingface", "marian", "fairseq")
 `nmt --help` imports no torch)."""
 BPES = ("sentencepiece", "subword_nmt", "fastbpe")
 """What --bpe takes (transformer_nmt.pretrained.fairseq.BPES)."""
+DESCRIPTION = (
+    "Write a pretrained translation model of another toolkit as a model "
+    "file of this project, which translate, evaluate, score, attention, serve, "
+    "calibrate, train --init-from (fine-tuning) and export then take as they take "
+    "their own. huggingface: a MarianMTModel directory, as OPUS-MT's models are "
+    "published on the Hugging Face Hub (config.json, model.safetensors or "
+    "pytorch_model.bin, source.spm, target.spm, vocab.json, and target_vocab.json "
+    "where the sides have separate vocabularies; tokenizer_config.json "
+    "gives the languages, README.md the licence): download one with `git clone "
+    "https://huggingface.co/Helsinki-NLP/opus-mt-en-de` or `huggingface-cli download`. "
+    "The weights are read by transformers (`pip install 'transformer-nmt[pretrained]'`), "
+    "which the imported model no longer needs. marian: Marian's own format, a zip "
+    "release of OPUS-MT or the Tatoeba-Challenge unzipped (decoder.yml, the .npz "
+    "weights, the .vocab.yml id map (or one per side) with source.spm and "
+    "target.spm, or .spm "
+    "vocabularies; LICENSE or README.md gives the licence), read with numpy and PyYAML "
+    "(in the same extra). fairseq: a checkpoint of fairseq's "
+    "Transformer (checkpoint_best.pt of --arch transformer, transformer_wmt_en_de, "
+    "transformer_vaswani_wmt_en_de_big, ...), read as data without running it, with "
+    "the dict.SRC.txt and dict.TGT.txt of its data (--dict-dir) and the sentencepiece "
+    "model its pieces come from (--bpe sentencepiece --bpe-model), or, as fairseq's "
+    "WMT models, the BPE codes of Moses tokens (--bpe subword_nmt or fastbpe "
+    "--bpe-codes; `pip install 'transformer-nmt[pretrained]'` brings subword-nmt); "
+    "separate dictionaries, and Moses, need --src-lang and --tgt-lang where the "
+    "checkpoint names no languages. What this "
+    "project's Transformer cannot represent (fairseq's layernorm_embedding, say) is "
+    "refused in one line, never "
+    "imported wrong. A multilingual OPUS-MT model's sources start with the "
+    "target-language token, as with Marian: '>>fra<< Hello'.")
+"""`nmt import --help`'s description: every source, what it reads and what it refuses."""
 
 
 def add_import_parser(subparsers: argparse._SubParsersAction) -> None:
+    """`nmt import` and its arguments."""
     parser = subparsers.add_parser(
         "import",
         help="import a pretrained model of another toolkit (OPUS-MT's, from Hugging Face or "
         "Marian; fairseq checkpoints)",
-        description="Write a pretrained translation model of another toolkit as a model "
-        "file of this project, which translate, evaluate, score, attention, serve, "
-        "calibrate, train --init-from (fine-tuning) and export then take as they take "
-        "their own. huggingface: a MarianMTModel directory, as OPUS-MT's models are "
-        "published on the Hugging Face Hub (config.json, model.safetensors or "
-        "pytorch_model.bin, source.spm, target.spm, vocab.json, and target_vocab.json "
-        "where the sides have separate vocabularies; tokenizer_config.json "
-        "gives the languages, README.md the licence): download one with `git clone "
-        "https://huggingface.co/Helsinki-NLP/opus-mt-en-de` or `huggingface-cli download`. "
-        "The weights are read by transformers (`pip install 'transformer-nmt[pretrained]'`), "
-        "which the imported model no longer needs. marian: Marian's own format, a zip "
-        "release of OPUS-MT or the Tatoeba-Challenge unzipped (decoder.yml, the .npz "
-        "weights, the .vocab.yml id map (or one per side) with source.spm and "
-        "target.spm, or .spm "
-        "vocabularies; LICENSE or README.md gives the licence), read with numpy and PyYAML "
-        "(in the same extra). fairseq: a checkpoint of fairseq's "
-        "Transformer (checkpoint_best.pt of --arch transformer, transformer_wmt_en_de, "
-        "transformer_vaswani_wmt_en_de_big, ...), read as data without running it, with "
-        "the dict.SRC.txt and dict.TGT.txt of its data (--dict-dir) and the sentencepiece "
-        "model its pieces come from (--bpe sentencepiece --bpe-model), or, as fairseq's "
-        "WMT models, the BPE codes of Moses tokens (--bpe subword_nmt or fastbpe "
-        "--bpe-codes; `pip install 'transformer-nmt[pretrained]'` brings subword-nmt); "
-        "separate dictionaries, and Moses, need --src-lang and --tgt-lang where the "
-        "checkpoint names no languages. What this "
-        "project's Transformer cannot represent (fairseq's layernorm_embedding, say) is "
-        "refused in one line, never "
-        "imported wrong. A multilingual OPUS-MT model's sources start with the "
-        "target-language token, as with Marian: '>>fra<< Hello'.",
+        description=DESCRIPTION,
         epilog="examples: nmt import --from huggingface opus-mt-en-de --out en-de.pt && "
         "nmt serve --model en-de.pt; nmt import --from marian opus-2020-02-26 --out "
         "en-de.pt; nmt import --from fairseq checkpoints/checkpoint_best.pt "
@@ -61,6 +65,13 @@ def add_import_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="the source language (default: what the model records)")
     parser.add_argument("--tgt-lang", metavar="LANG",
                         help="the target language (default: what the model records)")
+    _add_fairseq_arguments(parser)
+    parser.add_argument("--force", action="store_true", help="replace an existing --out")
+    parser.set_defaults(func=run_import)
+
+
+def _add_fairseq_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments only a fairseq checkpoint needs: its dictionaries and its pieces."""
     parser.add_argument("--dict-dir", metavar="DIR",
                         help="fairseq: the directory of the checkpoint's dict.SRC.txt and "
                         "dict.TGT.txt (fairseq-preprocess's --destdir; default: the "
@@ -76,8 +87,6 @@ def add_import_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--bpe-codes", metavar="FILE",
                         help="fairseq: the BPE codes of the dictionaries' pieces (--bpe "
                         "subword_nmt or fastbpe; bpecodes in fairseq's WMT releases)")
-    parser.add_argument("--force", action="store_true", help="replace an existing --out")
-    parser.set_defaults(func=run_import)
 
 
 @sigterm_unwinds()

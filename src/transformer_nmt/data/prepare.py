@@ -311,18 +311,7 @@ def _make(options: PrepareOptions, corpus: Corpus, recipe: dict, filters: Cleani
     read = _read_corpus(corpus, work, src, tgt, progress)
     if read["train"] == 0:
         raise UserError(f"corpus {options.corpus} {src}-{tgt} gave no training pairs")
-    if options.vocab is not None:
-        vocab = _reuse_vocab(options.vocab, work, log)
-    else:
-        log(f"learning a {options.vocab_size}-piece BPE vocabulary from up to "
-            f"{options.sample_sentences} sentences of train")
-        vocab = train_vocab([work / f"train.unfiltered.{src}", work / f"train.unfiltered.{tgt}"],
-                            work / Path(SPM_MODEL).stem, options.vocab_size,
-                            character_coverage=recipe["character_coverage"],
-                            sample_sentences=options.sample_sentences, seed=options.seed,
-                            threads=options.threads)
-    if options.threads:
-        vocab.threads = vocab.target.threads = options.threads
+    vocab = _vocab_for(options, recipe, work, log)
     log(f"encoding {sum(read.values())} pairs with {vocab.threads} thread(s)")
     dtype = ids_dtype(len(vocab))
     splits, removed = {}, {}
@@ -335,15 +324,9 @@ def _make(options: PrepareOptions, corpus: Corpus, recipe: dict, filters: Cleani
     if splits["train"]["pairs"] == 0:
         raise UserError(f"every training pair was removed by the filters {removed['train']}; "
                         "raise max_len or max_ratio")
-    # (n,) token counts of the kept training pairs: the only memory here that grows with
-    # the corpus, a few tens of bytes a pair while the batches are estimated.
-    src_lengths, tgt_lengths = (
-        np.diff(read_ids(bin_path(work, "train", lang), idx_path(work, "train", lang), dtype)[1])
-        .astype(np.int32) for lang in (src, tgt))
     # The paper's batch, cut as one process without a memory cap cuts it.
     budget = TrainConfig().batch_tokens
-    efficiency = TokenBatchSampler(src_lengths, tgt_lengths, budget,
-                                   seed=options.seed).padding_efficiency()
+    efficiency = _padding_efficiency(work, src, tgt, dtype, budget, options.seed)
     return {
         "format_version": FORMAT_VERSION,
         "corpus": options.corpus,
@@ -366,6 +349,38 @@ def _make(options: PrepareOptions, corpus: Corpus, recipe: dict, filters: Cleani
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "transformer_nmt_version": __version__,
     }
+
+
+def _vocab_for(options: PrepareOptions, recipe: dict, work: Path,
+               log: Callable[[str], None]) -> Vocab:
+    """The vocabulary to encode with: the one `options` reuses, or one learned from the
+    unfiltered train split in `work`; with `options`' threads."""
+    src, tgt = options.src, options.tgt
+    if options.vocab is not None:
+        vocab = _reuse_vocab(options.vocab, work, log)
+    else:
+        log(f"learning a {options.vocab_size}-piece BPE vocabulary from up to "
+            f"{options.sample_sentences} sentences of train")
+        vocab = train_vocab([work / f"train.unfiltered.{src}", work / f"train.unfiltered.{tgt}"],
+                            work / Path(SPM_MODEL).stem, options.vocab_size,
+                            character_coverage=recipe["character_coverage"],
+                            sample_sentences=options.sample_sentences, seed=options.seed,
+                            threads=options.threads)
+    if options.threads:
+        vocab.threads = vocab.target.threads = options.threads
+    return vocab
+
+
+def _padding_efficiency(work: Path, src: str, tgt: str, dtype: np.dtype, budget: int,
+                        seed: int) -> float:
+    """The share of real tokens in batches of `budget` tokens of the binarized train
+    split in `work`."""
+    # (n,) token counts of the kept training pairs: the only memory here that grows with
+    # the corpus, a few tens of bytes a pair while the batches are estimated.
+    src_lengths, tgt_lengths = (
+        np.diff(read_ids(bin_path(work, "train", lang), idx_path(work, "train", lang), dtype)[1])
+        .astype(np.int32) for lang in (src, tgt))
+    return TokenBatchSampler(src_lengths, tgt_lengths, budget, seed=seed).padding_efficiency()
 
 
 def _reuse_vocab(source: VocabSource, work: Path, log: Callable[[str], None]) -> Vocab:

@@ -3,10 +3,8 @@ transformer`, transformer_wmt_en_de, transformer_vaswani_wmt_en_de_big and the o
 architectures of fairseq's TransformerModel) with its dictionaries and sentencepiece model,
 as the payload of one of our model files.
 
-The checkpoint is read as data, never run: `torch.load(weights_only=True)`, with fairseq's
-argparse.Namespace of settings (`args`, or `cfg["model"]` of fairseq 0.10 and later) read
-into `FairseqArgs`, a plain record; any other class in its pickle is refused unread.
-fairseq's model is the paper's, with what ModelConfig has fields for: its own sinusoids
+The checkpoint is read as data, never run (pretrained/fairseq_checkpoint.py), and its
+dictionaries as fairseq writes them (pretrained/fairseq_dictionary.py). fairseq's model is the paper's, with what ModelConfig has fields for: its own sinusoids
 ("sinusoidal-fairseq") or learned tables per stack (their first padding_idx + 1 = 2 rows
 unused), unscaled embeddings (no_scale_embedding), pre-norm stacks with a final LayerNorm
 each, GELU. Its Dictionary (dict.LANG.txt) puts <s> 0, <pad> 1, </s> 2, <unk> 3 before the
@@ -21,7 +19,6 @@ line.
 
 from __future__ import annotations
 
-import pickle
 import re
 from pathlib import Path
 from typing import Any, Mapping
@@ -34,23 +31,19 @@ from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import FAIRSEQ_FIRST_ROW, Transformer
 from transformer_nmt.model_file import model_payload
-from transformer_nmt.pretrained.layer_names import layer_weights
 from transformer_nmt.data.bpe_vocab import merges_of
+from transformer_nmt.pretrained.fairseq_checkpoint import (check_tokenizer, checkpoint_settings,
+                                                           load_checkpoint)
+from transformer_nmt.pretrained.fairseq_dictionary import dictionaries
+from transformer_nmt.pretrained.layer_names import layer_weights
 from transformer_nmt.pretrained.vocab_map import (ImportedVocab, Side, mapped_bpe_vocab,
                                                   mapped_vocab)
 
 BPES = ("sentencepiece", "subword_nmt", "fastbpe")
 """fairseq's --bpe schemes of translation models: a sentencepiece model, or BPE codes over
 Moses tokens (data/bpe_vocab.py; fastBPE's codes are subword-nmt's merges with counts)."""
-ARCHITECTURES = ("transformer", "transformer_tiny", "transformer_iwslt_de_en",
-                 "transformer_wmt_en_de", "transformer_vaswani_wmt_en_de_big",
-                 "transformer_vaswani_wmt_en_fr_big", "transformer_wmt_en_de_big",
-                 "transformer_wmt_en_de_big_t2t")
-"""fairseq's architectures of its TransformerModel: one network, other defaults."""
 ACTIVATIONS = ("relu", "gelu")
 """fairseq's activation_fn values that are ours (its gelu is the exact one, with erf)."""
-SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
-"""A fairseq Dictionary's first four entries, ids 0 to 3, which dict.txt does not list."""
 PAD, EOS, UNK = 1, 2, 3
 DERIVED_KEYS = re.compile(r"(encoder|decoder)\.version|.*\.embed_positions\._float_tensor"
                           r"|encoder\.layers\.\d+\.(in_proj|out_proj|fc1|fc2)_(weight|bias)")
@@ -75,11 +68,6 @@ DEFAULT_POSITIONS = 1024
 """fairseq's max_source_positions and max_target_positions where the settings omit them."""
 
 
-class FairseqArgs:
-    """What fairseq's argparse.Namespace of settings is read as: its attributes, nothing
-    that runs."""
-
-
 def read_fairseq_checkpoint(checkpoint: Path, dict_dir: Path, bpe: str,
                             bpe_model: Path | None,
                             languages: tuple[str | None, str | None] = (None, None),
@@ -92,46 +80,78 @@ def read_fairseq_checkpoint(checkpoint: Path, dict_dir: Path, bpe: str,
     checkpoint does not."""
     _check_bpe_files(bpe, bpe_model, bpe_codes)
     state = load_checkpoint(checkpoint)
-    settings, task, recorded_bpe = _settings(state, checkpoint)
+    settings, task, recorded_bpe = checkpoint_settings(state, checkpoint)
     if recorded_bpe not in (None, bpe):
         raise UserError(f"{checkpoint}: trained with --bpe {recorded_bpe}; give --bpe "
                         f"{recorded_bpe} and its files")
-    _check_tokenizer(state, checkpoint, bpe)
+    check_tokenizer(state, checkpoint, bpe)
     languages = (task.get("source_lang") or languages[0], task.get("target_lang") or languages[1])
     if bpe != "sentencepiece" and not all(languages):
         raise UserError(f"{checkpoint} names no languages, which Moses tokenizes by: give "
                         "--src-lang and --tgt-lang")
-    source_pieces, target_pieces = _dictionaries(dict_dir, languages)
+    pieces = dictionaries(dict_dir, languages)
     weights = _ReadKeys(_float_weights(state, checkpoint))
     try:
         cfg = fairseq_model_config(settings, weights, checkpoint)
-        if cfg.tie_embeddings == "all" and source_pieces != target_pieces:
-            raise UserError(f"{dict_dir}: the source and target dictionaries differ, where "
-                            f"{checkpoint} shares one embedding matrix between them "
-                            "(share_all_embeddings); give the --dict-dir it was trained with")
-        for side, pieces in (("encoder", source_pieces), ("decoder", target_pieces)):
-            rows = weights[f"{side}.embed_tokens.weight"].size(0)
-            if rows != len(pieces):
-                raise UserError(f"{dict_dir}: the {side}'s dictionary has {len(pieces)} "
-                                f"entries with fairseq's four specials, the checkpoint's "
-                                f"embeddings {rows} rows: give the --dict-dir of the data it "
-                                "was trained on")
-        specials = {"pad": PAD, "unk": UNK, "eos": EOS, "start": EOS}
-        if bpe == "sentencepiece":
-            model_bytes = bpe_model.read_bytes()
-            imported = mapped_vocab(Side(model_bytes, source_pieces, specials),
-                                    Side(model_bytes, target_pieces, specials), str(bpe_model))
-            _check_pieces_known(imported.vocab, len(imported.vocab), bpe_model)
-        else:
-            codes = merges_of(_text(bpe_codes), str(bpe_codes))
-            imported = mapped_bpe_vocab(Side(b"", source_pieces, specials),
-                                        Side(b"", target_pieces, specials), codes,
-                                        (languages[0], languages[1]), str(dict_dir))
-        vocab = imported.vocab
+        _check_dictionaries_fit(cfg, weights, pieces, checkpoint, dict_dir)
+        imported = _imported_vocab(pieces, bpe, bpe_model, bpe_codes, languages, dict_dir)
         ours = _our_weights(weights, cfg, imported, checkpoint)
     except KeyError as error:
         raise UserError(f"{checkpoint}: no {error.args[0]} among its settings or weights: "
                         "not a fairseq TransformerModel of the form this import reads") from None
+    vocab = imported.vocab
+    model = _loaded_model(cfg, vocab, weights, ours, checkpoint)
+    payload = model_payload(model, vocab.to_bytes(), languages if all(languages) else None,
+                            vocab.target_bytes())
+    payload["imported_from"] = {"format": "fairseq", "model_type": settings["arch"],
+                                "path": str(checkpoint), "license": None,
+                                **({"bpe": bpe} if bpe != "sentencepiece" else {})}
+    return payload
+
+
+def _check_dictionaries_fit(cfg: ModelConfig, weights: Mapping[str, Tensor],
+                            pieces: tuple[list[str], list[str]], checkpoint: Path,
+                            dict_dir: Path) -> None:
+    """UserError unless the source's and target's dictionaries `pieces` are those the
+    checkpoint's embeddings were trained on: one each row, and one for both where it
+    shares its embeddings."""
+    source_pieces, target_pieces = pieces
+    if cfg.tie_embeddings == "all" and source_pieces != target_pieces:
+        raise UserError(f"{dict_dir}: the source and target dictionaries differ, where "
+                        f"{checkpoint} shares one embedding matrix between them "
+                        "(share_all_embeddings); give the --dict-dir it was trained with")
+    for side, side_pieces in (("encoder", source_pieces), ("decoder", target_pieces)):
+        rows = weights[f"{side}.embed_tokens.weight"].size(0)
+        if rows != len(side_pieces):
+            raise UserError(f"{dict_dir}: the {side}'s dictionary has {len(side_pieces)} "
+                            f"entries with fairseq's four specials, the checkpoint's "
+                            f"embeddings {rows} rows: give the --dict-dir of the data it "
+                            "was trained on")
+
+
+def _imported_vocab(pieces: tuple[list[str], list[str]], bpe: str, bpe_model: Path | None,
+                    bpe_codes: Path | None, languages: tuple[str | None, str | None],
+                    dict_dir: Path) -> ImportedVocab:
+    """Our vocabulary of the dictionaries' `pieces` (source, target): the sentencepiece
+    model rebuilt on them, or Moses and the BPE codes over them."""
+    source_pieces, target_pieces = pieces
+    specials = {"pad": PAD, "unk": UNK, "eos": EOS, "start": EOS}
+    if bpe == "sentencepiece":
+        model_bytes = bpe_model.read_bytes()
+        imported = mapped_vocab(Side(model_bytes, source_pieces, specials),
+                                Side(model_bytes, target_pieces, specials), str(bpe_model))
+        _check_pieces_known(imported.vocab, len(imported.vocab), bpe_model)
+        return imported
+    codes = merges_of(_text(bpe_codes), str(bpe_codes))
+    return mapped_bpe_vocab(Side(b"", source_pieces, specials),
+                            Side(b"", target_pieces, specials), codes,
+                            (languages[0], languages[1]), str(dict_dir))
+
+
+def _loaded_model(cfg: ModelConfig, vocab: Vocab, weights: _ReadKeys,
+                  ours: dict[str, Tensor], checkpoint: Path) -> Transformer:
+    """Our Transformer holding `ours`; a UserError where fairseq's `weights` hold one this
+    import did not read, or where they do not fit the settings."""
     model = Transformer(cfg, len(vocab), vocab.pad_id)
     unread = sorted(key for key in set(weights) - weights.read
                     if not DERIVED_KEYS.fullmatch(key))
@@ -145,12 +165,7 @@ def read_fairseq_checkpoint(checkpoint: Path, dict_dir: Path, bpe: str,
     except RuntimeError as error:
         first = str(error).strip().splitlines()[-1].strip()
         raise UserError(f"{checkpoint}: its weights do not fit its settings: {first}") from None
-    payload = model_payload(model, vocab.to_bytes(), languages if all(languages) else None,
-                            vocab.target_bytes())
-    payload["imported_from"] = {"format": "fairseq", "model_type": settings["arch"],
-                                "path": str(checkpoint), "license": None,
-                                **({"bpe": bpe} if bpe != "sentencepiece" else {})}
-    return payload
+    return model
 
 
 def _check_bpe_files(bpe: str, bpe_model: Path | None, bpe_codes: Path | None) -> None:
@@ -174,105 +189,11 @@ def _check_bpe_files(bpe: str, bpe_model: Path | None, bpe_codes: Path | None) -
         raise UserError(f"--bpe {bpe}: one of {', '.join(BPES)} is needed")
 
 
-def _check_tokenizer(state: dict[str, Any], path: Path, bpe: str) -> None:
-    """UserError when the checkpoint records a tokenizer other than what is imported with
-    its BPE: none for sentencepiece, Moses with fairseq's defaults for BPE codes."""
-    cfg = state.get("cfg")
-    if isinstance(cfg, dict):
-        found = _plain(cfg.get("tokenizer"))
-    else:  # fairseq before 0.10: one flat Namespace
-        args = _plain(state.get("args"))
-        found = {"_name": args.get("tokenizer"), **args}
-    name = found.get("_name")
-    if name not in (None, "moses") or (name == "moses" and bpe == "sentencepiece"):
-        raise UserError(f"{path}: its text was tokenized with {name!r}, which this import "
-                        "does not do; models of Moses and BPE codes, or of sentencepiece "
-                        "alone, are imported")
-    for option in ("moses_no_dash_splits", "moses_no_escape"):
-        if found.get(option):
-            raise UserError(f"{path}: tokenized with {option}, which this import does not "
-                            "do (fairseq's default Moses settings are imported)")
-
-
 def _text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise UserError(f"{path}: not UTF-8 text ({error})") from None
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """The checkpoint's dict, unpickled with weights_only=True and fairseq's Namespace read
-    as FairseqArgs; a UserError naming any other class it holds, loaded not at all."""
-    if not path.is_file():
-        raise UserError(f"{path}: no such file; give fairseq's checkpoint "
-                        "(checkpoint_best.pt)")
-    with path.open("rb") as file:
-        start = file.read(2)
-    # torch.save's zip archive, or the bare pickle of PyTorch before 1.6 (older fairseq).
-    if start != b"PK" and start[:1] != b"\x80":
-        raise UserError(f"{path}: not a PyTorch checkpoint")
-    try:
-        with torch.serialization.safe_globals([(FairseqArgs, "argparse.Namespace")]):
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        raise _unpickling_refusal(path, str(error)) from None
-    except (RuntimeError, OSError, EOFError, ValueError) as error:
-        raise UserError(f"{path}: not a PyTorch checkpoint ({_first_line(error)})") from None
-    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
-        raise UserError(f"{path}: not a fairseq checkpoint (no 'model' state dict)")
-    return state
-
-
-def _unpickling_refusal(path: Path, message: str) -> UserError:
-    """The one line that refuses a checkpoint torch.load(weights_only=True) would not
-    read, from its `message`: the class or function it holds, or what else it says."""
-    found = re.search(r"[Uu]nsupported (?:global: )?GLOBAL (\S+)", message)
-    if found and found.group(1).startswith("omegaconf."):
-        return UserError(
-            f"{path}: its settings are omegaconf objects ({found.group(1)}), which only code "
-            "can read, so it is refused unread; where fairseq is installed and you trust the "
-            "file, load it with fairseq's checkpoint_utils.load_checkpoint_to_cpu, turn its "
-            "'cfg' into plain data with OmegaConf.to_container(cfg, resolve=True) and "
-            "torch.save it again")
-    if found:
-        return UserError(f"{path}: refused unread: it holds {found.group(1)}, which is not "
-                         "data a fairseq checkpoint holds")
-    said = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", message)
-    return UserError(f"{path}: refused unread, as more than data "
-                     f"({said.group(1).strip() if said else message.strip().splitlines()[0]})")
-
-
-def _settings(state: dict[str, Any], path: Path
-              ) -> tuple[dict[str, Any], dict[str, Any], str | None]:
-    """The model's settings, flat (encoder_embed_dim, not encoder.embed_dim), the task's,
-    and the bpe scheme recorded, from `cfg` (fairseq 0.10 and later) or `args`."""
-    cfg = state.get("cfg")
-    if isinstance(cfg, dict) and cfg.get("model") is not None:
-        model, task = _plain(cfg["model"]), _plain(cfg.get("task"))
-        bpe = _plain(cfg.get("bpe")).get("_name")
-        # fairseq's TransformerConfig nests encoder.* and decoder.*; its Namespace is flat.
-        for side in ("encoder", "decoder"):
-            if isinstance(model.get(side), dict):
-                model.update({f"{side}_{name}": value
-                              for name, value in model.pop(side).items()})
-    elif state.get("args") is not None:
-        model = task = _plain(state["args"])
-        bpe = model.get("bpe")
-    else:
-        raise UserError(f"{path}: no settings (neither cfg nor args): not a fairseq "
-                        "checkpoint of a model")
-    model.setdefault("arch", model.get("_name"))
-    if model["arch"] not in ARCHITECTURES:
-        raise UserError(f"{path}: a fairseq {model['arch']!r} model; nmt import --from "
-                        f"fairseq reads fairseq's TransformerModel ({', '.join(ARCHITECTURES)})")
-    return model, task, bpe
-
-
-def _plain(settings: Any) -> dict[str, Any]:
-    if isinstance(settings, FairseqArgs):
-        return dict(vars(settings))
-    return dict(settings) if isinstance(settings, dict) else {}
 
 
 def fairseq_model_config(settings: dict[str, Any], weights: Mapping[str, Tensor],
@@ -387,58 +308,6 @@ def _our_weights(theirs: _ReadKeys, cfg: ModelConfig, imported: ImportedVocab, p
     return ours
 
 
-def read_dictionary(path: Path) -> list[str]:
-    """pieces[id] of a fairseq Dictionary file: its four specials, then one entry per line
-    ("piece count", or "piece count #fairseq:overwrite"), in id order."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not UTF-8 text ({error})") from None
-    pieces = list(SPECIALS)
-    for number, line in enumerate(lines, 1):
-        fields = line.rstrip().split(" ")
-        if fields[-1] == "#fairseq:overwrite":
-            fields = fields[:-1]
-        if len(fields) != 2 or not fields[1].lstrip("-").isdigit():
-            raise UserError(f"{path}, line {number}: {line!r} is not 'piece count'")
-        pieces.append(fields[0])
-    if len(set(pieces)) != len(pieces):
-        repeated = next(piece for piece in pieces if pieces.count(piece) > 1)
-        raise UserError(f"{path}: {repeated!r} is listed twice, which one sentencepiece "
-                        "model cannot hold")
-    return pieces
-
-
-def _dictionaries(dict_dir: Path, languages: tuple[str | None, str | None]
-                  ) -> tuple[list[str], list[str]]:
-    """The source's and the target's dictionaries: dict.SRC.txt and dict.TGT.txt where the
-    checkpoint names the languages, else the one dict.*.txt in `dict_dir` (or several,
-    all equal: a joined dictionary)."""
-    if all(languages):
-        paths = [dict_dir / f"dict.{language}.txt" for language in languages]
-        missing = [path for path in paths if not path.is_file()]
-        if missing:
-            raise UserError(f"{missing[0]}: no such file; give the --dict-dir of the "
-                            "checkpoint's data (fairseq-preprocess's --destdir)")
-    else:
-        paths = sorted(dict_dir.glob("dict.*.txt"))
-        if not paths:
-            raise UserError(f"{dict_dir}: no dict.*.txt; give the --dict-dir of the "
-                            "checkpoint's data (fairseq-preprocess's --destdir)")
-    dictionaries = [read_dictionary(path) for path in paths]
-    if all(languages):
-        return dictionaries[0], dictionaries[1]
-    if len(paths) == 2 and dictionaries[0] != dictionaries[1]:
-        raise UserError(f"{paths[1]} differs from {paths[0]}, and the checkpoint does not "
-                        "say which is the source's: give --src-lang and --tgt-lang")
-    for path, pieces in zip(paths[1:], dictionaries[1:]):
-        if pieces != dictionaries[0]:
-            raise UserError(f"{path} differs from {paths[0]}, and the checkpoint does not say "
-                            "which language is the source; give a --dict-dir with one "
-                            "dictionary, or the checkpoint of a translation task")
-    return dictionaries[0], dictionaries[0]
-
-
 def _check_pieces_known(vocab: Vocab, entries: int, bpe_model: Path) -> None:
     """UserError when most of the dictionary's pieces are not the sentencepiece model's:
     another model than the dictionaries were made with would encode text as <unk>."""
@@ -448,8 +317,3 @@ def _check_pieces_known(vocab: Vocab, entries: int, bpe_model: Path) -> None:
         raise UserError(f"{bpe_model}: {unknown} of the dictionary's {entries} pieces are "
                         "not in this sentencepiece model; give the --bpe-model the "
                         "dictionaries were made with")
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -195,6 +195,12 @@ def add_error_handlers(app: FastAPI) -> None:
 
 def add_routes(app: FastAPI, pool: ModelPool, metrics: ServerMetrics) -> None:
     """Our API under /v1, health, readiness, metrics and the web page with its files."""
+    add_v1_routes(app, pool)
+    add_operations_routes(app, pool, metrics)
+
+
+def add_v1_routes(app: FastAPI, pool: ModelPool) -> None:
+    """Our API: GET /v1/model, GET /v1/models and POST /v1/translate."""
     settings = pool.settings
 
     async def key_required(request: Request) -> None:
@@ -243,6 +249,11 @@ def add_routes(app: FastAPI, pool: ModelPool, metrics: ServerMetrics) -> None:
         return {"translations": results,
                 "models": [hop.name for hop in route.hops], "pivot": route.pivot,
                 "elapsed_ms": round((time.perf_counter() - started) * 1000, 1)}
+
+
+def add_operations_routes(app: FastAPI, pool: ModelPool, metrics: ServerMetrics) -> None:
+    """What operators and browsers ask: health, readiness, metrics, the web page and its
+    files."""
 
     @app.get("/health", summary="the process answers")
     async def health() -> dict[str, str]:

@@ -55,6 +55,14 @@ def libretranslate_routes(translate: Translate, settings: ServeSettings,
     pairs of `routes`; detection chooses among the languages the server translates from;
     `file_formats`: what POST /translate_file takes (none: it is not served)."""
     router = APIRouter(tags=["LibreTranslate"])
+    _add_text_routes(router, translate, settings, routes, detector)
+    _add_language_routes(router, settings, routes, file_formats)
+    return router
+
+
+def _add_text_routes(router: APIRouter, translate: Translate, settings: ServeSettings,
+                     routes: PairRoutes, detector: LanguageDetector) -> None:
+    """POST /translate and POST /detect: what a client asks of a text."""
 
     @router.post("/translate", summary="LibreTranslate: translate text")
     async def translate_route(request: Request) -> dict[str, Any]:
@@ -93,6 +101,11 @@ def libretranslate_routes(translate: Translate, settings: ServeSettings,
         except DetectionUnavailable as error:
             raise HTTPException(501, str(error)) from None
 
+
+def _add_language_routes(router: APIRouter, settings: ServeSettings, routes: PairRoutes,
+                         file_formats: Sequence[str]) -> None:
+    """GET /languages and GET /frontend/settings: what the server offers."""
+
     @router.get("/languages", summary="LibreTranslate: the languages served")
     async def languages() -> list[dict[str, Any]]:
         return [{"code": code, "name": language_name(code), "targets": routes.targets(code)}
@@ -117,8 +130,6 @@ def libretranslate_routes(translate: Translate, settings: ServeSettings,
                 "target": {"code": targets[0] if targets else "",
                            "name": language_name(targets[0]) if targets else ""}},
         }
-
-    return router
 
 
 async def pair_route(routes: PairRoutes, detector: LanguageDetector, source: Any, target: Any,

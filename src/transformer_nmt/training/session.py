@@ -2,10 +2,11 @@
 limit or a signal, log, validate and checkpoint as due.
 
 `train` is the entry point; every process of a torchrun launch calls it and only rank 0
-writes files. One optimizer step is `Trainer.train_step` (training/trainer.py); when to
-log, validate and save is training/cadence.py's; what the run has done is kept in
-training/progress.py's dataclasses; the run directory's rules are training/run.py's and
-resuming is training/checkpoint.py's.
+writes files. What a session starts from (precision, data, the model fresh, resumed or
+fine-tuned) is training/session_start.py's; one optimizer step is `Trainer.train_step`
+(training/trainer.py); when to log, validate and save is training/cadence.py's; what the
+run has done is kept in training/progress.py's dataclasses; the run directory's rules
+are training/run.py's and resuming is training/checkpoint.py's.
 """
 
 from __future__ import annotations
@@ -15,30 +16,21 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import numpy as np
-import torch
 from tqdm import tqdm
 
 from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.collate import Batch, collate
-from transformer_nmt.data.binarize import load_split
-from transformer_nmt.data.manifest import read_manifest
-from transformer_nmt.data.shapes import BatchShapes
-from transformer_nmt.data.vocab_source import load_data_vocab
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import atomic_link
 from transformer_nmt.memory import keep_kernels_once
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, save_model_file
-from transformer_nmt.runtime import (length_multiple, resolve_precision,
-                                     validation_precision)
+from transformer_nmt.runtime import length_multiple, validation_precision
 from transformer_nmt.training.batch_size import describe_batch, plan_batch
 from transformer_nmt.training.cadence import Cadence
-from transformer_nmt.training.checkpoint import (BEST, check_resumable, read_newest_checkpoint,
-                                                 restore, rng_states, save_numbered)
+from transformer_nmt.training.checkpoint import BEST, restore, rng_states, save_numbered
 from transformer_nmt.training.distributed import Distributed, init_distributed, shutdown
 from transformer_nmt.training.early_stopping import EarlyStopping, better
-from transformer_nmt.training.init_from import read_init_weights
 from transformer_nmt.training.loss import perplexity
 from transformer_nmt.training.metrics import MetricsLog, PeakFlops, format_duration
 from transformer_nmt.training.precision import DTYPES
@@ -47,6 +39,8 @@ from transformer_nmt.training.progress import (Interval, RunProgress, SessionSum
 from transformer_nmt.training.run import (RunPlan, may_hold_run, plan_run, session_record,
                                           write_run_config)
 from transformer_nmt.training.run_lock import RunLock
+from transformer_nmt.training.session_start import (batch_shapes, decide_precision, fresh_model,
+                                                   read_checkpoint, read_data, read_start_weights)
 from transformer_nmt.training.signals import StopSignals
 from transformer_nmt.training.trainer import StepResult, Trainer
 from transformer_nmt.training.validation import translation_scores, validation_batches
@@ -67,18 +61,19 @@ class _Session:
         self.show_progress = progress and self.main
         self.batch = plan_batch(self.cfg.batch_tokens, self.cfg.max_tokens,
                                 self.cfg.update_freq, context.world_size)
-        self.precision, self.precision_reason = context.main_reads(self._decide_precision)
-        self._read_data()
-        model = self._fresh_model()
-        checkpoint = self._read_checkpoint()
+        self.precision, self.precision_reason = context.main_reads(
+            lambda: decide_precision(plan, context.device, self.batch.per_batch_tokens))
+        self.train_data, self.valid_data, self.vocab = read_data(plan)
+        model = fresh_model(plan, self.vocab, context.rank)
+        checkpoint = read_checkpoint(plan, context, len(self.vocab))
         if checkpoint is not None:
             model.load_state_dict(checkpoint["model"])
         elif self.cfg.init_from:
-            model.load_state_dict(self._read_init_weights()["model"])
+            model.load_state_dict(read_start_weights(plan, context)["model"])
         self.trainer = Trainer(model, self.cfg, context, self.precision, self.cfg.compile)
         self.length_multiple = length_multiple(context.device, self.precision)
         self.valid_precision = validation_precision(context.device, self.precision)
-        self.shapes = self._batch_shapes()
+        self.shapes = batch_shapes(self.cfg, self.train_data, self.batch.per_batch_tokens)
         if self.shapes is not None:
             self.length_multiple = 1  # the grid's lengths are the shapes that occur
         self.sampler = TokenBatchSampler(
@@ -99,73 +94,6 @@ class _Session:
         self.last_validation: dict[str, Any] | None = None
         self.last_saved: Path | None = None
         self.last_saved_step = -1
-
-    def _decide_precision(self) -> tuple[str, str | None]:
-        """The precision to train in and, for 'auto', why (decided on rank 0 for all, so
-        that a measurement cannot split the processes). 'auto' times the feed-forward
-        product at this run's batch rows (at most 4096: the rate is flat beyond)."""
-        said: list[str] = []
-        model = self.plan.model
-        shape = (min(self.batch.per_batch_tokens, 4096), model.d_model, model.d_ff)
-        precision = resolve_precision(self.cfg.precision, self.context.device, training=True,
-                                      log=said.append, shape=shape)
-        return precision, (said[0] if said else None)
-
-    def _read_data(self) -> None:
-        """The train split, the valid split if there is one, and the vocabulary."""
-        data_dir = self.plan.data_dir
-        self.train_data = load_split(data_dir, "train")
-        if len(self.train_data) == 0:
-            raise UserError(f"{data_dir}: the train split has no pairs")
-        self.valid_data = (load_split(data_dir, "valid")
-                           if "valid" in read_manifest(data_dir)["splits"] else None)
-        if self.valid_data is None and (self.cfg.patience or self.cfg.valid_metric != "loss"):
-            raise UserError(f"{data_dir} has no valid split, which valid_metric "
-                            f"{self.cfg.valid_metric!r} and patience need; prepare the data "
-                            "with valid files or a held-out --valid-size")
-        self.vocab = load_data_vocab(data_dir)
-
-    def _batch_shapes(self) -> BatchShapes | None:
-        """The fixed batch shapes of this process's batches, if the run asks for them."""
-        if not self.cfg.shape_buckets:
-            return None
-        data = self.train_data
-        longest = int(max(data.src_lengths.max(), data.tgt_lengths.max())) + 1  # + a special
-        return BatchShapes.for_lengths(longest, self.batch.per_batch_tokens)
-
-    def _fresh_model(self) -> Transformer:
-        """The run's model initialized from its seed, then torch's stream set for dropout."""
-        seed = self.cfg.seed
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        model = Transformer(self.plan.model, len(self.vocab), self.vocab.pad_id)
-        # Dropout streams differ per process (else every rank would drop the same units)
-        # and are independent of the stream that initialized the weights.
-        rank = self.context.rank
-        dropout_seed = np.random.SeedSequence([seed, 1, rank]).generate_state(1)[0]
-        torch.manual_seed(int(dropout_seed))
-        return model
-
-    def _read_checkpoint(self) -> dict[str, Any] | None:
-        """The checkpoint to resume from (None for a new run), read by rank 0 and handed
-        to every process, so that only rank 0 needs to see the run directory."""
-        plan = self.plan
-        if plan.resume_from is None:
-            return None
-
-        def read() -> dict[str, Any]:
-            checkpoint = read_newest_checkpoint(plan.run_dir)
-            check_resumable(checkpoint, plan.resume_from, plan.data_digest,
-                            plan.record["model"], len(self.vocab))
-            return checkpoint
-        return self.context.main_reads(read)
-
-    def _read_init_weights(self) -> dict[str, Any]:
-        """The model a fine-tuning run starts from, read by rank 0 and handed to every
-        process (a run resumed from its own checkpoints never reads it again)."""
-        return self.context.main_reads(lambda: read_init_weights(
-            Path(self.cfg.init_from), self.plan.record.get("init_from"), self.plan.model,
-            self.plan.data_dir))
 
     def _valid_scores(self, given: ValidScores | None) -> ValidScores | None:
         """What scores the model's translations of the valid split, if anything should."""

@@ -1,16 +1,17 @@
-"""Configurations and the named presets of the paper.
+"""The configurations of model, training and decoding: one frozen dataclass each, a
+docstring on every field, the paper's values as defaults, every value checked once.
 
-`ModelConfig` defaults are the paper's base model (Table 3, first row). Every other
-architecture is a preset: a small function of the base that changes a few fields, kept in
-one registry, `PRESETS`. Dropout lives in `ModelConfig` because it shapes the modules;
-label smoothing and the schedule live in `TrainConfig` because they shape training.
+`ModelConfig` defaults are the paper's base model (Table 3, first row); other
+architectures are config/presets.py's. Dropout lives in `ModelConfig` because it shapes
+the modules; label smoothing and the schedule live in `TrainConfig` because they shape
+training.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Callable, Literal, get_args
 
 from transformer_nmt.errors import UserError
@@ -338,127 +339,6 @@ class DecodeConfig:
         if not _finite_number(self.alpha) or not low <= self.alpha <= high:
             raise UserError(f"alpha must be a finite number between {low:g} and {high:g}, "
                             f"not {self.alpha!r}")
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A named architecture with the training settings it was reported with."""
-
-    name: str
-    description: str
-    model: ModelConfig
-    train: TrainConfig = field(default_factory=TrainConfig)
-    paper_params_millions: float | None = None
-    """The 'params x 10^6' column of Table 3, where the paper gives one."""
-
-
-BASE = ModelConfig()
-
-
-def _row(name: str, description: str, paper: float | None = None,
-         train: TrainConfig | None = None, **changes) -> Preset:
-    return Preset(name, description, replace(BASE, **changes), train or TrainConfig(), paper)
-
-
-def _build_presets() -> dict[str, Preset]:
-    presets = [
-        _row("base", "the paper's base model", 65),
-        _row("big", "the paper's big model", 213, train=TrainConfig(max_steps=300_000),
-             d_model=1024, d_ff=4096, heads=16, dropout=0.3),
-        # Table 3 (A): heads, with d_k = d_v = d_model / h (constant computation).
-        _row("a-h1", "Table 3 (A): 1 head, d_k = d_v = 512", heads=1, d_k=512, d_v=512),
-        _row("a-h4", "Table 3 (A): 4 heads, d_k = d_v = 128", heads=4, d_k=128, d_v=128),
-        _row("a-h16", "Table 3 (A): 16 heads, d_k = d_v = 32", heads=16, d_k=32, d_v=32),
-        _row("a-h32", "Table 3 (A): 32 heads, d_k = d_v = 16", heads=32, d_k=16, d_v=16),
-        # Table 3 (B): smaller keys only.
-        _row("b-dk16", "Table 3 (B): d_k = 16", 58, d_k=16),
-        _row("b-dk32", "Table 3 (B): d_k = 32", 60, d_k=32),
-        # Table 3 (C): depth and width.
-        _row("c-n2", "Table 3 (C): N = 2", 36, encoder_layers=2, decoder_layers=2),
-        _row("c-n4", "Table 3 (C): N = 4", 50, encoder_layers=4, decoder_layers=4),
-        _row("c-n8", "Table 3 (C): N = 8", 80, encoder_layers=8, decoder_layers=8),
-        _row("c-d256", "Table 3 (C): d_model = 256, d_k = d_v = 32", 28,
-             d_model=256, d_k=32, d_v=32),
-        _row("c-d1024", "Table 3 (C): d_model = 1024, d_k = d_v = 128", 168,
-             d_model=1024, d_k=128, d_v=128),
-        _row("c-ff1024", "Table 3 (C): d_ff = 1024", 53, d_ff=1024),
-        _row("c-ff4096", "Table 3 (C): d_ff = 4096", 90, d_ff=4096),
-        # Table 3 (D): regularisation.
-        _row("d-drop0", "Table 3 (D): P_drop = 0.0", dropout=0.0),
-        _row("d-drop2", "Table 3 (D): P_drop = 0.2", dropout=0.2),
-        _row("d-ls0", "Table 3 (D): label smoothing 0.0", train=TrainConfig(label_smoothing=0.0)),
-        _row("d-ls2", "Table 3 (D): label smoothing 0.2", train=TrainConfig(label_smoothing=0.2)),
-        # Table 3 (E): learned positional embeddings.
-        _row("e-learned", "Table 3 (E): learned positional embeddings", positional="learned"),
-        # CPU presets.
-        _row("small", "3+3 layers, d_model 256: a corpus of ~30k pairs on a laptop CPU",
-             train=TrainConfig(batch_tokens=4096, warmup_steps=1000, lr_scale=0.5,
-                                 max_steps=100_000),
-             encoder_layers=3, decoder_layers=3, d_model=256, d_ff=1024, heads=4,
-             d_k=64, d_v=64, dropout=0.3, max_positions=512),
-        # Distilled students: decoding cost sits in the decoder, which runs once per output
-        # token, so depth goes to the encoder, which runs once per sentence (Kim & Rush
-        # 2016; the Bergamot students keep 6 encoder and 2 decoder layers). Pre-norm: with
-        # the paper's post-norm, the six-layer encoder of student-tiny learned so slowly in
-        # a short run that the decoder did without it (bench/RESULTS.md, "A pre-norm
-        # student"); student-base has the same depth.
-        _row("student-tiny", "6+2 layers, d_model 256, pre-norm: a student for `nmt distill`, "
-             "fast greedy decoding on a CPU",
-             train=TrainConfig(batch_tokens=4096, warmup_steps=1000, lr_scale=0.5,
-                               max_steps=100_000),
-             encoder_layers=6, decoder_layers=2, d_model=256, d_ff=1024, heads=4,
-             d_k=64, d_v=64, max_positions=512, pre_norm=True),
-        _row("student-base", "6+2 layers, d_model 512, pre-norm: a student for `nmt distill` "
-             "of a base-sized teacher", encoder_layers=6, decoder_layers=2, pre_norm=True),
-        _row("tiny", "2+2 layers, d_model 32: tests and smoke runs",
-             train=TrainConfig(batch_tokens=512, warmup_steps=50, max_steps=200),
-             encoder_layers=2, decoder_layers=2, d_model=32, d_ff=64, heads=4,
-             d_k=8, d_v=8, dropout=0.1, max_positions=256),
-    ]
-    return {preset.name: preset for preset in presets}
-
-
-PRESETS: dict[str, Preset] = _build_presets()
-
-
-def preset_of_architecture(cfg: ModelConfig) -> str | None:
-    """The preset whose architecture `cfg` has (its dropout rates aside, see
-    NOT_ARCHITECTURE), or None for a custom one."""
-    same_training = {name: getattr(cfg, name) for name in NOT_ARCHITECTURE}
-    for preset in PRESETS.values():
-        if replace(preset.model, **same_training) == cfg:
-            return preset.name
-    return None
-
-
-def get_preset(name: str) -> Preset:
-    """The preset called `name`, or a UserError listing the known names."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise UserError(
-            f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}"
-        ) from None
-
-
-def presets_table() -> str:
-    """A plain-text table of every preset, as `nmt presets` prints it."""
-    header = ("name", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls",
-              "positional", "paper params", "description")
-    rows = [header]
-    for preset in PRESETS.values():
-        m, t = preset.model, preset.train
-        layers = (str(m.encoder_layers) if m.encoder_layers == m.decoder_layers
-                  else f"{m.encoder_layers}+{m.decoder_layers}")
-        paper = f"{preset.paper_params_millions:g}M" if preset.paper_params_millions else "-"
-        rows.append((preset.name, layers, str(m.d_model), str(m.d_ff), str(m.heads),
-                     str(m.d_k), str(m.d_v), f"{m.dropout:g}", f"{t.label_smoothing:g}",
-                     m.positional, paper, preset.description))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-             for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
 
 
 def config_from_dict(cls: Callable, values: dict):
