@@ -2,10 +2,11 @@
 
 A Translator's resources are fixed when it is built (the model, its precision and
 device, the batching, the workers and their threads); the search settings are each
-call's (`translate_nbest(lines, decode=...)`), as CTranslate2's translators take them.
-Lines are read ahead in a buffer, sorted by length into batches (little padding, so
-little wasted compute), translated, and given back in their original order
-(transformer_nmt.decode.batching).
+call's (`translate_nbest(lines, decode=...)`), as CTranslate2's translators take them,
+made once (`settings`) and carried by the call's jobs. Lines are read ahead in a buffer,
+made a job (`begin`), sorted by length into batches (transformer_nmt.decode.batching),
+translated (`translate_job`, `finish`), and given back in their original order.
+ARCHITECTURE.md, "The path of a sentence", follows one line through.
 """
 
 from __future__ import annotations
