@@ -224,8 +224,8 @@ class Translator:
                         token_scores: bool | None = None, numbers: list[int] | None = None,
                         alone: bool = False) -> list[list[Translation]]:
         """The translations of `items` as translate_nbest gives them, decoded in the
-        calling thread, batch after batch: for a caller that schedules its own workers,
-        as the server's batcher does.
+        calling thread, batch after batch: for a caller that schedules its own workers
+        (the server's batcher, holding its jobs already, calls `translate_job`).
 
         numbers: each item's line number, which seeds its samples and names it in
         warnings (None: 0, 1, ...). alone: no other call decodes beside this one, so it
