@@ -182,15 +182,15 @@ def test_what_the_engine_cannot_do_goes_to_the_lockstep_searches(model_file):
 def test_a_translators_engine_gives_its_translations(model_file):
     translator = Translator(load_for_inference(model_file), FAST)
     lines = sentences(6, seed=40)
-    job = translator.begin(lines, replace(FAST.decode, beam=2))
+    job = translator.begin(lines, translator.settings(replace(FAST.decode, beam=2)))
     engine = translator.new_engine(job.settings.decode)
     engine.add(translator.source_tensor([job.ids[i] for i in job.searched]), job.searched)
     found = {}
     while engine.rows:
         found.update(dict(engine.step()))
-    translator.finish(job, job.searched, [found[i] for i in job.searched])
+    results = translator.finish(job, job.searched, [found[i] for i in job.searched])
     expected = translator.translate_batch(lines, replace(FAST.decode, beam=2))
-    assert [[t.text for t in result] for result in job.results] == \
+    assert [[t.text for t in result] for result in results] == \
         [[t.text for t in result] for result in expected]
 
 

@@ -17,6 +17,7 @@ from transformer_nmt.decode.job import (
     TranslationJob,
     TranslationRequest,
     constraint_ids,
+    join_jobs,
     prefix_ids,
 )
 from transformer_nmt.errors import UserError
@@ -32,8 +33,7 @@ def vocab(tmp_path_factory) -> Vocab:
 
 def job(ids, prefixes=None, constraints=None) -> TranslationJob:
     return TranslationJob(CallSettings(DecodeConfig(), alignments=False, token_scores=False),
-                          ids, prefixes, constraints, list(range(len(ids))),
-                          [[] for _ in ids])
+                          ids, prefixes, constraints, list(range(len(ids))))
 
 
 def test_only_lines_with_source_tokens_are_searched():
@@ -44,6 +44,23 @@ def test_pick_hands_the_chosen_lines_over_in_the_order_asked():
     lines = job([[5], [6], [7]], prefixes=[[9], [], [8, 8]], constraints=[[], [[4]], [[5, 5]]])
     assert lines.pick([2, 0]) == ([[7], [5]], [[8, 8], [9]], [2, 0], [[[5, 5]], []])
     assert job([[5], [6]]).pick([1]) == ([[6]], None, [1], None)
+
+
+def test_in_order_puts_each_searched_line_in_its_place_and_empties_between():
+    lines = job([[5], [], [7]])
+    found = [[Translation("a", -1.0, [3])]], [[Translation("b", -2.0, [4])]]
+    ordered = lines.in_order({2: found[1][0], 0: found[0][0]})
+    assert [[t.text for t in line] for line in ordered] == [["a"], [""], ["b"]]
+    assert ordered[1][0].tokens == [] and ordered[1][0].alignment is None
+
+
+def test_joined_jobs_keep_their_lines_in_order_and_give_none_to_those_without():
+    joined, starts = join_jobs([job([[5], [6]]), job([[7]], prefixes=[[9]],
+                                                     constraints=[[[4]]])])
+    assert starts == [0, 2] and joined.ids == [[5], [6], [7]] and joined.numbers == [0, 1, 0]
+    assert joined.prefixes == [[], [], [9]] and joined.constraints == [[], [], [[4]]]
+    plain, _ = join_jobs([job([[5]]), job([[6]])])
+    assert plain.prefixes is None and plain.constraints is None
 
 
 def test_no_prefix_on_any_line_gives_none(vocab):

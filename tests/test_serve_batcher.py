@@ -13,7 +13,7 @@ from serve_fixtures import FAST
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.translator import Translator
 from transformer_nmt.model_file import load_for_inference
-from transformer_nmt.serve.batcher import Batcher, QueueFull, SearchKey, _spans
+from transformer_nmt.serve.batcher import Batcher, QueueFull, SearchKey
 from transformer_nmt.serve.metrics import ServerMetrics
 
 
@@ -165,7 +165,7 @@ def test_a_withdrawn_request_leaves_the_queue_without_waiting_for_company(transl
 
 # The engine's searches fail in its steps; the others (no-repeat n-grams) in a batch.
 @pytest.mark.parametrize("settings, failing", [
-    (SHORT, "finish"), (replace(SHORT, no_repeat_ngram=2), "translate_batch")],
+    (SHORT, "finish"), (replace(SHORT, no_repeat_ngram=2), "translate_job")],
     ids=["continuous", "batch"])
 def test_a_failing_search_gives_its_requests_the_error_and_the_next_one_works(
         translator, monkeypatch, settings, failing):
@@ -183,11 +183,25 @@ def test_a_failing_search_gives_its_requests_the_error_and_the_next_one_works(
     assert len(found) == 2
 
 
-def test_spans_keep_each_piece_within_the_token_and_sentence_budgets():
-    assert _spans([3, 3, 3, 3], 6, 10) == [(0, 2), (2, 4)]
-    assert _spans([10, 1], 4, 10) == [(0, 1), (1, 2)]  # a long sentence goes alone
-    assert _spans([1], 4, 10) == [(0, 1)]
-    assert _spans([1] * 5, 100, 2) == [(0, 2), (2, 4), (4, 5)]
+def test_a_request_is_cut_into_pieces_by_the_offline_batches_rule(translator):
+    """Longest first within the batch size and the token budget (padding and EOS
+    counted), as transformer_nmt.decode.batching cuts offline batches."""
+    lines = sentences(5, seed=18)
+    tokens = tokens_of(translator, lines)
+    longest = max(tokens)
+
+    async def body(batcher):
+        pieces = batcher._pieces(lines, tokens, SearchKey(SHORT))
+        for piece in pieces:
+            piece.future.cancel()
+        return pieces
+
+    budget = {"max_batch_tokens": 2 * (longest + 1)}
+    pieces, _ = asyncio.run(with_batcher(translator, body, **budget))
+    numbers = [piece.job.numbers for piece in pieces]
+    assert sorted(number for piece in numbers for number in piece) == list(range(5))
+    assert all(len(piece) <= 2 for piece in numbers)
+    assert tokens[numbers[0][0]] == longest
 
 
 def test_two_slots_decode_side_by_side_and_keep_every_request_in_order(model_file):
@@ -219,13 +233,13 @@ def test_a_deep_queue_goes_to_batches_and_translates_the_same(model_file, monkey
     key = SearchKey(SHORT, alignments=False)
     expected = [small.translate_batch([line], SHORT)[0][0].text for line in lines]
     batches = []
-    translate_batch = small.translate_batch
+    translate_job = small.translate_job
 
-    def counted(items, *args, **kwargs):
-        batches.append(len(items))
-        return translate_batch(items, *args, **kwargs)
+    def counted(job, *args, **kwargs):
+        batches.append(len(job.ids))
+        return translate_job(job, *args, **kwargs)
 
-    monkeypatch.setattr(small, "translate_batch", counted)
+    monkeypatch.setattr(small, "translate_job", counted)
 
     async def body(batcher):
         return await asyncio.gather(*(batcher.translate([line], tokens_of(small, [line]), key)

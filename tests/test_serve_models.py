@@ -237,9 +237,9 @@ def test_the_slots_of_all_models_share_the_cores(models):
                             for model in client.app.state.pool.loaded.values()]
         try:
             first._free_slots = []  # its one slot at work: it asks for its threads
-            assert first._threads() == decoding_threads(1, "cpu")
+            assert first.threads() == decoding_threads(1, "cpu")
             second._free_slots = []  # another model's slot at work beside it
-            assert first._threads() == decoding_threads(2, "cpu")
+            assert first.threads() == decoding_threads(2, "cpu")
         finally:  # free again, or stopping the server would wait for them
             first._free_slots = second._free_slots = [0]
 

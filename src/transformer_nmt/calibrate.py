@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from transformer_nmt.data.text import read_lines
-from transformer_nmt.decode.batching import length_batches
+from transformer_nmt.decode.batching import BatchBudget, length_batches
 from transformer_nmt.decode.confidence import Calibration, sentence_features
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
@@ -87,7 +87,8 @@ def translation_features(translator: Translator, sources: list[list[int]],
     """The confidence features of each output token list as a translation of its source
     ids, FEATURE_BATCH at a time, in batches of similar length."""
     found: list[list[float]] = [[] for _ in sources]
-    for rows in length_batches(sources, range(len(sources)), FEATURE_BATCH, None):
+    for rows in length_batches([len(source) for source in sources], range(len(sources)),
+                               BatchBudget(FEATURE_BATCH)):
         values = sentence_features(translator.model,
                                    translator.source_tensor([sources[i] for i in rows]),
                                    [outputs[i] for i in rows], translator.special)

@@ -230,21 +230,23 @@ SHAPE_MULTIPLE = 8
 
 def compiles_per_shape(device: torch.device, precision: str) -> bool:
     """Whether matrix products on `device` in `precision` compile and keep a kernel for
-    every new shape: bf16 on a CPU (oneDNN, about a megabyte kept per shape). fp32
-    products there (MKL) and GPUs keep no per-shape state."""
+    every new shape: bf16 on a CPU. oneDNN compiles one for every new shape and keeps it
+    (about a megabyte) for the rest of the process, so that a run meeting hundreds of
+    shapes grows in memory, and in time per product, with them. fp32 products there (MKL)
+    and GPUs keep no per-shape state. The one statement of this fact: training's batch
+    lengths (`length_multiple`), validation's precision and decoding's padded rows
+    (transformer_nmt.decode.layout) follow from it.
+    """
     return device.type == "cpu" and precision == "bf16"
 
 
 def length_multiple(device: torch.device, precision: str) -> int:
     """What a training batch's sequence lengths are padded to a multiple of on `device` in
-    `precision`: SHAPE_MULTIPLE for bf16 on a CPU, else 1.
+    `precision`: SHAPE_MULTIPLE where products `compiles_per_shape`, else 1 (the padding
+    would only cost).
 
-    Every new shape of a bf16 matrix product on a CPU makes oneDNN compile and cache a
-    kernel that keeps about a megabyte for the rest of the process, so exact batch lengths
-    (hundreds of shapes) made memory grow for the whole run and the step time with it;
-    padded to multiples of 8, a run meets a few dozen (bench/RESULTS.md, "Training that
-    keeps its speed"). fp32 products (MKL) and GPUs keep no per-shape state, and the
-    padding would only cost.
+    Exact batch lengths met hundreds of shapes; padded to multiples of SHAPE_MULTIPLE, a
+    run meets a few dozen (bench/RESULTS.md, "Training that keeps its speed").
     """
     return SHAPE_MULTIPLE if compiles_per_shape(device, precision) else 1
 
@@ -253,7 +255,7 @@ def validation_precision(device: torch.device, precision: str) -> str:
     """The precision of a training run's validation, its loss and the searches that score
     its translations: fp32 on a CPU, else the training's own.
 
-    On a CPU, bf16 products compile and keep a kernel for every new shape. The validation
+    On a CPU, bf16 products keep a kernel per shape (`compiles_per_shape`). The validation
     loss's batches met about a hundred shapes that training had not (on top of training's
     own few hundred), and under autocast every decoding step's products have a new number
     of rows as sentences finish (about 400 kernels over a few validations). fp32 keeps

@@ -32,10 +32,10 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
     add_fields(parser, DecodeConfig, exclude=() if nbest else ("nbest",), groups=groups)
     speed = parser.add_argument_group("speed")
     speed.add_argument("--batch-size", type=int, metavar="N",
-                       help="sentences translated together, sorted by length (default: a "
-                       "fixed number of decoder rows, sentences × beam, shared by the "
-                       "workers and bounded both ways: more sentences for greedy search than "
-                       "for beam search; TranslatorOptions.batch_size)")
+                       help="sentences translated together, sorted by length (default: "
+                       "decode/policy.py's batch_size: a number of decoder rows, sentences × "
+                       "beam, shared by the workers, so more sentences for greedy search than "
+                       "for beam search)")
     speed.add_argument("--max-tokens", type=int, metavar="N",
                        help="also limit a batch to N source tokens, padding included "
                        "(default: no limit)")
@@ -55,8 +55,8 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        "\"Batch-invariant decoding\"); fp32 and int8 are unchanged by it")
     speed.add_argument("--workers", type=int, metavar="N",
                        help="translate N batches at once, each on its share of the cores "
-                       "(default: 2 on a CPU with two or more cores, 1 on a GPU or with "
-                       "--interactive). A decoding step's thin products split poorly across "
+                       "(default: decode/threads.py's default_workers: more than one only on "
+                       "a CPU with several cores, one with --interactive). A decoding step's thin products split poorly across "
                        "cores, so two half batches translate faster than one whole one, in less "
                        "memory; more workers or larger batches are faster still but hold "
                        "more batches' memory (measurements: bench/RESULTS.md)")

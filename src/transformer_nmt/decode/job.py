@@ -1,9 +1,10 @@
 """One call's work around the search: what each line asks of its output, the token ids
 the search needs, and the Translations it gives back.
 
-A `TranslationJob` is made before any search (`Translator.begin`) and filled after it
-(`Translator.finish`), so that whatever decodes in between (a batch of the lockstep
-searches, or the continuous-batching engine of a server) hands over the same things.
+A `TranslationJob` is made once, before any search (`Translator.begin`), and carries a
+call's settings and lines to whatever decodes them (the lockstep searches in batches, or
+a server's continuous-batching engine) and on to `Translator.finish`, which returns
+their Translations.
 """
 
 from __future__ import annotations
@@ -73,11 +74,13 @@ class TranslationRequest:
 
 @dataclass(frozen=True)
 class CallSettings:
-    """The settings of one call: the search, and what each translation carries."""
+    """The settings of one call: the search, and what each translation carries. Made
+    once per call (`Translator.settings`) and carried unchanged to its end; a server's
+    sentences with equal settings share batches."""
 
     decode: DecodeConfig
-    alignments: bool
-    token_scores: bool
+    alignments: bool = False
+    token_scores: bool = False
 
 
 @dataclass
@@ -93,9 +96,6 @@ class TranslationJob:
     """Each line's constraint phrases as target token ids; None when no line has any."""
     numbers: list[int]
     """Each line's number, which seeds its samples and names it in warnings."""
-    results: list[list[Translation]]
-    """Each line's translations: an empty one until `Translator.finish` fills it (and
-    for good, for an empty line, which is not searched)."""
 
     @property
     def searched(self) -> list[int]:
@@ -108,6 +108,39 @@ class TranslationJob:
         take them."""
         return ([self.ids[i] for i in rows], _pick(self.prefixes, rows),
                 [self.numbers[i] for i in rows], _pick(self.constraints, rows))
+
+
+    def in_order(self, found: dict[int, list[Translation]]) -> list[list[Translation]]:
+        """Every line's translations, in order: those `found` for it, by line, and an
+        empty translation for each line not searched (an empty line)."""
+        return [found[i] if i in found else [self._empty()] for i in range(len(self.ids))]
+
+    def _empty(self) -> Translation:
+        """The translation of an empty line, with the details the settings ask for."""
+        return Translation("", 0.0, [], [] if self.settings.alignments else None,
+                           [] if self.settings.token_scores else None)
+
+
+def join_jobs(jobs: list[TranslationJob]) -> tuple[TranslationJob, list[int]]:
+    """One job of the lines of `jobs` (one settings), and where each job's lines start in
+    it: a server decodes the lines of several requests at once. A line of a job without
+    prefixes or constraints gets none ([]), as `prefix_ids` gives it beside others'."""
+    joined = TranslationJob(jobs[0].settings, [], _joined(jobs, "prefixes"),
+                            _joined(jobs, "constraints"), [])
+    starts = []
+    for job in jobs:
+        starts.append(len(joined.ids))
+        joined.ids += job.ids
+        joined.numbers += job.numbers
+    return joined, starts
+
+
+def _joined(jobs: list[TranslationJob], name: str) -> list | None:
+    if all(getattr(job, name) is None for job in jobs):
+        return None
+    values = [getattr(job, name) for job in jobs]
+    return [row for job, value in zip(jobs, values)
+            for row in (value if value is not None else [[] for _ in job.ids])]
 
 
 def _pick(values: list | None, rows: list[int]) -> list | None:

@@ -87,12 +87,12 @@ class RowPaddedLinear(nn.Module):
     """y = x W^T + b, as nn.Linear (sharing its weight and bias), computed on the rows of x
     padded with zeros to `padded_rows(rows, multiple)`.
 
-    A bf16 product on a CPU goes to oneDNN, which compiles a kernel for every new number
-    of rows and keeps it (half a megabyte or more) for the rest of the process; a decoding
-    step's rows change with every sentence that finishes or joins, so a long run met
-    hundreds of sizes and its memory grew with them. Padded, a run meets a few dozen; the
-    extra rows cost little where a step's few rows leave the product bound by reading
-    the weights (bench/RESULTS.md, "bf16 decoding's kernels").
+    A bf16 product on a CPU keeps a kernel for every new number of rows
+    (transformer_nmt.runtime.compiles_per_shape); a decoding step's rows change with every
+    sentence that finishes or joins, so a long run met hundreds of sizes and its memory
+    grew with them. Padded, a run meets a few dozen; the extra rows cost little where a
+    step's few rows leave the product bound by reading the weights (bench/RESULTS.md,
+    "bf16 decoding's kernels").
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None, multiple: int) -> None:

@@ -51,11 +51,10 @@ def score_ids(translator: Translator, sources: list[list[int]], targets: list[li
                     sum(token_scores) / length_penalty(len(token_scores), alpha)))
                 for index, token_scores in zip(batch, scores)]
 
-    results: list[PairScore] = [None] * len(sources)  # type: ignore[list-item]  # all filled
-    batches = length_batches(sources, range(len(sources)), translator.options.batch_size,
-                             translator.options.max_tokens)
-    run_in_order(batches, score_batch, results)
-    return results
+    batches = length_batches([len(source) for source in sources], range(len(sources)),
+                             translator.budget)
+    found = run_in_order(batches, score_batch)
+    return [found[index] for index in range(len(sources))]
 
 
 def score_lines(translator: Translator, sources: Iterable[str], targets: Iterable[str],

@@ -1,6 +1,9 @@
 """How decoding shares the CPU: how many batches are decoded at once (workers), and how
 many threads each one's tensor operations get.
 
+Every split of the cores between what decodes at once is decided here: the workers of
+a call, each batch's or step's threads, a server's event loop's.
+
 A decoding step multiplies a few dozen rows by each weight matrix, products that split
 poorly across cores: separate batches, one per share of the cores, keep the cores busier
 than one batch split across all of them (bench/RESULTS.md has the measurements). The
@@ -28,12 +31,15 @@ def use_cores(count: int) -> None:
     torch.set_num_threads(_PROCESS_THREADS)
 
 
-def default_workers(device: str | torch.device) -> int:
-    """Batches decoded at once by default: two on a CPU with two or more cores, else one.
+def default_workers(device: str | torch.device, line_by_line: bool = False) -> int:
+    """Batches decoded at once by default: two on a CPU with two or more cores, else one;
+    one `line_by_line` (interactive use), whose only batch should have every core.
 
     Two half batches rather than one whole one translate faster and in less peak memory
     on a 2-core CPU; more workers or larger batches hold more batches' memory.
     """
+    if line_by_line:
+        return 1
     return 2 if torch.device(device).type == "cpu" and _PROCESS_THREADS >= 2 else 1
 
 
@@ -46,6 +52,13 @@ def decoding_threads(workers: int, device: str | torch.device, cores: int | None
     if workers > 1 and torch.device(device).type == "cpu":
         return max(cores // workers, 1)
     return cores
+
+
+EVENT_LOOP_THREADS = 1
+"""Torch threads of a server's main thread, which runs the event loop and never decodes:
+kept to one, it never starts OpenMP workers of its own, which would outnumber the cores
+and make the lead slot's workers sleep between parallel regions instead of spinning (a
+lone request then decodes at about half speed; bench/RESULTS.md, serve)."""
 
 
 @contextmanager

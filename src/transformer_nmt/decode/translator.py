@@ -2,10 +2,11 @@
 
 A Translator's resources are fixed when it is built (the model, its precision and
 device, the batching, the workers and their threads); the search settings are each
-call's (`translate_nbest(lines, decode=...)`), as CTranslate2's translators take them.
-Lines are read ahead in a buffer, sorted by length into batches (little padding, so
-little wasted compute), translated, and given back in their original order
-(transformer_nmt.decode.batching).
+call's (`translate_nbest(lines, decode=...)`), as CTranslate2's translators take them,
+made once (`settings`) and carried by the call's jobs. Lines are read ahead in a buffer,
+made a job (`begin`), sorted by length into batches (transformer_nmt.decode.batching),
+translated (`translate_job`, `finish`), and given back in their original order.
+ARCHITECTURE.md, "The path of a sentence", follows one line through.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from transformer_nmt.data.text import normalize
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.data.words import continues_word
 from transformer_nmt.decode.alignment import word_alignment
-from transformer_nmt.decode.batching import buffers, length_batches, run_in_order
+from transformer_nmt.decode.batching import BatchBudget, buffers, length_batches, run_in_order
 from transformer_nmt.decode.confidence import ConfidenceEstimator
 from transformer_nmt.decode.continuous import decode_continuously
 from transformer_nmt.decode.constrained import constrained_beam_search
@@ -32,6 +33,7 @@ from transformer_nmt.decode.engine import Engine, serves
 from transformer_nmt.decode.guard import Guarded, checks, fallback_config, guard, output_reasons
 from transformer_nmt.decode.job import (  # noqa: F401 (Translation is imported from here)
     CallSettings, Translation, TranslationJob, TranslationRequest, constraint_ids, prefix_ids)
+from transformer_nmt.decode.policy import batch_size
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, attach_details, search
 from transformer_nmt.decode.threads import decoding_threads, default_workers, torch_threads
@@ -41,30 +43,6 @@ from transformer_nmt.model_file import InferenceModel, load_for_inference, model
 from transformer_nmt.runtime import DEFAULT_DEVICE, resolve_runtime
 
 logger = logging.getLogger(__name__)
-
-ROWS_IN_FLIGHT = 128
-"""Decoder rows (sentences × hypotheses per sentence) decoded at once by default,
-shared by the workers: the matrix products of a step are faster per row with more rows,
-so greedy search gets more sentences than beam search (see `sentences_in_flight`)."""
-FEWEST_SENTENCES_IN_FLIGHT = 32
-"""The least `sentences_in_flight` gives, whatever the beam: beam 4's share of
-ROWS_IN_FLIGHT, so that wider beams keep as many sentences as it does."""
-MOST_SENTENCES_IN_FLIGHT = 96
-"""The most `sentences_in_flight` gives: greedy search gets faster with more sentences at
-once up to about this many, and hardly faster past it, while memory keeps growing (each
-sentence keeps its encoder-decoder keys and values whatever its rows)."""
-
-
-def sentences_in_flight(decode: DecodeConfig) -> int:
-    """Sentences decoded at once by default, shared by the workers: ROWS_IN_FLIGHT rows,
-    but at least FEWEST_SENTENCES_IN_FLIGHT sentences and at most MOST_SENTENCES_IN_FLIGHT.
-    Beam search's hypotheses per sentence bring the count down (bench/RESULTS.md, "More
-    sentences per batch for greedy search").
-    """
-    rows_per_sentence = decode.nbest if decode.sampling else decode.beam
-    return min(max(ROWS_IN_FLIGHT // rows_per_sentence, FEWEST_SENTENCES_IN_FLIGHT),
-               MOST_SENTENCES_IN_FLIGHT)
-
 
 def source_limit(max_positions: int, cfg: DecodeConfig) -> int:
     """Most source tokens (EOS excluded) a line may have so that the encoder's input and
@@ -107,8 +85,8 @@ class TranslatorOptions:
     bf16 where its products measured clearly faster than fp32's, else fp32
     (transformer_nmt.runtime.auto_decoding_precision)."""
     batch_size: int | None = None
-    """Most sentences per batch, whatever a call's settings (None: `sentences_in_flight`
-    of `decode` shared by the workers)."""
+    """Most sentences per batch, whatever a call's settings (None:
+    transformer_nmt.decode.policy.batch_size of `decode` and the workers)."""
     max_tokens: int | None = None
     """Most source tokens per batch as well, padding included (None: no such limit)."""
     alignments: bool = False
@@ -147,15 +125,10 @@ class TranslatorOptions:
         or precision that cannot run well there) and workers and batch_size filled in."""
         runtime = resolve_runtime(self.device, self.precision)
         device = runtime.device
-        workers = self.workers
-        if workers is None:
-            # Line by line there is only ever one batch, which should have every core.
-            workers = default_workers(device) if self.buffer_size > 1 else 1
-        batch_size = self.batch_size
-        if batch_size is None:
-            batch_size = max(sentences_in_flight(self.decode) // workers, 1)
+        workers = self.workers or default_workers(device, line_by_line=self.buffer_size == 1)
         return replace(self, device=device, precision=runtime.precision, workers=workers,
-                       batch_size=batch_size, batch_invariant=bool(self.batch_invariant))
+                       batch_size=self.batch_size or batch_size(self.decode, workers),
+                       batch_invariant=bool(self.batch_invariant))
 
 
 class Translator:
@@ -184,6 +157,8 @@ class Translator:
         self.word_pieces = word_piece_mask(self.vocab, self.special).to(options.device)
         """(vocab,) True for pieces that continue a word: constraints end at word ends."""
         self._warned_long = False
+        self.budget = BatchBudget(options.batch_size, options.max_tokens)
+        """What one batch may hold (transformer_nmt.decode.batching)."""
         self.confidence = ConfidenceEstimator.of(inference_model, self.model, self.special)
         """Estimates each translation's confidence; None without a calibration."""
 
@@ -237,10 +212,11 @@ class Translator:
         decode, alignments and token_scores are this call's settings (None: the
         options'). Lines are read ahead options.buffer_size at a time, sorted by length
         into batches, and translated by options.workers workers at once."""
-        call = self._call(decode, alignments, token_scores)
+        settings = self.settings(decode, alignments=alignments, token_scores=token_scores)
         for buffer in buffers(lines, self.options.buffer_size):
             numbers = list(range(first_line, first_line + len(buffer)))
-            yield from self._translate_items(buffer, call, numbers, self.options.workers)
+            job = self.begin(buffer, settings, numbers)
+            yield from self.translate_job(job, self.options.workers)
             first_line += len(buffer)
 
     def translate_batch(self, items: list[str | TranslationRequest],
@@ -248,20 +224,20 @@ class Translator:
                         token_scores: bool | None = None, numbers: list[int] | None = None,
                         alone: bool = False) -> list[list[Translation]]:
         """The translations of `items` as translate_nbest gives them, decoded in the
-        calling thread, batch after batch: for a caller that schedules its own workers,
-        as the server's batcher does.
+        calling thread, batch after batch: for a caller that schedules its own workers
+        (the server's batcher, holding its jobs already, calls `translate_job`).
 
         numbers: each item's line number, which seeds its samples and names it in
         warnings (None: 0, 1, ...). alone: no other call decodes beside this one, so it
         gets every core rather than one worker's share."""
-        call = self._call(decode, alignments, token_scores)
-        numbers = list(range(len(items))) if numbers is None else numbers
-        return self._translate_items(items, call, numbers, 1,
-                                     1 if alone else self.options.workers)
+        job = self.begin(items, self.settings(decode, alignments=alignments,
+                                              token_scores=token_scores), numbers)
+        return self.translate_job(job, 1, 1 if alone else self.options.workers)
 
-    def _call(self, decode: DecodeConfig | None, alignments: bool | None,
-              token_scores: bool | None) -> CallSettings:
-        """One call's settings, the options' where not given."""
+    def settings(self, decode: DecodeConfig | None = None, *, alignments: bool | None = None,
+                 token_scores: bool | None = None) -> CallSettings:
+        """One call's settings, the options' where not given: made once, at the call's
+        start, and carried by its job to the end."""
         options = self.options
         return CallSettings(options.decode if decode is None else decode,
                             options.alignments if alignments is None else alignments,
@@ -300,22 +276,20 @@ class Translator:
         longest = max(math.floor(decode.max_len_a * length + decode.max_len_b), phrase_tokens)
         return min(longest, self.max_len_limit)
 
-    def begin(self, items: list[str | TranslationRequest], decode: DecodeConfig | None = None,
-              *, alignments: bool | None = None, token_scores: bool | None = None,
+    def begin(self, items: list[str | TranslationRequest], settings: CallSettings | None = None,
               numbers: list[int] | None = None) -> TranslationJob:
-        """The work of translating `items` before any search: their token ids, and empty
-        translations for `finish` to fill. Arguments as `translate_batch`'s."""
-        settings = self._call(decode, alignments, token_scores)
+        """The work of translating `items` with `settings` (None: the options') before any
+        search: their token ids, prefixes and constraints. numbers: each item's line
+        number, which seeds its samples and names it in warnings (None: 0, 1, ...)."""
+        settings = self.settings() if settings is None else settings
         numbers = list(range(len(items))) if numbers is None else numbers
         requests = [item if isinstance(item, TranslationRequest) else TranslationRequest(item)
                     for item in items]
         ids = self.source_ids([request.text for request in requests], settings.decode, numbers)
-        empty = [] if settings.alignments else None
         return TranslationJob(
             settings, ids, prefix_ids(self.vocab, requests, self.max_len_limit),
             constraint_ids(self.vocab, requests, settings.decode, numbers, self.max_len_limit),
-            numbers, [[Translation("", 0.0, [], empty, [] if settings.token_scores else None)]
-                      for _ in requests])
+            numbers)
 
     def continuous(self, job: TranslationJob) -> bool:
         """Whether the continuous-batching engine can search `job`'s lines
@@ -340,11 +314,12 @@ class Translator:
                    for row, hyps in zip(rows, found))
 
     def finish(self, job: TranslationJob, rows: list[int], found: list[list[Hypothesis]]
-               ) -> None:
-        """Fill job.results[rows] from what a search `found` for those lines: the guard
-        (decoding degenerate ones again), alignments and token scores, the confidence."""
+               ) -> list[list[Translation]]:
+        """The translations of lines `rows` of `job` from what a search `found` for them:
+        the guard (decoding degenerate ones again), alignments and token scores, the
+        confidence."""
         if not rows:
-            return
+            return []
         settings = job.settings
         ids = job.pick(rows)[0]
         guarded = [Guarded(hyps, None) for hyps in found]
@@ -365,32 +340,27 @@ class Translator:
             self.confidence.attach(ids, translations, self.source_tensor, self.vocab.marked_pieces,
                                    [[hyp.features for hyp in result.hypotheses]
                                     for result in guarded])
-        for row, found_for_row in zip(rows, translations):
-            job.results[row] = found_for_row
+        return translations
 
-    def _translate_items(self, items: list[str | TranslationRequest], call: CallSettings,
-                         numbers: list[int], workers: int, side_by_side: int | None = None
-                         ) -> list[list[Translation]]:
-        """The translations of `items` (line numbers `numbers`), sorted by length into
-        batches that `workers` threads translate, each on its share of the cores when
+    def translate_job(self, job: TranslationJob, workers: int, side_by_side: int | None = None
+                      ) -> list[list[Translation]]:
+        """The translations of `job`'s lines, in order: sorted by length into batches
+        (`budget`) that `workers` threads translate, each on its share of the cores when
         `side_by_side` batches decode at once (None: as many as this call runs at once)."""
-        job = self.begin(items, call.decode, alignments=call.alignments,
-                         token_scores=call.token_scores, numbers=numbers)
-        batches = length_batches(job.ids, job.searched, self.options.batch_size,
-                                 self.options.max_tokens)
+        settings = job.settings
+        batches = length_batches([len(ids) for ids in job.ids], job.searched, self.budget)
 
-        def translate_one(batch: list[int]) -> list[None]:
+        def translate_one(batch: list[int]) -> list[list[Translation]]:
             # Samples are seeded by line number, so they do not depend on the batching.
-            self.finish(job, batch, self._search(call, *job.pick(batch)))
-            return [None] * len(batch)
+            return self.finish(job, batch, self._search(settings, *job.pick(batch)))
 
-        def translate_share(share: list[int]) -> list[None]:
-            found = decode_continuously(self.new_engine(call.decode), job.pick(share)[0],
+        def translate_share(share: list[int]) -> list[list[Translation]]:
+            found = decode_continuously(self.new_engine(settings.decode), job.pick(share)[0],
                                         self.source_tensor, self.options.batch_size)
-            for start in range(0, len(share), self.options.batch_size):
-                end = start + self.options.batch_size
-                self.finish(job, share[start:end], found[start:end])
-            return [None] * len(share)
+            size = self.options.batch_size
+            return [translations for start in range(0, len(share), size)
+                    for translations in self.finish(job, share[start:start + size],
+                                                    found[start:start + size])]
 
         if self.options.continuous and self.continuous(job) and batches:
             # Each worker's share: every workers-th batch, longest first, one engine.
@@ -403,8 +373,7 @@ class Translator:
             side_by_side = min(workers, len(batches))
         # Each batch decoding at once gets its share of the cores, for this call only.
         with torch_threads(decoding_threads(max(side_by_side, 1), self.options.device)):
-            run_in_order(batches, work, [None] * len(items), workers)
-        return job.results
+            return job.in_order(run_in_order(batches, work, workers))
 
     def source_tensor(self, batch: list[list[int]]) -> torch.Tensor:
         """(len(batch), longest + 1) on the translator's device: each sentence's ids, EOS,
@@ -416,18 +385,18 @@ class Translator:
             src[row, len(sentence)] = self.special.eos
         return src.to(self.options.device)
 
-    def _search(self, call: CallSettings, batch: list[list[int]],
+    def _search(self, settings: CallSettings, batch: list[list[int]],
                 prefixes: list[list[int]] | None, seeds: list[int],
                 constraints: list[list[list[int]]] | None) -> list[list[Hypothesis]]:
         """The lockstep search's hypotheses for the sources `batch`, in one batch."""
         src = self.source_tensor(batch)
         if constraints is not None and any(constraints):
-            found = constrained_beam_search(self.model, src, constraints, call.decode,
+            found = constrained_beam_search(self.model, src, constraints, settings.decode,
                                             self.special, self.max_len_limit,
                                             prefixes=prefixes, word_pieces=self.word_pieces,
                                             features=self.confidence is not None)
         else:
-            found = search(self.model, src, call.decode, self.special, self.max_len_limit,
+            found = search(self.model, src, settings.decode, self.special, self.max_len_limit,
                            prefixes=prefixes, seeds=seeds,
                            features=self.confidence is not None)
         release_free_memory()

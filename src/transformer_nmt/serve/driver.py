@@ -1,7 +1,8 @@
 """One decoding slot's continuous batching: the loop that keeps its engines full.
 
-A driver runs in a slot's thread while it has work. Between two steps it takes waiting
-pieces (consecutive sentences of one request) from the batcher's queue, as many as its
+A driver runs in a slot's thread while it has work; what it needs of the batcher that
+runs it is one object (`Host`). Between two steps it takes waiting pieces (sentences of
+one request, each with its job: transformer_nmt.decode.job) from the batcher's queue, as many as its
 engines have room for, encodes them and lets them join (one engine per search settings,
 transformer_nmt.decode.engine); then every engine with rows advances one step, and each
 piece whose last sentence ended is finished (guard, confidence) and handed back to its
@@ -18,11 +19,11 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
-from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.batching import BatchBudget
 from transformer_nmt.decode.engine import Engine
-from transformer_nmt.decode.job import TranslationJob
+from transformer_nmt.decode.job import CallSettings, TranslationJob, join_jobs
 from transformer_nmt.decode.search_base import Hypothesis
 from transformer_nmt.decode.threads import torch_threads
 from transformer_nmt.decode.translator import Translator
@@ -38,88 +39,163 @@ and leave every few steps, each time with caches of new shapes, and glibc kept t
 freed blocks: a busy server's memory grew several times past what batches need."""
 
 
-@dataclass(frozen=True)
-class SearchKey:
-    """The settings a batch's sentences share."""
-
-    decode: DecodeConfig
-    alignments: bool
+SearchKey = CallSettings
+"""The settings a batch's sentences share: their call's (transformer_nmt.decode.job),
+carried by each piece from its request to its translations."""
 
 
 @dataclass(eq=False)
 class Piece:
-    """Consecutive sentences of one request, all decoded by one slot."""
+    """Sentences of one request, all decoded by one slot."""
 
-    key: SearchKey
-    lines: list
-    """Its lines (text, or a TranslationRequest)."""
-    first: int
-    """The position of its first line in its request: positions seed the samples."""
+    job: TranslationJob
+    """Its lines' settings, token ids, prefixes and constraints, and their numbers: each
+    line's position in its request, which seeds its samples."""
     tokens: int
+    """Its source tokens."""
     future: asyncio.Future
     arrived: float
-    job: TranslationJob | None = None
-    """Its lines' token ids and translations, when the engine searches them (else None:
-    the lockstep searches do, in a batch of pieces)."""
+    continuous: bool
+    """Whether the engine can search it (else the lockstep searches do, in a batch of
+    pieces)."""
     found: dict[int, list[Hypothesis]] = field(default_factory=dict)
     """The hypotheses of its lines that have ended, by line."""
 
+    @property
+    def key(self) -> SearchKey:
+        """Its settings: pieces with equal ones share batches and engines."""
+        return self.job.settings
+
+    @property
+    def size(self) -> int:
+        """Its lines."""
+        return len(self.job.ids)
+
+    @property
+    def longest(self) -> int:
+        """Source tokens of its longest line."""
+        return max(len(ids) for ids in self.job.ids)
+
 
 class Queue:
-    """The pieces waiting, oldest first, shared by the event loop and the drivers."""
+    """The pieces waiting, oldest first, shared by the event loop and the drivers; every
+    look and change under its lock."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.pieces: deque[Piece] = deque()
+        self._lock = threading.Lock()
+        self._pieces: deque[Piece] = deque()
+
+    def __bool__(self) -> bool:
+        with self._lock:
+            return bool(self._pieces)
+
+    def put(self, pieces: list[Piece]) -> None:
+        """`pieces` wait, after those already waiting."""
+        with self._lock:
+            self._pieces.extend(pieces)
+
+    def take_all(self) -> list[Piece]:
+        """Out of the queue: every piece."""
+        with self._lock:
+            pieces = list(self._pieces)
+            self._pieces.clear()
+        return pieces
+
+    def drop_withdrawn(self) -> list[Piece]:
+        """Out of the queue: the pieces whose request went away."""
+        with self._lock:
+            gone = [piece for piece in self._pieces if piece.future.done()]
+            for piece in gone:
+                self._pieces.remove(piece)
+        return gone
+
+    def oldest(self, wanted: Callable[[Piece], bool]) -> Piece | None:
+        """The oldest waiting piece that is `wanted`."""
+        with self._lock:
+            return next((piece for piece in self._pieces if wanted(piece)), None)
+
+    def waiting(self, wanted: Callable[[Piece], bool]) -> list[Piece]:
+        """The waiting pieces that are `wanted`, oldest first (left in the queue)."""
+        with self._lock:
+            return [piece for piece in self._pieces if wanted(piece)]
+
+    def take_batch(self, wanted: Callable[[Piece], bool], budget: BatchBudget) -> list[Piece]:
+        """Out of the queue: the oldest `wanted` piece, then the wanted pieces of its
+        settings closest to its length, within `budget` (transformer_nmt.decode.batching,
+        the rule offline batches follow)."""
+        with self._lock:
+            candidates = [piece for piece in self._pieces if wanted(piece)]
+            if not candidates:
+                return []
+            oldest = candidates[0]
+            width = oldest.tokens / oldest.size
+            batch, sentences, longest = [oldest], oldest.size, oldest.longest
+            for piece in sorted((piece for piece in candidates[1:] if piece.key == oldest.key),
+                                key=lambda piece: abs(piece.tokens / piece.size - width)):
+                if budget.admits(sentences + piece.size, max(longest, piece.longest)):
+                    batch.append(piece)
+                    sentences, longest = sentences + piece.size, max(longest, piece.longest)
+            for piece in batch:
+                self._pieces.remove(piece)
+        return batch
 
     def take_continuous(self, fits: Callable[[Piece], bool]) -> list[Piece]:
         """Out of the queue: the engine's pieces, oldest first, as long as each `fits`
         (withdrawn ones skipped; the batcher drops them)."""
         taken = []
-        with self.lock:
-            for piece in list(self.pieces):
-                if piece.job is None or piece.future.done():
+        with self._lock:
+            for piece in list(self._pieces):
+                if not piece.continuous or piece.future.done():
                     continue
                 if not fits(piece):
                     break
-                self.pieces.remove(piece)
+                self._pieces.remove(piece)
                 taken.append(piece)
         return taken
 
-    def waiting_continuous(self) -> bool:
-        """Whether a piece for the engine waits."""
-        return self.continuous_sentences() > 0
-
     def continuous_sentences(self) -> int:
         """Sentences of the engine's pieces waiting."""
-        with self.lock:
-            return sum(len(piece.lines) for piece in self.pieces
-                       if piece.job is not None and not piece.future.done())
+        with self._lock:
+            return sum(piece.size for piece in self._pieces
+                       if piece.continuous and not piece.future.done())
 
-    def deep(self, sentences: int) -> bool:
-        """Whether at least `sentences` of the engine's sentences wait: then batches
-        sorted by length serve them better than the engines (see the batcher)."""
-        return self.continuous_sentences() >= sentences
+
+class Host(Protocol):
+    """What a driver needs of the batcher that runs it."""
+
+    translator: Translator
+    queue: Queue
+    max_batch_sentences: int
+    """Most sentences of one engine."""
+
+    def threads(self) -> int:
+        """The torch threads for the next step: its share of the cores."""
+
+    def deep(self) -> bool:
+        """Whether the queue is deep: the batcher then decodes it in batches, and drivers
+        take no more."""
+
+    def observe_step(self, sentences: int) -> None:
+        """A step of `sentences` sentences was decoded (in the driver's thread)."""
+
+    def delivered(self, piece: Piece, result: list | BaseException | None,
+                  seconds: float) -> None:
+        """`piece` is done: its translations, an error, or None for a withdrawn piece,
+        `seconds` after it joined (on the event loop)."""
+
+    def wake(self) -> None:
+        """Pieces wait that this driver has no room for (on the event loop)."""
 
 
 class Driver:
     """The engines of one decoding slot, and the pieces they are decoding."""
 
-    def __init__(self, translator: Translator, queue: Queue, loop: asyncio.AbstractEventLoop,
-                 *, max_sentences: int, threads: Callable[[], int],
-                 delivered: Callable[[Piece, list | BaseException | None, float], None],
-                 wake: Callable[[], None], observe_step: Callable[[int], None],
-                 deep_queue: int) -> None:
-        """max_sentences: per engine; threads: the torch threads for the next step (its
-        share of the cores); delivered(piece, its translations, an error or None for a
-        withdrawn piece, seconds since it joined) and wake() (pieces wait that this
-        driver has no room for) are called on the event loop; observe_step(sentences)
-        after each step, in the driver's thread. deep_queue: waiting sentences at which
-        the driver stops taking more and the batcher decodes them in batches."""
-        self.translator, self.queue, self.loop = translator, queue, loop
-        self.max_sentences, self.threads = max_sentences, threads
-        self.delivered, self.wake, self.observe_step = delivered, wake, observe_step
-        self.deep_queue = deep_queue
+    def __init__(self, host: Host, loop: asyncio.AbstractEventLoop) -> None:
+        """A driver taking pieces from host.queue, decoding them with host.translator,
+        and handing them back to `host` through `loop`."""
+        self.host, self.loop = host, loop
+        self.translator, self.queue = host.translator, host.queue
+        self.max_sentences = host.max_batch_sentences
         self.engines: dict[SearchKey, Engine] = {}
         self.pieces: list[Piece] = []
         self.joined: dict[int, float] = {}
@@ -137,7 +213,7 @@ class Driver:
                 if not self.pieces:
                     release_free_memory()
                     return
-                with torch_threads(self.threads()):
+                with torch_threads(self.host.threads()):
                     self._step()
                 self.steps += 1
                 if self.steps % RELEASE_EVERY == 0:
@@ -160,7 +236,7 @@ class Driver:
     def _admit(self) -> None:
         """Waiting pieces join their engines while there is room (none while the queue
         is deep: the batcher then decodes it in batches)."""
-        taken = [] if self.queue.deep(self.deep_queue) else self.queue.take_continuous(self._fits)
+        taken = [] if self.host.deep() else self.queue.take_continuous(self._fits)
         joining: dict[SearchKey, list[tuple[Piece, int]]] = {}
         for piece in taken:
             self.joined[id(piece)] = time.perf_counter()
@@ -177,9 +253,9 @@ class Driver:
             engine.add(self.translator.source_tensor([piece.job.ids[line]
                                                       for piece, line in lines]),
                        [(id(piece), line) for piece, line in lines])
-        full = self.queue.waiting_continuous()
+        full = self.queue.continuous_sentences() > 0
         if full and not self.full:
-            self.loop.call_soon_threadsafe(self.wake)
+            self.loop.call_soon_threadsafe(self.host.wake)
         self.full = full
         self._finish_complete()
 
@@ -195,7 +271,7 @@ class Driver:
         by_id = {id(piece): piece for piece in self.pieces}
         for engine in self.engines.values():
             if engine.rows:
-                self.observe_step(engine.rows // engine.k)
+                self.host.observe_step(engine.rows // engine.k)
                 for (piece_id, line), hypotheses in engine.step():
                     by_id[piece_id].found[line] = hypotheses
         self._finish_complete()
@@ -209,13 +285,13 @@ class Driver:
             by_key.setdefault(piece.key, []).append(piece)
         for pieces in by_key.values():
             # Finished together: the guard's second searches run once for all of them.
-            job, rows, found = merged(pieces)
-            self.translator.finish(job, rows, found)
-            start = 0
-            for piece in pieces:
-                end = start + len(piece.lines)
-                self._deliver(piece, job.results[start:end])
-                start = end
+            job, starts = join_jobs([piece.job for piece in pieces])
+            rows = [start + line for piece, start in zip(pieces, starts)
+                    for line in piece.job.searched]
+            found = [piece.found[line] for piece in pieces for line in piece.job.searched]
+            results = job.in_order(dict(zip(rows, self.translator.finish(job, rows, found))))
+            for piece, start in zip(pieces, starts):
+                self._deliver(piece, results[start:start + piece.size])
 
     def _ready(self, complete: list[Piece]) -> list[Piece]:
         """The complete pieces to finish now: every sound one, and the suspect ones (the
@@ -248,20 +324,4 @@ class Driver:
         self.pieces.remove(piece)
         self.suspect_since.pop(id(piece), None)
         seconds = time.perf_counter() - self.joined.pop(id(piece))
-        self.loop.call_soon_threadsafe(self.delivered, piece, result, seconds)
-
-
-def merged(pieces: list[Piece]) -> tuple[TranslationJob, list[int], list[list[Hypothesis]]]:
-    """One job of the lines of `pieces` (one search key, searched by the engine: no
-    prefixes, no constraints), the rows of it that were searched, and what was found."""
-    first = pieces[0].job
-    job = TranslationJob(first.settings, [], None, None, [], [])
-    rows, found = [], []
-    for piece in pieces:
-        offset = len(job.ids)
-        job.ids += piece.job.ids
-        job.numbers += piece.job.numbers
-        job.results += piece.job.results
-        rows += [offset + line for line in piece.job.searched]
-        found += [piece.found[line] for line in piece.job.searched]
-    return job, rows, found
+        self.loop.call_soon_threadsafe(self.host.delivered, piece, result, seconds)

@@ -19,6 +19,7 @@ import torch
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from transformer_nmt.decode.threads import EVENT_LOOP_THREADS
 from transformer_nmt.decode.translator import TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.serve.app import create_app
@@ -203,11 +204,7 @@ def serve(models: str | Path | Sequence[str | Path], options: TranslatorOptions,
     """Serve the model files `models` and those in `directories` on
     settings.host:settings.port until stopped (UserError at once if that address cannot
     be listened on)."""
-    # The main thread runs the event loop and never decodes: kept to one thread, it
-    # never starts OpenMP workers of its own, which would outnumber the cores and make
-    # the lead slot's workers sleep between parallel regions instead of spinning (a lone
-    # request then decodes at about half speed; bench/RESULTS.md, serve).
-    torch.set_num_threads(1)
+    torch.set_num_threads(EVENT_LOOP_THREADS)  # this thread runs the event loop only
     # Bound before the models load, so that a busy port or a wrong host is said at once.
     sockets = listening_sockets(settings.host, settings.port)
     try:

@@ -35,12 +35,13 @@ class ServeSettings:
     used idle one is unloaded beyond N (a pivot uses two at once, and a model that is
     translating is never unloaded, so the count may pass N while they work)."""
     max_batch_tokens: int = setting(4096, group="batching")
-    """Most source tokens (padding excluded) of one request taken into a decoder at once
-    (a longer request is cut into pieces that several decoders share). Beam search and
+    """Most source tokens (padding and EOS included) of one batch, and of one piece of a
+    request taken into a decoder at once (a longer request is cut by length into pieces
+    that several decoders share, by the rule offline batches follow). Beam search and
     greedy are batched continuously: each worker keeps up to the batch size's sentences
     decoding, a sentence joining at the next step after it arrives and leaving when it
-    ends; other searches (sampling, prefixes, glossaries) decode in batches of up to
-    this many tokens."""
+    ends; other searches (sampling, prefixes, glossaries) decode in batches within this
+    budget."""
     max_wait_ms: float = setting(5.0, group="batching", metavar="MS")
     """Longest a sentence waits for others to share an idle decoder's batch, for the
     searches that are not batched continuously (sampling, prefixes, glossaries)."""
