@@ -38,7 +38,7 @@ class Probe:
         def probing(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool,
                     asked: bool, dropout: float) -> tuple[Tensor, Tensor | None]:
             out, weights = kernel(q, k, v, mask, causal, asked, dropout)
-            if weights is None:  # float32: bf16 products compile a CPU kernel per length
+            if weights is None:  # float32 (runtime.compiles_per_shape: bf16 on a CPU)
                 weights = attention_weights(q.float(), k.float(), mask)
             return out, weights
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import torch
 from torch import Tensor
 
 from transformer_nmt.model.attention import Kernel, attend
