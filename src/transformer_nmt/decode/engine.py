@@ -30,12 +30,12 @@ from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.beam import TopK, best_first, best_possible_scores
+from transformer_nmt.decode.probe import install_probe
+from transformer_nmt.decode.row_cache import new_row_cache
 from transformer_nmt.decode.search_base import (Hypothesis, SpecialIds, length_penalty,
                                                 max_lengths, next_token_log_probs,
                                                 source_lengths)
 from transformer_nmt.decode.search_features import FeatureTrack, probe_layer
-from transformer_nmt.decode.probe import install_probe
-from transformer_nmt.decode.row_cache import new_row_cache
 from transformer_nmt.decode.step_rules import ForceEos, Step
 from transformer_nmt.model.transformer import Transformer
 

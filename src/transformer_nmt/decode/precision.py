@@ -1,6 +1,7 @@
 """A model made ready to decode in a precision: fp32 as it is, bf16 weights, or int8
 dynamic quantization of the linear layers (the rules of which device takes which
-precision are transformer_nmt.runtime's)."""
+precision are transformer_nmt.runtime's), and the dtype its decoding caches keep keys and
+values in."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import warnings
 import torch
 from torch import nn
 
+from transformer_nmt.decode.attention_kernel import install_kernels
 from transformer_nmt.decode.layout import (BATCH_INVARIANT_TILE, DECODE_ROW_MULTIPLE,
                                           ENCODER_TILE,
                                           pad_linear_rows, tile_linear_rows,
                                           transpose_linear_layers)
-from transformer_nmt.decode.attention_kernel import install_kernels
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runtime import bf16_supported, compiles_per_shape, resolve_runtime
