@@ -39,6 +39,7 @@ import translate_speed
 from translate_speed import figure
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab
+from transformer_nmt.decode.kv_cache import decoder_cache
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.search import SpecialIds, beam_search, greedy_search
 from transformer_nmt.model.attention import MultiHeadAttention, _fold_group, _unfold_group
@@ -201,7 +202,7 @@ class CompiledDecoder(nn.Module):
         # Every batch's self-attention buffers get the same capacity, so that their views'
         # strides, on which a static program is specialized, never change; the operating
         # system backs only the positions written.
-        return PaddedCache(self.model.new_cache(self.cfg.max_positions), self.fixed_rows)
+        return PaddedCache(decoder_cache(self.model, self.cfg.max_positions), self.fixed_rows)
 
     def decode(self, tgt: Tensor, enc: EncoderOut, cache: PaddedCache | None = None,
                need_weights: bool = False) -> DecoderOut:

@@ -54,6 +54,7 @@ from process_memory import peak_rss_mb
 
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab, train_vocab
+from transformer_nmt.decode.kv_cache import decoder_cache
 from transformer_nmt.decode.search import Hypothesis, SpecialIds, beam_search, greedy_search
 from transformer_nmt.decode.precision import prepare_model
 from transformer_nmt.decode.threads import decoding_threads, torch_threads
@@ -101,7 +102,7 @@ class ForcedLength(nn.Module):
         return ForcedEncoderOut(self.model.encode(src), lengths.clamp(min=1))
 
     def new_cache(self, max_length: int = 0):
-        return self.model.new_cache(max_length)
+        return decoder_cache(self.model, max_length)
 
     def decode(self, tgt: Tensor, enc: ForcedEncoderOut, cache=None, need_weights: bool = False):
         start = 0 if cache is None else cache.length  # read before decode appends to it

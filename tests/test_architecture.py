@@ -13,6 +13,7 @@ files and `__init__.py` files that hold nothing but a docstring.
 from __future__ import annotations
 
 import ast
+import sys
 
 from architecture_map import MAP, ROOT, layer_ranks, module_lines, named_tests, read_map
 
@@ -122,3 +123,36 @@ def test_every_module_has_its_own_test_file_or_names_existing_ones_on_the_map():
     assert missing == [], ("modules without tests/test_<layer>_<module>.py and without "
                            "' Tested by tests/....py.' on their line of ARCHITECTURE.md")
     assert gone == [], "ARCHITECTURE.md names test files that do not exist"
+
+
+MODEL_MAY_IMPORT = ("torch", "transformer_nmt.config", "transformer_nmt.model")
+"""What the paper's model (model/) is built of besides Python's standard library: torch,
+its configuration, and itself."""
+ENGINE_WORDS = ("rows.py", "row_cache", "RowCache", "RowSelfCache", "decode_rows", "join_rows",
+                "span", "probe", "madvise", "release_rows", "SparePool",
+                "batch_invariant", "cache_dtype", "transformer_nmt.memory",
+                "transformer_nmt.decode")
+"""What belongs to decoding's engine (transformer_nmt.decode) and must not appear in model/:
+row caches and their spans, probes, memory release, decoding's kernels and dtypes."""
+
+
+def imported_modules(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_model_imports_only_torch_its_config_and_itself_and_knows_no_engine():
+    for path in sorted((PACKAGE_DIR / "model").glob("*.py")):
+        text = path.read_text()
+        foreign = {name for name in imported_modules(ast.parse(text))
+                   if name.split(".")[0] not in sys.stdlib_module_names
+                   and not any(name == root or name.startswith(root + ".")
+                               for root in MODEL_MAY_IMPORT)}
+        assert not foreign, f"model/{path.name} imports {sorted(foreign)}"
+        words = [word for word in ENGINE_WORDS if word in text]
+        assert not words, f"model/{path.name} mentions {words}"

@@ -19,7 +19,7 @@ from transformer_nmt.decode.engine import Engine, serves
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.search import search
 from transformer_nmt.decode.translator import Translator, TranslationRequest
-from transformer_nmt.model.rows import SPANS, row_spans
+from transformer_nmt.decode.row_cache import SPANS, row_spans
 from transformer_nmt.model_file import load_for_inference
 
 SOURCES = random_sources(10, 40, seed=3, max_len=9)

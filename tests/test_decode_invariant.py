@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.attention_kernel import install_kernels
 from transformer_nmt.decode.engine import Engine
 from transformer_nmt.decode.layout import RowTiledLinear, TransposedLinear
 from transformer_nmt.decode.precision import prepare_model
@@ -44,7 +45,7 @@ def test_tiled_products_give_each_row_what_it_gets_alone():
 def test_batch_invariant_attention_ignores_masked_padding():
     torch.manual_seed(0)
     attention = MultiHeadAttention(32, 4, 8, 8, self_attention=False).bfloat16().eval()
-    attention.batch_invariant = True
+    install_kernels(attention, batch_invariant=True)
     lengths = [3, 17, 40, 5]
     memory = torch.randn(len(lengths), 40 + 30, 32).bfloat16()  # padded beyond each length
     mask = torch.arange(memory.size(1)) < torch.tensor(lengths).unsqueeze(1)
@@ -133,7 +134,8 @@ def test_fp32_is_not_touched_by_the_setting():
     model = prepare_model(tiny_transformer(VOCAB), "cpu", "fp32", batch_invariant=True)
     assert not any(isinstance(m, RowTiledLinear) for m in model.modules())
     assert any(isinstance(m, TransposedLinear) for m in model.modules())
-    assert not any(getattr(m, "batch_invariant", False) for m in model.modules())
+    assert not any(getattr(getattr(m, "kernel", None), "batch_invariant", False)
+                   for m in model.modules())
 
 
 def test_the_confidence_features_are_still_gathered(invariant_model):

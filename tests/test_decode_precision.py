@@ -13,7 +13,7 @@ import torch
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.manifest import text_path
 from transformer_nmt.data.text import read_lines
-from transformer_nmt.decode.precision import prepare_model
+from transformer_nmt.decode.precision import cache_dtype, prepare_model
 from transformer_nmt.decode.translator import Translation, Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
@@ -113,8 +113,9 @@ def test_int8_keeps_bf16_caches_only_where_bf16_is_native(monkeypatch, native_bf
     monkeypatch.setattr("transformer_nmt.decode.precision.bf16_supported",
                         lambda device: native_bf16)
     int8 = prepare_model(Transformer(get_preset("tiny").model, 60), "cpu", "int8")
-    assert int8.cache_dtype == (torch.bfloat16 if native_bf16 else None)
-    assert prepare_model(Transformer(get_preset("tiny").model, 60), "cpu", "fp32").cache_dtype is None
+    assert cache_dtype(int8) == (torch.bfloat16 if native_bf16 else None)
+    assert cache_dtype(prepare_model(Transformer(get_preset("tiny").model, 60), "cpu",
+                                     "fp32")) is None
 
 
 def test_a_gpu_decoder_leaves_out_cudnn_attention_which_plans_every_new_shape():

@@ -1,6 +1,7 @@
 """Scaled dot-product and multi-head attention (model/attention.py): eq. (1) against numbers
 computed by hand, the masks, and the module's paths (fused, with weights, cached, beams
-sharing a sentence's keys, batch-invariant) against each other. All in float32."""
+sharing a sentence's keys) against each other. All in float32. The probe and decoding's
+kernels are tested with them (tests/test_decode_probe.py, tests/test_decode_attention_kernel.py)."""
 
 from __future__ import annotations
 
@@ -165,46 +166,3 @@ def test_beams_of_one_sentence_attend_to_its_memory_row():
             torch.testing.assert_close(shared, repeated)
             if need_weights:
                 torch.testing.assert_close(weights, expected)
-
-
-def test_probe_gives_the_fused_output_and_the_weights_beside():
-    attention = module(self_attention=False)
-    x, memory = torch.randn(2, 3, D_MODEL), torch.randn(2, 6, D_MODEL)
-    mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
-    mask[0, ..., 3:] = False
-    with torch.no_grad():
-        fused, none = attention(x, memory, mask=mask)
-        probed, weights = attention(x, memory, mask=mask, probe=True)
-        _, explicit = attention(x, memory, mask=mask, need_weights=True)
-    assert none is None
-    assert torch.equal(probed, fused)
-    torch.testing.assert_close(weights, explicit)
-    with pytest.raises(ValueError, match="probe"):
-        module(self_attention=True)(x, causal=True, probe=True)
-
-
-def test_batch_invariant_attention_gives_a_row_the_numbers_it_gets_alone():
-    # Identity projections (exact whatever the matrix product's order of sums) leave only
-    # the attention itself to depend on the batch.
-    width = D_MODEL // HEADS
-    attention = MultiHeadAttention(D_MODEL, HEADS, width, width, self_attention=False).eval()
-    with torch.no_grad():
-        for projection in (attention.q_proj, attention.kv_proj, attention.out_proj):
-            projection.bias.zero_()
-        attention.q_proj.weight.copy_(torch.eye(D_MODEL))
-        attention.kv_proj.weight.copy_(torch.cat([torch.eye(D_MODEL), torch.eye(D_MODEL)]))
-        attention.out_proj.weight.copy_(torch.eye(D_MODEL))
-    attention.batch_invariant = True
-    torch.manual_seed(0)
-    short, long = torch.randn(1, 3, D_MODEL), torch.randn(1, 3, D_MODEL)
-    memory = torch.randn(2, 40, D_MODEL)
-    mask = torch.ones(2, 1, 1, 40, dtype=torch.bool)
-    mask[0, ..., 7:] = False  # the first sentence has 7 tokens, its batch mate 40
-    with torch.no_grad():
-        together, _ = attention(torch.cat([short, long]), memory, mask=mask)
-        alone, _ = attention(short, memory[:1, :7])
-        _, weights = attention(short, memory[:1, :7], need_weights=True)
-    assert torch.equal(together[:1], alone)
-    heads = memory[:1, :7].unflatten(-1, (HEADS, width)).transpose(1, 2)  # (1, heads, 7, width)
-    expected = (weights @ heads).transpose(1, 2).flatten(2)
-    torch.testing.assert_close(alone, expected)

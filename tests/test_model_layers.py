@@ -201,7 +201,7 @@ def test_cached_incremental_steps_equal_the_full_causal_pass(chunks, pre_norm):
     layer = DecoderLayer(cfg).eval()
     x, memory, mask = inputs(cfg)
     full, full_self, full_cross = layer(x, memory, mask, need_weights=True)
-    self_cache, cross_cache = KVCache(), KVCache()
+    self_cache, cross_cache = KVCache(), KVCache(memory=True)
     outputs, start = [], 0
     for size in chunks:
         step, step_self, step_cross = layer(x[:, start: start + size], memory, mask,

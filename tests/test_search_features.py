@@ -91,20 +91,6 @@ def test_the_engine_gathers_them_as_sentences_join_and_leave(beam):
     assert_like_the_teacher_forced_pass(model, src, found)
 
 
-def test_a_probed_layer_leaves_the_output_as_it_is_and_gives_its_weights():
-    model = tiny_transformer()
-    src = random_sources(3, 40, seed=1)
-    tgt = torch.tensor([[SPECIAL.bos, 5, 6, 7]] * 3)
-    with torch.inference_mode():
-        enc = model.encode(src)
-        plain = model.decode(tgt, enc)
-        probed = model.decode(tgt, enc, probe_layer=0)
-        weighed = model.decode(tgt, enc, need_weights=True)
-    assert torch.equal(probed.logits, plain.logits)
-    assert probed.probed.shape == (3, model.cfg.heads, 4, src.size(1))
-    torch.testing.assert_close(probed.probed, weighed.cross_attention[0].float())
-
-
 def test_a_calibrated_translator_takes_the_confidence_from_its_search(model_file, tmp_path,
                                                                      monkeypatch):
     calibrated = with_calibration(model_file, tmp_path / "calibrated.pt",

@@ -3,7 +3,7 @@
 The searches of transformer_nmt.decode.search take a batch, decode it until its last
 sentence ends, and only then take the next: as sentences finish, the batch's rows empty
 while other sentences wait. The `Engine` instead holds a set of rows, `beam` per
-sentence, each at its own position (model/rows.py): a step advances every row by one
+sentence, each at its own position (decode/row_cache.py): a step advances every row by one
 token, the sentences that end leave, and sentences added since (`add`, encoded on
 arrival) join before the next step. Its caller keeps it full.
 
@@ -17,7 +17,7 @@ step and length penalty are each sentence's own.
 
 What it does not do (`serves` says; those go through the searches as before): sampling,
 forced prefixes, terminology constraints, no-repeat n-grams, and models without
-`decode_rows` (ensembles).
+rows of their own (ensembles).
 """
 
 from __future__ import annotations
@@ -30,11 +30,14 @@ from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.beam import TopK, best_first, best_possible_scores
+from transformer_nmt.decode.probe import install_probe
+from transformer_nmt.decode.row_cache import new_row_cache
 from transformer_nmt.decode.search_base import (Hypothesis, SpecialIds, length_penalty,
                                                 max_lengths, next_token_log_probs,
                                                 source_lengths)
 from transformer_nmt.decode.search_features import FeatureTrack, probe_layer
 from transformer_nmt.decode.step_rules import ForceEos, Step
+from transformer_nmt.model.transformer import Transformer
 
 
 def serves(model: Any, cfg: DecodeConfig, prefixes: bool = False,
@@ -42,7 +45,7 @@ def serves(model: Any, cfg: DecodeConfig, prefixes: bool = False,
     """Whether the engine can decode with `model` and `cfg` (with prefixes or
     constraints when asked): beam search or greedy, nothing that needs the whole batch
     in lockstep."""
-    return (hasattr(model, "decode_rows") and not cfg.sampling and not cfg.no_repeat_ngram
+    return (isinstance(model, Transformer) and not cfg.sampling and not cfg.no_repeat_ngram
             and not cfg.min_len and not prefixes and not constraints)
 
 
@@ -56,7 +59,7 @@ class _Sentence:
 
 class Engine:
     """Beam search (width cfg.beam; 1 is greedy) over sentences that join and leave
-    between steps, on `model` (which has `decode_rows`, see model/transformer.py)."""
+    between steps, on `model` (a Transformer, its rows in a RowCache, decode/row_cache.py)."""
 
     def __init__(self, model: Any, cfg: DecodeConfig, special: SpecialIds = SpecialIds(),
                  max_len_limit: int | None = None, features: bool = False) -> None:
@@ -66,7 +69,7 @@ class Engine:
         self.k = cfg.beam
         self._selection = TopK()
         self._force_eos = ForceEos(special.eos)
-        self._cache = model.new_row_cache(self.k)
+        self._cache = new_row_cache(model, self.k)
         self._sentences: list[_Sentence] = []
         device = next(model.parameters()).device
         # Per sentence: its maximum output length, tokens generated so far, the log P
@@ -77,7 +80,8 @@ class Engine:
         self._nbest_scores = torch.zeros(0, device=device)  # (sentences,)
         # Per row (sentences * k): BOS, the tokens so far, room for the rest.
         self._tokens = torch.zeros(0, 2, dtype=torch.long, device=device)
-        self._probe = probe_layer(len(model.decoder_layers)) if features else None
+        self._probe = install_probe(self._cache, probe_layer(len(model.decoder_layers))) \
+            if features else None
         self._track = FeatureTrack(torch.zeros(0, dtype=torch.long, device=device)) \
             if features else None
 
@@ -94,7 +98,7 @@ class Engine:
         src = src.to(device)
         new = src.size(0)
         limits = max_lengths(src, self.cfg, self.special.pad, self.max_len_limit)
-        self.model.join_rows(self._cache, self.model.encode(src))
+        self._cache.join(self.model, self.model.encode(src))
         if self._track is not None:
             self._track.add_rows(
                 source_lengths(src, self.special.pad).repeat_interleave(self.k))
@@ -120,11 +124,11 @@ class Engine:
         k, n = self.k, len(self._sentences)
         row_steps = self._steps.repeat_interleave(k)  # (rows,)
         rows = torch.arange(n * k, device=row_steps.device)
-        out = self.model.decode_rows(self._tokens[rows, row_steps], row_steps, self._cache,
-                                     self._probe)
+        self._cache.start_step(row_steps)
+        out = self.model.decode(self._tokens[rows, row_steps].unsqueeze(1), None, self._cache)
         log_probs = next_token_log_probs(out.logits[:, 0], self.special)  # (rows, vocab)
         if self._track is not None:
-            self._track.observe(log_probs, out.probed)
+            self._track.observe(log_probs, self._probe.weights)
         self._force_eos(log_probs, Step(0, self._tokens, rows, k,
                                         (self._limits == self._steps).repeat_interleave(k)))
         ranked = self._selection.rank(self._scores, log_probs, k, k)

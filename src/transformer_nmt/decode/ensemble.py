@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor, nn
 
+from transformer_nmt.decode.kv_cache import decoder_cache
 from transformer_nmt.model.transformer import Transformer
 
 
@@ -64,8 +65,8 @@ class Ensemble(nn.Module):
         return EnsembleEncoderOut([member.encode(src) for member in self.members])
 
     def new_cache(self, max_length: int = 0) -> EnsembleCache:
-        """An empty cache per member."""
-        return EnsembleCache([member.new_cache(max_length) for member in self.members])
+        """An empty cache per member, as each decodes alone (kv_cache.decoder_cache)."""
+        return EnsembleCache([decoder_cache(member, max_length) for member in self.members])
 
     def decode(self, tgt: Tensor, enc: EnsembleEncoderOut, cache: EnsembleCache | None = None,
                need_weights: bool = False) -> EnsembleOut:

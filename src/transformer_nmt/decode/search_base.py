@@ -14,6 +14,7 @@ from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from transformer_nmt.decode.kv_cache import step_cache
 from transformer_nmt.memory import release_free_memory
 
 
@@ -135,8 +136,8 @@ class Stepper:
         """probe_layer: a decoder layer whose encoder-decoder attention each step keeps in
         `probed` (a Transformer's only)."""
         self.model, self.enc = model, enc
-        self.cache = model.new_cache(max_length) if use_cache else None
-        self.probe_layer = probe_layer
+        self.use_cache = use_cache
+        self.cache, self.probe = step_cache(model, use_cache, max_length, probe_layer)
         self.probed: Tensor | None = None
         """(batch, heads, 1, src_len) the probed layer's attention at the last step."""
         # The encoder's working memory is free by now: hand it back before the caches
@@ -145,13 +146,12 @@ class Stepper:
 
     def log_probs(self, tokens: Tensor, step: int, special: SpecialIds) -> Tensor:
         """float32 (batch, vocab) log P(next | tokens[:, :step + 1]); PAD and BOS at -inf."""
-        probe = {} if self.probe_layer is None else {"probe_layer": self.probe_layer}
-        if self.cache is None:
-            out = self.model.decode(tokens[:, : step + 1], self.enc, **probe)
+        if not self.use_cache:
+            out = self.model.decode(tokens[:, : step + 1], self.enc, self.cache)
         else:
-            out = self.model.decode(tokens[:, step: step + 1], self.enc, self.cache, **probe)
-        if self.probe_layer is not None:
-            self.probed = out.probed[:, :, -1:]
+            out = self.model.decode(tokens[:, step: step + 1], self.enc, self.cache)
+        if self.probe is not None:
+            self.probed = self.probe.weights[:, :, -1:]
         return next_token_log_probs(out.logits[:, -1], special)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None) -> None:

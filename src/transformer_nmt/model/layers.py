@@ -1,4 +1,5 @@
-"""The position-wise feed-forward network and the encoder and decoder layers (section 3.1-3.3).
+"""The position-wise feed-forward network (eq. 2, section 3.3) and the encoder and decoder
+layers (section 3.1).
 
 Every sub-layer is wrapped as the paper's LayerNorm(x + Dropout(Sublayer(x))) (post-norm),
 or, with pre_norm, as x + Dropout(Sublayer(LayerNorm(x))).
@@ -12,8 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_nmt.config import Activation, ModelConfig
-from transformer_nmt.model.attention import MultiHeadAttention
-from transformer_nmt.model.cache import KVCache
+from transformer_nmt.model.attention import AttentionCache, MultiHeadAttention
 from transformer_nmt.model.dropout import bool_mask_dropout
 from transformer_nmt.model.layer_norm import OutputSavingLayerNorm
 
@@ -106,26 +106,20 @@ class DecoderLayer(nn.Module):
         x: Tensor,
         memory: Tensor | None,
         memory_mask: Tensor | None,
-        self_cache: KVCache | None = None,
-        cross_cache: KVCache | None = None,
+        self_cache: AttentionCache | None = None,
+        cross_cache: AttentionCache | None = None,
         need_weights: bool = False,
-        self_mask: Tensor | None = None,
-        probe: bool = False,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """x: (batch, tgt_len, d_model); memory: (batch, src_len, d_model) from the encoder
-        (None when cross_cache holds its keys and values).
-
-        self_mask: broadcastable to (batch, heads, tgt_len, past + tgt_len), True where a
-        query may attend besides the causal rule (rows at their own positions, model/rows.py).
+        (None when cross_cache holds its keys and values); memory_mask: (batch, 1, 1,
+        src_len), True at real source tokens.
 
         Returns the output and, if need_weights, the self- and encoder-decoder attention
-        weights, (batch, heads, tgt_len, tgt_len) and (batch, heads, tgt_len, src_len);
-        probe: the encoder-decoder weights alone, computed beside the fused kernel.
+        weights, (batch, heads, tgt_len, tgt_len) and (batch, heads, tgt_len, src_len).
         """
         x, self_weights = self.self_attn_block(x, lambda h: self.self_attn(
-            h, mask=self_mask, causal=True, cache=self_cache, need_weights=need_weights))
+            h, causal=True, cache=self_cache, need_weights=need_weights))
         x, cross_weights = self.cross_attn_block(x, lambda h: self.cross_attn(
-            h, memory, mask=memory_mask, cache=cross_cache, need_weights=need_weights,
-            probe=probe))
+            h, memory, mask=memory_mask, cache=cross_cache, need_weights=need_weights))
         x, _ = self.ffn_block(x, lambda h: (self.ffn(h), None))
         return x, self_weights, cross_weights

@@ -1,4 +1,5 @@
-"""The Transformer (section 3): embeddings, positional encodings, the stacks, the output.
+"""The Transformer (section 3): embeddings and softmax (section 3.4), positional encodings
+(section 3.5), the stacks, the output.
 
 Read top to bottom: positional encodings, what the encoder hands the decoder and what the
 decoder returns, then the model itself (encoder, decoder, pre-softmax projection). The
@@ -20,7 +21,6 @@ from transformer_nmt.model.cache import DecoderCache
 from transformer_nmt.model.dropout import bool_mask_dropout
 from transformer_nmt.model.layer_norm import OutputSavingLayerNorm
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer
-from transformer_nmt.model.rows import RowCache
 
 
 def sinusoidal_encodings(length: int, d_model: int) -> Tensor:
@@ -96,13 +96,12 @@ class DecoderOut:
     """Per layer (batch, heads, tgt_len, tgt_len)."""
     cross_attention: list[Tensor] = field(default_factory=list)
     """Per layer (batch, heads, tgt_len, src_len)."""
-    probed: Tensor | None = None
-    """float32 (batch, heads, tgt_len, src_len) the encoder-decoder attention of the layer
-    `probe_layer` asked for, computed beside the fused kernel (the output unchanged)."""
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer with shared or separate embeddings and output projection."""
+    """Encoder-decoder Transformer with shared or separate embeddings and output projection
+    (section 3.4: the embeddings multiplied by sqrt(d_model), the pre-softmax linear
+    transformation sharing their matrix where tied)."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, pad_id: int = 0) -> None:
         super().__init__()
@@ -134,10 +133,6 @@ class Transformer(nn.Module):
         # Pre-norm stacks end un-normalized, so they get one final LayerNorm each.
         self.encoder_norm = OutputSavingLayerNorm(cfg.d_model) if cfg.pre_norm else None
         self.decoder_norm = OutputSavingLayerNorm(cfg.d_model) if cfg.pre_norm else None
-        self.cache_dtype: torch.dtype | None = None
-        """The dtype incremental decoding caches keys and values in (None: the model's);
-        int8 decoding sets bfloat16 where the CPU computes it natively (see
-        transformer_nmt.decode.precision)."""
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -165,9 +160,15 @@ class Transformer(nn.Module):
         False), or None for sinusoids."""
         return self.positions if self.src_positions is None else self.src_positions
 
-    def _positional(self, start: int, length: int, learned: nn.Embedding | None) -> Tensor:
-        """Positional encodings of positions start..start+length-1, (length, d_model):
-        rows of the `learned` table, or the sinusoids where it is None."""
+    def _positional(self, start: int | Tensor, length: int, learned: nn.Embedding | None
+                    ) -> Tensor:
+        """Positional encodings (section 3.5) of positions start..start+length-1,
+        (length, d_model): rows of the `learned` table, or the sinusoids where it is None.
+        start may instead be each row's positions (rows, length), within the table: then
+        (rows, length, d_model)."""
+        table = self.sinusoids if learned is None else learned.weight
+        if isinstance(start, Tensor):
+            return table[start]
         end = start + length
         if end > self.cfg.max_positions:
             if learned is not None:
@@ -175,12 +176,12 @@ class Transformer(nn.Module):
                                  f"{self.cfg.max_positions} positions")
             table = SINUSOIDS[self.cfg.positional](end, self.cfg.d_model)  # (end, d_model)
             return table.to(self.sinusoids)[start:end]
-        if learned is not None:
-            return learned.weight[start:end]
-        return self.sinusoids[start:end]
+        return table[start:end]
 
     def _embed(self, embedding: nn.Embedding, learned: nn.Embedding | None, tokens: Tensor,
-               start: int = 0) -> Tensor:
+               start: int | Tensor = 0) -> Tensor:
+        """Embeddings times sqrt(d_model) (section 3.4) plus positional encodings (section
+        3.5) of tokens (batch, len), from position start (as in `_positional`)."""
         x = embedding(tokens) * self.embed_scale  # (batch, len, d_model)
         x = x + self._positional(start, tokens.size(1), learned)
         return bool_mask_dropout(x, self.cfg.dropout, self.training)
@@ -202,88 +203,47 @@ class Transformer(nn.Module):
     def new_cache(self, max_length: int = 0) -> DecoderCache:
         """An empty cache for incremental decoding with `decode(..., cache=cache)`;
         max_length: the most target positions the caller will decode (0: unknown)."""
-        return DecoderCache(len(self.decoder_layers), max_length, self.cache_dtype)
+        return DecoderCache.plain(len(self.decoder_layers), max_length)
 
-    def decode(self, tgt: Tensor, enc: EncoderOut, cache: DecoderCache | None = None,
-               need_weights: bool = False, probe_layer: int | None = None) -> DecoderOut:
+    def decode(self, tgt: Tensor, enc: EncoderOut | None, cache: DecoderCache | None = None,
+               need_weights: bool = False) -> DecoderOut:
         """Next-token logits for target prefixes tgt (batch, tgt_len) given the encoder output.
 
         Without a cache, tgt is the whole prefix (teacher forcing). With a cache, tgt holds
-        only the new positions after the cache.length already decoded ones; the cache is
-        updated in place, and encoder-decoder keys/values are computed on the first call only.
+        only the new positions, which the cache places (`new_positions`: after the ones
+        already decoded, or per row); the cache is updated in place, and encoder-decoder
+        keys/values are computed on the first call only. enc may be None when the cache
+        holds the source: its encoder-decoder keys/values and its `src_mask`.
         tgt's batch may be a multiple g of the encoder's: rows r * g .. r * g + g - 1 are
         hypotheses (beams) of encoder row r, and share its states without copies.
-        probe_layer: a decoder layer whose encoder-decoder attention to return as `probed`.
         """
-        states, self_attention, cross_attention, probed = self._decoder_states(
-            tgt, enc, cache, need_weights, probe_layer)
-        return DecoderOut(self.project(states), self_attention, cross_attention, probed)
+        states, self_attention, cross_attention = self._decoder_states(
+            tgt, enc, cache, need_weights)
+        return DecoderOut(self.project(states), self_attention, cross_attention)
 
-    def new_row_cache(self, group: int) -> RowCache:
-        """An empty cache for `decode_rows`, `group` rows per sentence (the beam)."""
-        return RowCache(len(self.decoder_layers), group, self.cache_dtype)
-
-    def join_rows(self, cache: RowCache, enc: EncoderOut) -> None:
-        """Add enc's sentences to `cache`, cache.group rows each after the present rows:
-        their encoder-decoder keys and values, computed once here."""
-        cache.join([layer.cross_attn.memory_keys_values(enc.states)
-                    for layer in self.decoder_layers], enc.src_mask)
-
-    def decode_rows(self, tokens: Tensor, positions: Tensor, cache: RowCache,
-                    probe_layer: int | None = None) -> DecoderOut:
-        """Next-token logits (rows, 1, vocab) of rows that each sit at their own position:
-        row r feeds tokens[r] at target position positions[r] (both (rows,)), after the
-        positions 0 .. positions[r] - 1 it decoded before into `cache` (model/rows.py).
-
-        Each row's result is the one `decode` with a cache gives it in a batch of its own:
-        the same embedding, the same layers, its keys masked beyond its position.
-        probe_layer as in `decode`.
-        """
-        cache.start_step(positions)
-        x = self.tgt_embed(tokens.unsqueeze(1)) * self.embed_scale  # (rows, 1, d_model)
-        x = x + self._positional_rows(positions).unsqueeze(1)
-        memory_mask = cache.src_mask[:, None, None, :]  # (sentences, 1, 1, src_len)
-        probed = None
-        for i, layer in enumerate(self.decoder_layers):
-            x, _, weights = layer(x, None, memory_mask, self_cache=cache.self_attention[i],
-                                  cross_cache=cache.cross_attention[i], self_mask=cache.self_mask,
-                                  probe=i == probe_layer)
-            probed = weights if i == probe_layer else probed
-        if self.decoder_norm is not None:
-            x = self.decoder_norm(x)
-        return DecoderOut(self.project(x), probed=probed)
-
-    def _positional_rows(self, positions: Tensor) -> Tensor:
-        """Positional encodings (rows, d_model) of positions (rows,), within the table."""
-        table = self.sinusoids if self.positions is None else self.positions.weight
-        return table[positions]
-
-    def _decoder_states(self, tgt: Tensor, enc: EncoderOut, cache: DecoderCache | None = None,
-                        need_weights: bool = False, probe_layer: int | None = None
-                        ) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor | None]:
+    def _decoder_states(self, tgt: Tensor, enc: EncoderOut | None,
+                        cache: DecoderCache | None = None, need_weights: bool = False
+                        ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """The decoder stack's output (batch, tgt_len, d_model) and, with need_weights, its
-        layers' self- and encoder-decoder attention weights; the probed layer's encoder-
-        decoder weights (as in DecoderOut)."""
-        start = 0 if cache is None else cache.length
-        memory_mask = enc.src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
+        layers' self- and encoder-decoder attention weights."""
+        start = 0 if cache is None else cache.new_positions(tgt.size(1))
+        memory, src_mask = (None, cache.src_mask) if enc is None else (enc.states, enc.src_mask)
+        memory_mask = src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
         x = self._embed(self.tgt_embed, self.positions, tgt, start)  # (batch, tgt_len, d_model)
         self_attention: list[Tensor] = []
         cross_attention: list[Tensor] = []
-        probed = None
         for i, layer in enumerate(self.decoder_layers):
             x, self_weights, cross_weights = layer(
-                x, enc.states, memory_mask,
+                x, memory, memory_mask,
                 self_cache=None if cache is None else cache.self_attention[i],
                 cross_cache=None if cache is None else cache.cross_attention[i],
-                need_weights=need_weights, probe=i == probe_layer and not need_weights)
+                need_weights=need_weights)
             if need_weights:
                 self_attention.append(self_weights)
                 cross_attention.append(cross_weights)
-            if i == probe_layer:
-                probed = cross_weights.float()
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return x, self_attention, cross_attention, probed
+        return x, self_attention, cross_attention
 
     @property
     def projection_weight(self) -> Tensor:
@@ -300,9 +260,8 @@ class Transformer(nn.Module):
         x W^T + logits_bias."""
         if self.output_proj is None or type(self.output_proj) is nn.Linear:
             return F.linear(x, self.projection_weight, self.projection_bias)
-        # Decoding's own projection (decode/layout.py, decode/precision.py): an int8 or
-        # transposed copy of the weight that adds the bias itself, inside its product
-        # rather than in another pass over the logits.
+        # A module put in output_proj's place holds its own copy of the weight and adds
+        # the bias itself, inside its product rather than in another pass over the logits.
         return self.output_proj(x)
 
     def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True) -> Tensor:

@@ -1,11 +1,13 @@
 """The caches of rows that decode at their own positions: continuous batching.
 
 The searches decode a batch in lockstep, every row at the same position, with one
-`KVCache` per layer (model/cache.py). The engine of a busy server
+`KVCache` per layer (model/cache.py, decode/kv_cache.py). The engine of a busy server
 (transformer_nmt.decode.engine) lets sentences join and leave between two steps instead,
 so that a batch never decodes empty rows while work waits; each row then sits at its own
 position. Read top to bottom: one layer's self-attention cache of such rows, one layer's
-encoder-decoder cache of their sentences, and the cache of a whole decoder.
+encoder-decoder cache of their sentences, and the cache of a whole decoder, which the
+model's `decode` takes like any other (the rows' positions, their source mask and their
+encoder-decoder keys are the cache's).
 
 Every buffer here starts as zeros and is only ever written with keys and values, so
 the positions a row may not see hold finite numbers: the attention masks them, and a
@@ -24,7 +26,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from transformer_nmt.model.cache import SparePool
+from transformer_nmt.decode.precision import cache_dtype
+from transformer_nmt.decode.spare_pool import SparePool
+from transformer_nmt.model.attention import Kernel, attend
+from transformer_nmt.model.transformer import EncoderOut, Transformer
 
 SPANS = 4
 """Most spans of rows a step's self-attention and cache gathers are cut into: each span
@@ -57,7 +62,7 @@ class RowSelfCache:
     """One layer's self-attention keys and values of rows at their own positions.
 
     Row r writes its newest keys/values at `positions[r]` and attends to positions
-    0 .. positions[r] (RowCache.self_mask). The buffers (row capacity, heads, capacity,
+    0 .. positions[r] (`mask`), span by span. The buffers (row capacity, heads, capacity,
     d) hold the rows present first; joining rows take the spare rows after them, so a
     join copies nothing until the capacity doubles; positions grow by GROWTH.
     """
@@ -76,6 +81,8 @@ class RowSelfCache:
         """1 + the largest position: the positions a step reads."""
         self.spans: list[tuple[int, int, int]] = []
         """This step's spans of rows and the positions each reads (`row_spans`)."""
+        self.mask = torch.zeros(0, 1, 1, 0, dtype=torch.bool)
+        """(rows, 1, 1, end) True at the positions each row may attend to this step."""
 
     def add_rows(self, count: int) -> None:
         """Room for `count` more rows, after the present ones. Their spare rows hold old
@@ -98,6 +105,22 @@ class RowSelfCache:
         self._keys[rows, :, self.positions] = keys[:, :, 0]
         self._values[rows, :, self.positions] = values[:, :, 0]
         return self._keys[: self.rows, :, : self.end], self._values[: self.rows, :, : self.end]
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool,
+               need_weights: bool, kernel: Kernel, dropout: float = 0.0
+               ) -> tuple[Tensor, Tensor | None]:
+        """Eq. (1) of each row's query q (rows, heads, 1, d_k) over its positions so far,
+        after writing its new keys k (rows, heads, 1, d_k) and values v at its position:
+        the output (rows, heads, 1, d_v) and, if need_weights, the weights. The rows'
+        own `mask` replaces mask; with one query per row, causal hides nothing."""
+        k, v = self.append(k, v)  # (rows, heads, end, d)
+        if len(self.spans) > 1 and not need_weights:
+            # Each span only as far as it reads.
+            return torch.cat([
+                attend(q[first:end], k[first:end, :, :length], v[first:end, :, :length],
+                       self.mask[first:end, :, :, :length], False, False, kernel, dropout)[0]
+                for first, end, length in self.spans]), None
+        return attend(q, k, v, self.mask, causal, need_weights, kernel, dropout)
 
     def _grow(self, keys: Tensor, values: Tensor) -> None:
         capacity = -(-self.end // self.GROWTH) * self.GROWTH
@@ -133,9 +156,19 @@ class RowCrossCache:
     """One layer's encoder-decoder keys and values, once per sentence (sentences, heads,
     src_len, d), every source padded to the longest one present."""
 
+    holds_memory = True
+    """Sentences join with their keys and values (`join`): the model never projects them."""
+
     def __init__(self) -> None:
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
+
+    def attend(self, q: Tensor, k: None, v: None, mask: Tensor | None, causal: bool,
+               need_weights: bool, kernel: Kernel, dropout: float = 0.0
+               ) -> tuple[Tensor, Tensor | None]:
+        """Eq. (1) of q (rows, heads, 1, d_k), `group` rows per sentence, over their
+        sentence's keys; mask (sentences, 1, 1, src_len) from RowCache.src_mask."""
+        return attend(q, self.keys, self.values, mask, causal, need_weights, kernel, dropout)
 
     def join(self, keys: Tensor, values: Tensor) -> None:
         """Add new sentences' keys and values (new, heads, their src_len, d)."""
@@ -155,8 +188,10 @@ class RowCache:
     """Every decoder layer's caches for rows at their own positions, `group` rows per
     sentence (the beams of one sentence: rows s * group .. s * group + group - 1).
 
-    A step sets where each row writes (`start_step`); between steps, sentences join
-    (`join`, with their encoder-decoder keys and values) and rows move or leave (`keep`).
+    A step sets where each row writes (`start_step`), then the model decodes the rows'
+    tokens with this cache and no encoder output (Transformer.decode); between steps,
+    sentences join (`join`, with their encoder-decoder keys and values) and rows move or
+    leave (`keep`).
     """
 
     def __init__(self, layers: int, group: int, dtype: torch.dtype | None = None) -> None:
@@ -166,8 +201,8 @@ class RowCache:
         self.cross_attention = [RowCrossCache() for _ in range(layers)]
         self.src_mask = torch.zeros(0, 0, dtype=torch.bool)
         """(sentences, src_len) True at each sentence's real source positions."""
-        self.self_mask = torch.zeros(0, 1, 1, 0, dtype=torch.bool)
-        """(rows, 1, 1, end) True at the positions each row may attend to this step."""
+        self._positions = torch.zeros(0, dtype=torch.long)
+        """(rows,) where each row writes this step."""
         self._written: list[int] = []
         """Positions each sentence's rows have written, by sentence."""
         self._spans: list[tuple[int, int, int]] = []
@@ -178,12 +213,17 @@ class RowCache:
         """Sentences present."""
         return self.src_mask.size(0)
 
-    def join(self, keys_values: list[tuple[Tensor, Tensor]], src_mask: Tensor) -> None:
-        """New sentences, `group` rows each after the present rows: each layer's
-        encoder-decoder keys and values (new, heads, src_len, d) of their encoder
-        output, and its source mask (new, src_len)."""
-        for cache, (keys, values) in zip(self.cross_attention, keys_values):
-            cache.join(keys, values)
+    def new_positions(self, new: int) -> Tensor:
+        """(rows, 1) the position each row feeds this step (`start_step`'s); new is 1."""
+        return self._positions.unsqueeze(1)
+
+    def join(self, model: Transformer, enc: EncoderOut) -> None:
+        """New sentences, `group` rows each after the present rows: enc's, each decoder
+        layer's encoder-decoder keys and values (new, heads, src_len, d) of `model`
+        computed once here, and their source mask (new, src_len)."""
+        src_mask = enc.src_mask
+        for cache, layer in zip(self.cross_attention, model.decoder_layers):
+            cache.join(*layer.cross_attn.memory_keys_values(enc.states))
         if self.src_mask.numel() == 0:
             self.src_mask = src_mask
         else:
@@ -199,10 +239,11 @@ class RowCache:
         self._written = [position + 1 for position in positions[:: self.group].tolist()]
         end = max(self._written)
         self._spans = row_spans(self._written, self.group)
-        for cache in self.self_attention:
-            cache.positions, cache.end, cache.spans = positions, end, self._spans
         seen = torch.arange(end, device=positions.device) <= positions.unsqueeze(1)
-        self.self_mask = seen[:, None, None, :]  # (rows, 1, 1, end)
+        mask = seen[:, None, None, :]  # (rows, 1, 1, end)
+        self._positions = positions
+        for cache in self.self_attention:
+            cache.positions, cache.end, cache.spans, cache.mask = positions, end, self._spans, mask
 
     def keep(self, rows: Tensor, sentences: Tensor | None) -> None:
         """Go on with rows `rows` (new_rows,); `sentences` (new_sentences,) when
@@ -220,6 +261,12 @@ class RowCache:
         self.src_mask = self.src_mask[:, :length]
         for cache in self.cross_attention:
             cache.keep(sentences, length)
+
+
+def new_row_cache(model: Transformer, group: int) -> RowCache:
+    """An empty RowCache for `model`, `group` rows per sentence (the beam), keys and
+    values stored in its decoding dtype (precision.cache_dtype)."""
+    return RowCache(len(model.decoder_layers), group, cache_dtype(model))
 
 
 def _is_identity(rows: Tensor, present: int) -> bool:
