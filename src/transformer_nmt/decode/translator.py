@@ -25,7 +25,6 @@ from transformer_nmt.data.words import continues_word
 from transformer_nmt.decode.alignment import word_alignment
 from transformer_nmt.decode.batching import buffers, length_batches, run_in_order
 from transformer_nmt.decode.confidence import ConfidenceEstimator
-from transformer_nmt.decode.continuous import decode_continuously
 from transformer_nmt.decode.constrained import constrained_beam_search
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.engine import Engine, serves
@@ -131,10 +130,6 @@ class TranslatorOptions:
     "Batch-invariant decoding", has the figures). Other precisions are left as they
     are. None: on in `nmt serve`, whose sentences share batches with other clients',
     off elsewhere."""
-    continuous: bool = False
-    """Decode a buffer with the continuous-batching engine (each worker's sentences
-    joining as others end, transformer_nmt.decode.continuous) where it can serve the
-    search, rather than in batches that run until their longest sentence ends."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_tokens", "buffer_size", "workers"):
@@ -384,26 +379,11 @@ class Translator:
             self.finish(job, batch, self._search(call, *job.pick(batch)))
             return [None] * len(batch)
 
-        def translate_share(share: list[int]) -> list[None]:
-            found = decode_continuously(self.new_engine(call.decode), job.pick(share)[0],
-                                        self.source_tensor, self.options.batch_size)
-            for start in range(0, len(share), self.options.batch_size):
-                end = start + self.options.batch_size
-                self.finish(job, share[start:end], found[start:end])
-            return [None] * len(share)
-
-        if self.options.continuous and self.continuous(job) and batches:
-            # Each worker's share: every workers-th batch, longest first, one engine.
-            work = translate_share
-            batches = [[line for batch in batches[worker::workers] for line in batch]
-                       for worker in range(min(workers, len(batches)))]
-        else:
-            work = translate_one
         if side_by_side is None:
             side_by_side = min(workers, len(batches))
         # Each batch decoding at once gets its share of the cores, for this call only.
         with torch_threads(decoding_threads(max(side_by_side, 1), self.options.device)):
-            run_in_order(batches, work, [None] * len(items), workers)
+            run_in_order(batches, translate_one, [None] * len(items), workers)
         return job.results
 
     def source_tensor(self, batch: list[list[int]]) -> torch.Tensor:
