@@ -151,22 +151,31 @@ class SearchStep:
         if k == 1 and ended:
             self._finish(ranked, finishing, done, log_probs, width, step, tokens)
         keep = (~done).nonzero().squeeze(1) if ended else None  # (n_next,)
-        if keep is None:
-            self.selection.keep(None, keep_rank)
-            first_rows = torch.arange(n, device=beams.device) * width
-        else:
-            self.selection.keep(keep, keep_rank[keep])
+        self.selection.keep(keep, keep_rank if keep is None else keep_rank[keep])
+        if keep is not None:
             self.finished.keep(keep)
             open_scores, beams, next_tokens = open_scores[keep], beams[keep], next_tokens[keep]
-            first_rows = keep * width
+        rows = self._next_rows(keep, n, width, beams)
         next_tokens = next_tokens.view(-1)
-        rows = None if keep is None and width == k == 1 else \
-            (first_rows.unsqueeze(1) + beams).view(-1)  # (n_next * k,)
         if self.track is not None:
             chosen = log_probs.gather(1, next_tokens.unsqueeze(1)).squeeze(1) if rows is None \
                 else log_probs[rows, next_tokens]
             self.track.advance(rows, chosen)
         return Outcome(ended, keep, rows, next_tokens, open_scores)
+
+    def _next_rows(self, keep: Tensor | None, n: int, width: int, beams: Tensor
+                   ) -> Tensor | None:
+        """(n_next * k,) the rows of this step that the next extends: row `beam` of each
+        kept sentence (width per sentence now), beams (n_next, k); None when every row
+        extends itself (greedy search and sampling while no sentence ends), which spares
+        the loop a copy of its rows."""
+        if keep is None:
+            if width == self.k == 1:
+                return None
+            first = torch.arange(n, device=beams.device) * width
+        else:
+            first = keep * width
+        return (first.unsqueeze(1) + beams).view(-1)
 
     def _finish(self, ranked: Ranked, finishing: Tensor, done: Tensor, log_probs: Tensor,
                 width: int, step: int | Tensor, tokens: Tensor) -> None:
