@@ -1,6 +1,7 @@
-"""The one beam-search loop (decode/beam.py) against exhaustive search on a toy model
-small enough to score every output, with plain top-k and with a selection of its own;
-and the bound that stops a sentence early, on numbers computed by hand."""
+"""The one lockstep loop (decode/beam.py) and its step (decode/step.py) against exhaustive
+search on a toy model small enough to score every output, with plain top-k and with a
+selection of its own; and the bound that stops a sentence early, on numbers computed by
+hand."""
 
 from __future__ import annotations
 
@@ -10,14 +11,10 @@ import torch
 
 from search_fixtures import BOS, EOS, SPECIAL, ToyModel, random_sources, sequence_log_prob, unpadded
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.beam import (
-    Ranked,
-    TopK,
-    beam_loop,
-    best_first,
-    best_possible_scores,
-)
+from transformer_nmt.decode.beam import beam_loop
+from transformer_nmt.decode.ranking import Ranked, TopK
 from transformer_nmt.decode.search_base import Hypothesis
+from transformer_nmt.decode.step import SearchStep, best_first, best_possible_scores
 from transformer_nmt.decode.step_rules import ForceEos
 
 VOCAB = 6  # PAD 0 and BOS 2 are never generated: outputs use 1, 4 and 5, then EOS 3
@@ -43,8 +40,8 @@ def every_output(model: ToyModel, src: torch.Tensor, alpha: float) -> list[tuple
 def search(model: ToyModel, src: torch.Tensor, cfg: DecodeConfig, selection=None,
            early_stop: bool = True) -> list[list[Hypothesis]]:
     limits = torch.full((src.size(0),), LIMIT)
-    return beam_loop(model, src, limits, cfg, SPECIAL, [ForceEos(EOS)], selection or TopK(),
-                     early_stop=early_stop)
+    return beam_loop(model, model.encode(src), limits, cfg, SPECIAL, [ForceEos(EOS)],
+                     selection or TopK(), cfg.beam, early_stop=early_stop)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, -0.5])
@@ -92,7 +89,8 @@ class LongIsComplete(TopK):
         return ranked
 
     def keep(self, sentences, ranks) -> None:
-        self.kept.append((sentences.tolist(), tuple(ranks.shape)))
+        self.kept.append((None if sentences is None else sentences.tolist(),
+                          tuple(ranks.shape)))
 
 
 def test_hypotheses_that_meet_the_selections_requirement_rank_first():
@@ -105,9 +103,9 @@ def test_hypotheses_that_meet_the_selections_requirement_rank_first():
     ranked = sorted(every_output(model, unpadded(src, 0)[0], 0.6),
                     key=lambda pair: (len(pair[1]) < 2, -pair[0]))
     assert [hyp.tokens for hyp in found] == [tokens for _, tokens in ranked[:6]]
-    # The loop told the selection which sentence goes on, with k ranks, after each step
-    # but the last (where EOS is forced and nothing stays open).
-    assert selection.kept == [([0], (1, k))] * LIMIT + [([], (0, k))]
+    # The step told the selection that every sentence goes on (None), with k ranks, after
+    # each step but the last (where EOS is forced and nothing stays open).
+    assert selection.kept == [(None, (1, k))] * LIMIT + [([], (0, k))]
 
 
 def test_the_bound_is_the_best_open_score_over_the_largest_length_penalty():
@@ -145,3 +143,30 @@ def test_complete_hypotheses_sort_first_then_by_score():
     a, b, c = (Hypothesis([1], score, score) for score in (-1.0, -2.0, -0.5))
     pairs = [(True, a), (False, c), (True, b)]
     assert [hyp for _, hyp in sorted(pairs, key=best_first)] == [a, b, c]
+
+
+def test_the_step_takes_one_step_count_or_each_sentences_alike():
+    """The lockstep loop gives the step one count for all its sentences, the engine each
+    sentence's own: the same counts decide the same."""
+    generator = torch.Generator().manual_seed(0)
+    log_probs = torch.log_softmax(torch.randn(4, VOCAB, generator=generator) * 3, dim=1)
+    log_probs[:, [0, BOS]] = float("-inf")
+    log_probs[:2, [1, 4, 5]] = float("-inf")  # sentence 0 at its limit: EOS only
+    scores = torch.tensor([[-0.5, -1.0], [-0.2, -3.0]])  # (sentences, width 2)
+    tokens = torch.tensor([[BOS, 4, 5, 0], [BOS, 5, 5, 0], [BOS, 1, 4, 0], [BOS, 4, 4, 0]])
+    outcomes, found = [], []
+    for step in (2, torch.tensor([2, 2])):
+        taking = SearchStep(TopK(), 2, 2, 0.6, EOS, torch.device("cpu"))
+        taking.finished.open(2)
+        outcome = taking.take(log_probs, scores, 2, step, torch.tensor([2, 5]), tokens)
+        outcomes.append(outcome)
+        found.append([[(hyp.tokens, hyp.score) for hyp in taking.finished.close(slot)]
+                      for slot in outcome.ended])
+    (lockstep, engine), (lockstep_found, engine_found) = outcomes, found
+    # Sentence 0 is at its limit (2 tokens): both its rows end; sentence 1 goes on.
+    assert lockstep.ended == engine.ended == [0]
+    assert lockstep.keep.tolist() == engine.keep.tolist() == [1]
+    assert torch.equal(lockstep.rows, engine.rows) and torch.equal(lockstep.tokens, engine.tokens)
+    assert torch.equal(lockstep.scores, engine.scores)
+    assert lockstep_found == engine_found
+    assert sorted(tokens for tokens, _ in lockstep_found[0]) == [[4, 5], [5, 5]]

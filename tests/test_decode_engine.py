@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decode_fixtures import sentences
+from decode_fixtures import sentences, translate_through_engine
 from search_fixtures import EOS, SPECIAL, random_sources, tiny_transformer, unpadded
 from serve_fixtures import FAST
 from transformer_nmt.config import DecodeConfig
@@ -194,15 +194,14 @@ def test_a_translators_engine_gives_its_translations(model_file):
         [[t.text for t in result] for result in expected]
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_file_through_the_engine_translates_as_in_batches(model_file, workers):
+def test_a_file_through_the_engine_translates_as_in_batches(model_file):
+    """Sentences joining one engine as others end, a few at a time, get the batches'
+    translations, n-best lists included."""
     lines = sentences(20, seed=41) + [""]
-    options = replace(FAST, decode=replace(FAST.decode, beam=2, nbest=2), batch_size=3,
-                      workers=workers)
-    batched = Translator(load_for_inference(model_file), options)
-    continuous = Translator(load_for_inference(model_file), replace(options, continuous=True))
-    expected = list(batched.translate_nbest(lines))
-    found = list(continuous.translate_nbest(lines))
+    decode = replace(FAST.decode, beam=2, nbest=2)
+    translator = Translator(load_for_inference(model_file), replace(FAST, batch_size=3))
+    expected = list(translator.translate_nbest(lines, decode))
+    found = translate_through_engine(translator, lines, decode, at_once=3)
     assert [[(t.text, t.tokens) for t in result] for result in found] == \
         [[(t.text, t.tokens) for t in result] for result in expected]
     assert [t.score for result in found for t in result] == pytest.approx(

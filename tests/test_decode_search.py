@@ -17,25 +17,11 @@ from search_fixtures import (BOS, EOS, PAD, SPECIAL, ToyCache, ToyModel, random_
                              searches_with_and_without_cache, sequence_log_prob,
                              tiny_transformer, unpadded)
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.beam import best_possible_scores
+from transformer_nmt.decode.ranking import draw_tokens
 from transformer_nmt.decode.search import (
-    _sample, attach_details, beam_search, greedy_search, length_penalty, max_lengths, search)
+    attach_details, beam_search, greedy_search, length_penalty, max_lengths, search)
+from transformer_nmt.decode.step import best_possible_scores
 from transformer_nmt.errors import UserError
-
-
-def test_length_penalty_is_gnmt():
-    assert length_penalty(1, 0.6) == pytest.approx(1.0)
-    assert length_penalty(7, 0.6) == pytest.approx(2 ** 0.6)
-    assert length_penalty(20, 0.0) == 1.0
-    lengths = torch.tensor([1.0, 7.0, 25.0])
-    torch.testing.assert_close(length_penalty(lengths, 1.0), (5 + lengths) / 6)
-
-
-def test_max_lengths_count_source_without_eos_and_padding():
-    src = torch.tensor([[5, 6, 7, EOS], [5, EOS, PAD, PAD]])
-    cfg = DecodeConfig(max_len_a=1.5, max_len_b=2)
-    assert max_lengths(src, cfg, PAD).tolist() == [6, 3]  # floor(1.5 * 3 + 2), 1.5 + 2
-    assert max_lengths(src, cfg, PAD, limit=4).tolist() == [4, 3]
 
 
 @pytest.mark.parametrize("model", [ToyModel(), tiny_transformer()], ids=["toy", "transformer"])
@@ -318,12 +304,12 @@ def test_top_1_and_a_cold_temperature_sample_the_greedy_output():
 def test_top_k_draws_only_among_the_k_likeliest():
     log_probs = torch.log_softmax(torch.tensor([[3.0, 2.0, 1.0, 0.0, -1.0]]), dim=1).repeat(200, 1)
     uniforms = torch.rand(200, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    drawn = _sample(log_probs, uniforms, replace(SAMPLING, topk=2))
+    drawn = draw_tokens(log_probs, uniforms, replace(SAMPLING, topk=2))
     assert set(drawn.tolist()) == {0, 1}
-    drawn = _sample(log_probs, uniforms, SAMPLING)
+    drawn = draw_tokens(log_probs, uniforms, SAMPLING)
     assert set(drawn.tolist()) == {0, 1, 2, 3, 4}
     # top-p 0.7: token 0 has 0.64 of the mass, tokens 0 and 1 reach it.
-    assert set(_sample(log_probs, uniforms, replace(SAMPLING, topp=0.7)).tolist()) == {0, 1}
+    assert set(draw_tokens(log_probs, uniforms, replace(SAMPLING, topp=0.7)).tolist()) == {0, 1}
 
 
 # Outputs of beam search before its loop was shared with constrained search (captured on

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decode_fixtures import SHORT, sentences, with_calibration
+from decode_fixtures import (SHORT, sentences, through_engine, translate_through_engine,
+                             with_calibration)
 from search_fixtures import SPECIAL, random_sources, tiny_transformer
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode import confidence
 from transformer_nmt.decode.confidence import all_features, sentence_features
 from transformer_nmt.decode.constrained import constrained_beam_search
-from transformer_nmt.decode.continuous import decode_continuously
 from transformer_nmt.decode.engine import Engine
 from transformer_nmt.decode.search import search
 from transformer_nmt.decode.translator import Translator, TranslatorOptions
@@ -82,8 +82,8 @@ def test_the_engine_gathers_them_as_sentences_join_and_leave(beam):
         return rows
 
     cfg = DecodeConfig(beam=beam, max_len_b=8)
-    found = decode_continuously(Engine(model, cfg, SPECIAL, features=True), ids,
-                                source_tensor, 3)  # three at a time: rows join and leave
+    found = through_engine(Engine(model, cfg, SPECIAL, features=True), ids,
+                           source_tensor, 3)  # three at a time: rows join and leave
     with torch.inference_mode():
         alone = search(model, src, cfg, SPECIAL)
     assert [[h.tokens for h in hyps] for hyps in found] == [[h.tokens for h in hyps]
@@ -104,11 +104,15 @@ def test_a_calibrated_translator_takes_the_confidence_from_its_search(model_file
     # The tiny model's outputs are mostly degenerate, whose confidence is 0 whatever their
     # features; the features are what this compares.
     monkeypatch.setattr(confidence, "output_reasons", lambda *arguments: [])
-    for continuous in (False, True):
-        translator = Translator.from_file(calibrated, TranslatorOptions(
-            SHORT, workers=1, precision="fp32", continuous=continuous))
+    translator = Translator.from_file(calibrated, TranslatorOptions(SHORT, workers=1,
+                                                                    precision="fp32"))
+    for engine in (False, True):  # the lockstep batches, then one engine
         monkeypatch.setattr(confidence, "sentence_features", no_second_pass)
-        found = [translations[0] for translations in translator.translate_nbest(lines)]
+        if engine:
+            found = translate_through_engine(translator, lines, SHORT, at_once=3)
+        else:
+            found = list(translator.translate_nbest(lines))
+        found = [translations[0] for translations in found]
         monkeypatch.setattr(confidence, "sentence_features", teacher_forced)
         ids = translator.source_ids(lines)
         expected = translator.confidence.assess(translator.source_tensor(ids),

@@ -15,11 +15,12 @@ hypothesis that met every phrase, except at the maximum length, where EOS is for
 in plain beam search (so the search always ends); finished hypotheses rank by whether
 they met every phrase, then by score.
 
-The loop is plain beam search's (transformer_nmt.decode.beam), with its definitions
-(scores, lengths, completion when a sentence has k finished hypotheses or reaches its
-maximum length); the selection (`DynamicBeamAllocation`) and two step processors
-(`RequirePhrases`, `WordEnds`) are this module's. There is no early stop, as the bound
-of plain beam search does not account for banks.
+The loop and its step are every search's (transformer_nmt.decode.beam and
+transformer_nmt.decode.step), with their definitions (scores, lengths, completion when a
+sentence has k finished hypotheses or reaches its maximum length); the selection
+(`DynamicBeamAllocation`) and two step processors (`RequirePhrases`, `WordEnds`) are this
+module's. There is no early stop, as the bound of plain beam search does not account for
+banks.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.beam import Ranked, beam_loop
-from transformer_nmt.decode.search_base import Hypothesis, Seq2Seq, SpecialIds, max_lengths
+from transformer_nmt.decode.beam import beam_loop
+from transformer_nmt.decode.ranking import Ranked
+from transformer_nmt.decode.search_base import (Hypothesis, Seq2Seq, SpecialIds, max_lengths,
+                                                source_lengths)
 from transformer_nmt.decode.selection import top_k
 from transformer_nmt.decode.step_rules import Step, fit_prefixes, prefix_tensor, step_processors
 
@@ -166,8 +169,10 @@ class DynamicBeamAllocation:
         return Ranked(flat_scores.gather(1, order), candidates.view(n, -1).gather(1, order),
                       top_beam, all_met)
 
-    def keep(self, sentences: Tensor, ranks: Tensor) -> None:
+    def keep(self, sentences: Tensor | None, ranks: Tensor) -> None:
         advanced, order, width, per_row = self._ranked
+        if sentences is None:
+            sentences = torch.arange(order.size(0), device=order.device)
         chosen = order[sentences].gather(1, ranks)  # (n_next, k) indices into width * W
         self.state.take(*advanced, ((sentences * width * per_row).unsqueeze(1)
                                     + chosen).view(-1))
@@ -225,6 +230,7 @@ def constrained_beam_search(model: Seq2Seq, src: Tensor, constraints: list[list[
     own = [RequirePhrases(selection, special.eos)]
     if word_pieces is not None:
         own.append(WordEnds(selection, word_pieces))
-    return beam_loop(model, src, limits, cfg, special,
-                     step_processors(cfg, special.eos, prefix, own), selection,
-                     use_cache=use_cache, early_stop=False, features=features)
+    return beam_loop(model, model.encode(src), limits, cfg, special,
+                     step_processors(cfg, special.eos, prefix, own), selection, cfg.beam,
+                     use_cache=use_cache, early_stop=False,
+                     source_tokens=source_lengths(src, special.pad) if features else None)

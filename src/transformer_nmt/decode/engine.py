@@ -8,12 +8,13 @@ token, the sentences that end leave, and sentences added since (`add`, encoded o
 arrival) join before the next step. Its caller keeps it full.
 
 Each sentence gets exactly the search of transformer_nmt.decode.beam's loop with
-`TopK` (greedy search is beam 1): the same rules, the same early stop, the same
-hypotheses; only its rows share the model's products with other sentences' rows. Two
-things differ in form, not in result: a sentence that joins has `beam` rows from its
-first step, all but one empty (log P -inf, never chosen), so that every sentence has the
-same number of rows and its beams share its encoder-decoder keys and values; and the
-step and length penalty are each sentence's own.
+`TopK` (greedy search is beam 1): the same step (transformer_nmt.decode.step, which both
+take), the same rules, the same early stop, the same hypotheses; only its rows share the
+model's products with other sentences' rows. Two things differ in form, not in result:
+a sentence that joins has `beam` rows from its first step, all but one empty (log P -inf,
+never chosen), so that every sentence has the same number of rows and its beams share
+its encoder-decoder keys and values; and the step and length penalty are each
+sentence's own.
 
 What it does not do (`serves` says; those go through the searches as before): sampling,
 forced prefixes, terminology constraints, no-repeat n-grams, and models without
@@ -22,20 +23,19 @@ rows of their own (ensembles).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Hashable
 
 import torch
 from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.beam import TopK, best_first, best_possible_scores
 from transformer_nmt.decode.probe import install_probe
+from transformer_nmt.decode.ranking import TopK
 from transformer_nmt.decode.row_cache import new_row_cache
-from transformer_nmt.decode.search_base import (Hypothesis, SpecialIds, length_penalty,
-                                                max_lengths, next_token_log_probs,
-                                                source_lengths)
+from transformer_nmt.decode.search_base import (Hypothesis, SpecialIds, max_lengths,
+                                                next_token_log_probs, source_lengths)
 from transformer_nmt.decode.search_features import FeatureTrack, probe_layer
+from transformer_nmt.decode.step import SearchStep
 from transformer_nmt.decode.step_rules import ForceEos, Step
 from transformer_nmt.model.transformer import Transformer
 
@@ -49,14 +49,6 @@ def serves(model: Any, cfg: DecodeConfig, prefixes: bool = False,
             and not cfg.min_len and not prefixes and not constraints)
 
 
-@dataclass
-class _Sentence:
-    """A sentence being searched: who asked for it and what it has found."""
-
-    ticket: Hashable
-    found: list[tuple[bool, Hypothesis]]
-
-
 class Engine:
     """Beam search (width cfg.beam; 1 is greedy) over sentences that join and leave
     between steps, on `model` (a Transformer, its rows in a RowCache, decode/row_cache.py)."""
@@ -67,28 +59,30 @@ class Engine:
         self.model, self.cfg, self.special = model, cfg, special
         self.max_len_limit = max_len_limit
         self.k = cfg.beam
-        self._selection = TopK()
         self._force_eos = ForceEos(special.eos)
         self._cache = new_row_cache(model, self.k)
-        self._sentences: list[_Sentence] = []
         device = next(model.parameters()).device
-        # Per sentence: its maximum output length, tokens generated so far, the log P
-        # of its open prefixes (-inf for an empty row) and its nbest-th finished score.
-        self._limits = torch.zeros(0, dtype=torch.long, device=device)  # (sentences,)
-        self._steps = torch.zeros(0, dtype=torch.long, device=device)  # (sentences,)
-        self._scores = torch.zeros(0, self.k, device=device)  # (sentences, k)
-        self._nbest_scores = torch.zeros(0, device=device)  # (sentences,)
-        # Per row (sentences * k): BOS, the tokens so far, room for the rest.
-        self._tokens = torch.zeros(0, 2, dtype=torch.long, device=device)
         self._probe = install_probe(self._cache, probe_layer(len(model.decoder_layers))) \
             if features else None
         self._track = FeatureTrack(torch.zeros(0, dtype=torch.long, device=device)) \
             if features else None
+        # Every search's step; its `finished` holds each sentence's hypotheses by slot.
+        self._search = SearchStep(TopK(), self.k, cfg.nbest, cfg.alpha, special.eos, device,
+                                  track=self._track)
+        self._finished = self._search.finished
+        self._tickets: dict[int, Hashable] = {}  # by slot
+        # Per sentence: its maximum output length, tokens generated so far and the log P
+        # of its open prefixes (-inf for an empty row).
+        self._limits = torch.zeros(0, dtype=torch.long, device=device)  # (sentences,)
+        self._steps = torch.zeros(0, dtype=torch.long, device=device)  # (sentences,)
+        self._scores = torch.zeros(0, self.k, device=device)  # (sentences, k)
+        # Per row (sentences * k): BOS, the tokens so far, room for the rest.
+        self._tokens = torch.zeros(0, 2, dtype=torch.long, device=device)
 
     @property
     def rows(self) -> int:
         """Rows decoded at the next step: beam per sentence present."""
-        return len(self._sentences) * self.k
+        return self._finished.slots.numel() * self.k
 
     @torch.inference_mode()
     def add(self, src: Tensor, tickets: list[Hashable]) -> None:
@@ -102,14 +96,12 @@ class Engine:
         if self._track is not None:
             self._track.add_rows(
                 source_lengths(src, self.special.pad).repeat_interleave(self.k))
-        self._sentences += [_Sentence(ticket, []) for ticket in tickets]
+        self._tickets.update(zip(self._finished.open(new), tickets))
         self._limits = torch.cat([self._limits, limits])
         self._steps = torch.cat([self._steps, self._steps.new_zeros(new)])
         first = torch.full((new, self.k), float("-inf"), device=device)
         first[:, 0] = 0.0  # one empty prefix per sentence; the other rows are empty
         self._scores = torch.cat([self._scores, first])
-        self._nbest_scores = torch.cat([self._nbest_scores,
-                                        torch.full((new,), float("-inf"), device=device)])
         width = max(self._tokens.size(1), int(limits.max()) + 2)
         tokens = torch.full((new * self.k, width), self.special.bos, dtype=torch.long,
                             device=device)
@@ -119,9 +111,9 @@ class Engine:
     def step(self) -> list[tuple[Hashable, list[Hypothesis]]]:
         """Advance every row by one token; the sentences that end leave, each with its
         cfg.nbest best hypotheses, best first."""
-        if not self._sentences:
+        if not self.rows:
             return []
-        k, n = self.k, len(self._sentences)
+        k, n = self.k, self.rows // self.k
         row_steps = self._steps.repeat_interleave(k)  # (rows,)
         rows = torch.arange(n * k, device=row_steps.device)
         self._cache.start_step(row_steps)
@@ -131,31 +123,13 @@ class Engine:
             self._track.observe(log_probs, self._probe.weights)
         self._force_eos(log_probs, Step(0, self._tokens, rows, k,
                                         (self._limits == self._steps).repeat_interleave(k)))
-        ranked = self._selection.rank(self._scores, log_probs, k, k)
-        is_eos = ranked.tokens.eq(self.special.eos)
-        done = self._limits.le(self._steps)
-        self._finish_hypotheses(ranked, is_eos, done, log_probs)
-
-        # The first k candidates not ending in EOS stay open; EOS ones sort last.
-        rank = torch.arange(2 * k, device=is_eos.device) + is_eos * (2 * k)  # (n, 2k)
-        keep_rank = rank.topk(k, dim=1, largest=False).indices  # (n, k)
-        scores = ranked.scores.gather(1, keep_rank)  # (n, k)
-        next_beam = ranked.beams.gather(1, keep_rank)
-        next_token = ranked.tokens.gather(1, keep_rank)
-        done |= self._nbest_scores >= best_possible_scores(scores, self._steps + 1,
-                                                           self._limits, self.cfg.alpha)
-        done |= scores.isinf().all(dim=1)
-
-        ended = [(sentence.ticket, self._best(sentence))
-                 for sentence, over in zip(self._sentences, done.tolist()) if over]
-        keep = (~done).nonzero().squeeze(1)  # (n_next,)
-        next_rows = ((keep * k).unsqueeze(1) + next_beam[keep]).view(-1)  # (n_next * k,)
-        if self._track is not None:
-            self._track.advance(next_rows, log_probs[next_rows, next_token[keep].view(-1)])
-        self._scores = scores[keep]
-        self._keep(keep, next_rows, n)
-        written = torch.arange(next_rows.numel(), device=next_rows.device)
-        self._tokens[written, self._steps.repeat_interleave(k) + 1] = next_token[keep].view(-1)
+        outcome = self._search.take(log_probs, self._scores, k, self._steps, self._limits,
+                                    self._tokens)
+        ended = [(self._tickets.pop(slot), self._finished.close(slot)) for slot in outcome.ended]
+        self._scores = outcome.scores
+        self._keep(outcome.keep, rows if outcome.rows is None else outcome.rows, n)
+        written = torch.arange(outcome.tokens.numel(), device=rows.device)
+        self._tokens[written, self._steps.repeat_interleave(k) + 1] = outcome.tokens
         self._steps += 1
         return ended
 
@@ -163,57 +137,32 @@ class Engine:
     def drop(self, tickets: set[Hashable]) -> None:
         """The sentences with these tickets leave without a result (their request went
         away)."""
-        stay = [i for i, sentence in enumerate(self._sentences) if sentence.ticket not in tickets]
-        if len(stay) == len(self._sentences):
+        slots = self._finished.slots.tolist()
+        stay = [i for i, slot in enumerate(slots) if self._tickets[slot] not in tickets]
+        if len(stay) == len(slots):
             return
+        for slot in slots:
+            if self._tickets[slot] in tickets:
+                del self._tickets[slot]
+                self._finished.close(slot)
         keep = torch.tensor(stay, dtype=torch.long, device=self._limits.device)
         rows = ((keep * self.k).unsqueeze(1) + torch.arange(self.k, device=keep.device)).view(-1)
         if self._track is not None:
             self._track.keep(rows)
         self._scores = self._scores[keep]
-        self._keep(keep, rows, len(self._sentences))
+        self._finished.keep(keep)
+        self._keep(keep, rows, len(slots))
 
-    def _finish_hypotheses(self, ranked: Any, is_eos: Tensor, done: Tensor,
-                           log_probs: Tensor) -> None:
-        """EOS within the first k ranks finishes a hypothesis; a sentence with k finished
-        ones is done (marked in `done` (n,), in place). log_probs (rows, vocab): this
-        step's."""
-        k = self.k
-        finishing = is_eos[:, :k] & ranked.scores[:, :k].isfinite()  # (n, k)
-        if not finishing.any():
-            return
-        # The penalty in double, then float32, as the searches divide by a Python float.
-        penalty = length_penalty((self._steps + 1).double(), self.cfg.alpha).float()
-        normalized = ranked.scores[:, :k] / penalty.unsqueeze(1)
-        pairs = finishing.nonzero()  # (finishing, 2): sentence, rank
-        ending_rows = pairs[:, 0] * k + ranked.beams[pairs[:, 0], pairs[:, 1]]
-        gathered = [None] * pairs.size(0) if self._track is None else self._track.ended(
-            ending_rows, log_probs[ending_rows, self.special.eos], self._steps[pairs[:, 0]] + 1)
-        for (i, rank), row, features in zip(pairs.tolist(), ending_rows.tolist(), gathered):
-            step = int(self._steps[i])
-            found = self._sentences[i].found
-            found.append((True, Hypothesis(self._tokens[row, 1: step + 1].tolist(),
-                                           float(normalized[i, rank]),
-                                           float(ranked.scores[i, rank]), features=features)))
-            if len(found) >= self.cfg.nbest:
-                found.sort(key=best_first)  # stable, as the searches sort
-                self._nbest_scores[i] = found[self.cfg.nbest - 1][1].score
-            if len(found) >= k:
-                done[i] = True
-
-    def _best(self, sentence: _Sentence) -> list[Hypothesis]:
-        return [hyp for _, hyp in sorted(sentence.found, key=best_first)][: self.cfg.nbest]
-
-    def _keep(self, keep: Tensor, rows: Tensor, present: int) -> None:
-        """Go on with sentences `keep` (of `present`) and their rows `rows`."""
-        self._sentences = [self._sentences[i] for i in keep.tolist()]
-        self._limits, self._steps = self._limits[keep], self._steps[keep]
-        self._nbest_scores = self._nbest_scores[keep]
+    def _keep(self, keep: Tensor | None, rows: Tensor, present: int) -> None:
+        """Go on with sentences `keep` (of `present`; None: all) and their rows `rows`
+        (the step has kept them in its `finished`)."""
+        if keep is not None:
+            self._limits, self._steps = self._limits[keep], self._steps[keep]
         self._tokens = self._tokens[rows]
-        if self._sentences:
+        if self._limits.numel():
             width = int(self._limits.max()) + 2
             self._tokens = self._tokens[:, :width]
-        self._cache.keep(rows, keep if keep.numel() < present else None)
+        self._cache.keep(rows, keep if keep is not None and keep.numel() < present else None)
 
 
 def _widen(tokens: Tensor, width: int, fill: int) -> Tensor:

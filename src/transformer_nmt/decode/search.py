@@ -25,10 +25,12 @@ Definitions used throughout:
 
 Beyond the model, every search obeys the same step rules, a list of step processors
 (transformer_nmt.decode.step_rules): EOS at the maximum length, a forced prefix, no
-repeated n-grams. Beam search's loop is transformer_nmt.decode.beam's, shared with
-terminology constraints (transformer_nmt.decode.constrained). `sample` draws tokens
-instead of choosing the likeliest, one seeded generator per sentence; scoring given
-outputs is `teacher_forced`. The model protocol, `SpecialIds`, `Hypothesis` and the
+repeated n-grams. Every search runs transformer_nmt.decode.beam's loop, whose step
+(transformer_nmt.decode.step) the continuous-batching engine takes too: beam search with
+the `TopK` selection, greedy search as beam 1 with `Likeliest`, terminology constraints
+with their own (transformer_nmt.decode.constrained). `sample` draws tokens instead of
+choosing the likeliest (`Draw`, beam 1 per sample), one seeded generator per sentence;
+scoring given outputs is `teacher_forced`. The model protocol, `SpecialIds`, `Hypothesis` and the
 length rules are transformer_nmt.decode.search_base's, imported here as well.
 """
 
@@ -40,34 +42,12 @@ import torch
 from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.beam import TopK, beam_loop
-from transformer_nmt.decode.search_base import (EncoderState, Hypothesis, Seq2Seq,
-                                                SpecialIds, Stepper, length_penalty,
-                                                max_lengths, source_lengths)
-from transformer_nmt.decode.search_features import FeatureTrack, probe_layer
-from transformer_nmt.decode.selection import row_max
-from transformer_nmt.decode.step_rules import (Step, StepProcessor, apply_processors,
-                                               fit_prefixes, prefix_tensor, step_processors)
-
-
-def _sample(log_probs: Tensor, uniforms: Tensor, cfg: DecodeConfig) -> Tensor:
-    """One token per row of log_probs (rows, vocab), drawn by inverse transform with one
-    uniform number (rows,) per row, from the distribution that cfg's temperature, top-k
-    and top-p leave."""
-    logits = log_probs / cfg.temperature
-    if cfg.topk:
-        values, index = logits.topk(min(cfg.topk, logits.size(1)), dim=1)  # best first
-    else:
-        values, index = logits.sort(dim=1, descending=True)
-    probs = torch.softmax(values, dim=1)  # (rows, candidates)
-    if cfg.topp < 1:
-        # Keep the likeliest tokens until their mass reaches p (the first always).
-        before = probs.cumsum(dim=1) - probs
-        probs = probs.masked_fill(before >= cfg.topp, 0.0)
-    cumulative = probs.cumsum(dim=1)  # (rows, candidates)
-    target = uniforms.unsqueeze(1) * cumulative[:, -1:]
-    pick = cumulative.lt(target).sum(dim=1).clamp(max=probs.size(1) - 1)  # (rows,)
-    return index.gather(1, pick.unsqueeze(1)).squeeze(1)
+from transformer_nmt.decode.beam import beam_loop
+from transformer_nmt.decode.ranking import Draw, Likeliest, TopK
+from transformer_nmt.decode.search_base import (  # noqa: F401 (length_penalty imported from here)
+    Hypothesis, Seq2Seq, SpecialIds, length_penalty, max_lengths, source_lengths)
+from transformer_nmt.decode.search_features import probe_layer
+from transformer_nmt.decode.step_rules import fit_prefixes, prefix_tensor, step_processors
 
 
 @torch.inference_mode()
@@ -83,9 +63,10 @@ def greedy_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(
     """
     prefix = prefix_tensor(prefixes, src.device)
     limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
-    return _token_by_token(model, model.encode(src), limits, cfg, special, use_cache,
-                           step_processors(cfg, special.eos, prefix),
-                           source_tokens=source_lengths(src, special.pad) if features else None)
+    found = beam_loop(model, model.encode(src), limits, cfg, special,
+                      step_processors(cfg, special.eos, prefix), Likeliest(), 1, use_cache,
+                      source_tokens=source_lengths(src, special.pad) if features else None)
+    return [hypotheses[0] for hypotheses in found]
 
 
 @torch.inference_mode()
@@ -114,11 +95,11 @@ def sample(model: Seq2Seq, src: Tensor, cfg: DecodeConfig, seeds: list[int],
         torch.rand(int(limits.max()) + 1, count, dtype=torch.float64,
                    generator=torch.Generator().manual_seed(_sentence_seed(cfg.seed, seed))).T
         for seed in seeds]).to(src.device)  # (batch * count, longest + 1)
-    found = _token_by_token(model, model.encode(src).select(owner), limits, cfg, special,
-                            True, step_processors(cfg, special.eos, prefix), uniforms,
-                            source_lengths(src, special.pad)[owner] if features else None)
-    return [sorted(found[i * count: (i + 1) * count], key=lambda hyp: -hyp.score)
-            for i in range(batch)]
+    found = beam_loop(model, model.encode(src).select(owner), limits, cfg, special,
+                      step_processors(cfg, special.eos, prefix), Draw(uniforms, cfg), 1,
+                      source_tokens=source_lengths(src, special.pad)[owner] if features else None)
+    return [sorted((hypotheses[0] for hypotheses in found[i * count: (i + 1) * count]),
+                   key=lambda hyp: -hyp.score) for i in range(batch)]
 
 
 def _sentence_seed(seed: int, sentence: int) -> int:
@@ -127,63 +108,6 @@ def _sentence_seed(seed: int, sentence: int) -> int:
     streams."""
     digest = hashlib.blake2b(f"{seed}:{sentence}".encode(), digest_size=4).digest()
     return int.from_bytes(digest, "little")
-
-
-def _token_by_token(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: DecodeConfig,
-                    special: SpecialIds, use_cache: bool, processors: list[StepProcessor],
-                    uniforms: Tensor | None = None, source_tokens: Tensor | None = None
-                    ) -> list[Hypothesis]:
-    """One output per encoder row, token by token: the likeliest, or with uniforms
-    (rows, longest + 1) drawn as `_sample` does; with source_tokens (rows,), each row's
-    source length, the outputs' Hypothesis.features too."""
-    batch, device = limits.size(0), limits.device
-    longest = int(limits.max())
-    track = None if source_tokens is None else FeatureTrack(source_tokens)
-    # The decoder sees BOS and every token but the last (EOS): at most longest + 1 positions.
-    stepper = Stepper(model, enc, use_cache, longest + 1,
-                      None if track is None else probe_layer(len(model.decoder_layers)))
-    tokens = torch.full((batch, longest + 2), special.bos, dtype=torch.long,
-                        device=device)  # (active, BOS + tokens + EOS)
-    log_prob = torch.zeros(batch, device=device)  # (active,)
-    active = torch.arange(batch, device=device)  # original index of each active row
-    results: list[Hypothesis | None] = [None] * batch
-    step = 0
-    while active.numel():
-        log_probs = stepper.log_probs(tokens, step, special)  # (active, vocab)
-        if track is not None:
-            track.observe(log_probs, stepper.probed)
-        apply_processors(processors, log_probs,
-                         Step(step, tokens[:, : step + 1], active, 1, limits == step))
-        if uniforms is None:
-            best_log_prob, best = row_max(log_probs)  # (active,)
-        else:
-            best = _sample(log_probs, uniforms[:, step], cfg)
-            best_log_prob = log_probs.gather(1, best.unsqueeze(1)).squeeze(1)
-        log_prob += best_log_prob
-        tokens[:, step + 1] = best
-        done = best.eq(special.eos)
-        if done.any():
-            scores = log_prob / length_penalty(step + 1, cfg.alpha)
-            ending = done.nonzero().squeeze(1)
-            gathered = [None] * ending.numel() if track is None else track.ended(
-                ending, best_log_prob[ending], torch.full_like(ending, step + 1))
-            for row, found in zip(ending.tolist(), gathered):
-                results[int(active[row])] = Hypothesis(
-                    tokens[row, 1: step + 1].tolist(), float(scores[row]), float(log_prob[row]),
-                    features=found)
-            keep = (~done).nonzero().squeeze(1)
-            if track is not None:
-                track.advance(keep, best_log_prob[keep])
-            tokens, log_prob = tokens[keep], log_prob[keep]
-            limits, active = limits[keep], active[keep]
-            if uniforms is not None:
-                uniforms = uniforms[keep]
-            if active.numel():
-                stepper.reorder(keep, keep)
-        elif track is not None:
-            track.advance(None, best_log_prob)
-        step += 1
-    return results  # type: ignore[return-value]  # every sentence ends by its maximum length
 
 
 def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
@@ -200,8 +124,9 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
     """
     prefix = prefix_tensor(prefixes, src.device)
     limits = fit_prefixes(max_lengths(src, cfg, special.pad, max_len_limit), prefix)
-    return beam_loop(model, src, limits, cfg, special, step_processors(cfg, special.eos, prefix),
-                     TopK(), use_cache, early_stop, features)
+    return beam_loop(model, model.encode(src), limits, cfg, special,
+                     step_processors(cfg, special.eos, prefix), TopK(), cfg.beam, use_cache,
+                     early_stop, source_lengths(src, special.pad) if features else None)
 
 
 def search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),

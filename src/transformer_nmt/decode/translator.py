@@ -26,7 +26,6 @@ from transformer_nmt.data.words import continues_word
 from transformer_nmt.decode.alignment import word_alignment
 from transformer_nmt.decode.batching import BatchBudget, buffers, length_batches, run_in_order
 from transformer_nmt.decode.confidence import ConfidenceEstimator
-from transformer_nmt.decode.continuous import decode_continuously
 from transformer_nmt.decode.constrained import constrained_beam_search
 from transformer_nmt.decode.ensemble import Ensemble
 from transformer_nmt.decode.engine import Engine, serves
@@ -109,10 +108,6 @@ class TranslatorOptions:
     "Batch-invariant decoding", has the figures). Other precisions are left as they
     are. None: on in `nmt serve`, whose sentences share batches with other clients',
     off elsewhere."""
-    continuous: bool = False
-    """Decode a buffer with the continuous-batching engine (each worker's sentences
-    joining as others end, transformer_nmt.decode.continuous) where it can serve the
-    search, rather than in batches that run until their longest sentence ends."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_tokens", "buffer_size", "workers"):
@@ -354,26 +349,11 @@ class Translator:
             # Samples are seeded by line number, so they do not depend on the batching.
             return self.finish(job, batch, self._search(settings, *job.pick(batch)))
 
-        def translate_share(share: list[int]) -> list[list[Translation]]:
-            found = decode_continuously(self.new_engine(settings.decode), job.pick(share)[0],
-                                        self.source_tensor, self.options.batch_size)
-            size = self.options.batch_size
-            return [translations for start in range(0, len(share), size)
-                    for translations in self.finish(job, share[start:start + size],
-                                                    found[start:start + size])]
-
-        if self.options.continuous and self.continuous(job) and batches:
-            # Each worker's share: every workers-th batch, longest first, one engine.
-            work = translate_share
-            batches = [[line for batch in batches[worker::workers] for line in batch]
-                       for worker in range(min(workers, len(batches)))]
-        else:
-            work = translate_one
         if side_by_side is None:
             side_by_side = min(workers, len(batches))
         # Each batch decoding at once gets its share of the cores, for this call only.
         with torch_threads(decoding_threads(max(side_by_side, 1), self.options.device)):
-            return job.in_order(run_in_order(batches, work, workers))
+            return job.in_order(run_in_order(batches, translate_one, workers))
 
     def source_tensor(self, batch: list[list[int]]) -> torch.Tensor:
         """(len(batch), longest + 1) on the translator's device: each sentence's ids, EOS,
