@@ -25,9 +25,9 @@ from dataclasses import replace
 import torch
 
 from transformer_nmt.config import DecodeConfig, get_preset
-from transformer_nmt.decode.engine import Engine
-from transformer_nmt.decode.precision import prepare_model
-from transformer_nmt.decode.search import search
+from transformer_nmt.decode.continuous.engine import Engine
+from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.search.searches import search
 from transformer_nmt.model.transformer import Transformer
 
 PAD, EOS = 0, 3

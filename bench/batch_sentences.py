@@ -34,8 +34,8 @@ def measure(args: argparse.Namespace) -> None:
 
     import translate_speed
     from transformer_nmt.config import DecodeConfig
-    from transformer_nmt.decode.precision import prepare_model
-    from transformer_nmt.decode.search import SpecialIds
+    from transformer_nmt.decode.device.precision import prepare_model
+    from transformer_nmt.decode.search.base import SpecialIds
 
     torch.set_num_threads(1)
     model, vocab = translate_speed.model_and_vocab(args.model, args.spm)

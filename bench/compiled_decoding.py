@@ -39,9 +39,10 @@ import translate_speed
 from translate_speed import figure
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab
-from transformer_nmt.decode.kv_cache import decoder_cache
-from transformer_nmt.decode.precision import prepare_model
-from transformer_nmt.decode.search import SpecialIds, beam_search, greedy_search
+from transformer_nmt.decode.attention.kv_cache import decoder_cache
+from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.search.base import SpecialIds
+from transformer_nmt.decode.search.searches import beam_search, greedy_search
 from transformer_nmt.model.attention import MultiHeadAttention, _fold_group, _unfold_group
 from transformer_nmt.model.cache import DecoderCache, KVCache
 from transformer_nmt.model.transformer import DecoderOut, EncoderOut, Transformer

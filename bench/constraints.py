@@ -22,7 +22,7 @@ import sacrebleu
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import read_lines
-from transformer_nmt.decode.translator import Translator, TranslationRequest, TranslatorOptions
+from transformer_nmt.decode.text.translator import Translator, TranslationRequest, TranslatorOptions
 
 PUNCTUATION = ".,;:!?\"'()[]«»„“”‘’-"
 

@@ -32,11 +32,12 @@ import torch
 
 import translate_speed
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode import search
-from transformer_nmt.decode.layout import TransposedLinear
-from transformer_nmt.decode.precision import prepare_model
-from transformer_nmt.decode.search import SpecialIds, beam_search, greedy_search
-from transformer_nmt.decode.threads import decoding_threads, torch_threads
+from transformer_nmt.decode.search import searches as search
+from transformer_nmt.decode.device.layout import TransposedLinear
+from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.search.base import SpecialIds
+from transformer_nmt.decode.search.searches import beam_search, greedy_search
+from transformer_nmt.decode.device.threads import decoding_threads, torch_threads
 from transformer_nmt.model.transformer import Transformer
 
 VARIANTS = ("current", "linear_layout", "torch_selection", "before")

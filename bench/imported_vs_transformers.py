@@ -34,7 +34,7 @@ import transformers
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import read_lines
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.export.ctranslate2 import export_ctranslate2
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.pretrained.write import import_model

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from transformer_nmt.decode.translator import TranslatorOptions
+from transformer_nmt.decode.text.translator import TranslatorOptions
 from transformer_nmt.evaluate import evaluate_model
 from transformer_nmt.model_file import save_model_file
 from transformer_nmt.quickstart import QuickstartOptions, training_overrides

@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 
 from transformer_nmt.config import DecodeConfig, get_preset
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import (load_for_inference, model_payload, read_model_file,
                                         save_model_file)

@@ -54,10 +54,11 @@ from process_memory import peak_rss_mb
 
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab, train_vocab
-from transformer_nmt.decode.kv_cache import decoder_cache
-from transformer_nmt.decode.search import Hypothesis, SpecialIds, beam_search, greedy_search
-from transformer_nmt.decode.precision import prepare_model
-from transformer_nmt.decode.threads import decoding_threads, torch_threads
+from transformer_nmt.decode.attention.kv_cache import decoder_cache
+from transformer_nmt.decode.search.base import Hypothesis, SpecialIds
+from transformer_nmt.decode.search.searches import beam_search, greedy_search
+from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.device.threads import decoding_threads, torch_threads
 from transformer_nmt.runtime import bf16_supported
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model.transformer import EncoderOut, Transformer

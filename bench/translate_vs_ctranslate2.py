@@ -94,9 +94,9 @@ def measure_ours(args: argparse.Namespace, precision: str) -> None:
     import translate_speed
     from transformer_nmt.config import DecodeConfig
     from transformer_nmt.data.vocab import Vocab
-    from transformer_nmt.decode.search import SpecialIds
-    from transformer_nmt.decode.precision import prepare_model
-    from transformer_nmt.decode.threads import decoding_threads
+    from transformer_nmt.decode.search.base import SpecialIds
+    from transformer_nmt.decode.device.precision import prepare_model
+    from transformer_nmt.decode.device.threads import decoding_threads
 
     # Each worker on its share of --threads, as `nmt translate` shares the cores out (and
     # as CTranslate2's intra_threads are set).
@@ -146,7 +146,8 @@ def agreement(args: argparse.Namespace, spm: Path, model, ct2_dir: Path) -> floa
     import translate_speed
     from transformer_nmt.config import DecodeConfig
     from transformer_nmt.data.vocab import Vocab
-    from transformer_nmt.decode.search import SpecialIds, greedy_search
+    from transformer_nmt.decode.search.base import SpecialIds
+    from transformer_nmt.decode.search.searches import greedy_search
 
     vocab = Vocab.load(str(spm))
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)

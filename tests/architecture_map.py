@@ -27,7 +27,7 @@ def layer_ranks(text: str) -> dict[str, int]:
 
 
 def module_lines(text: str) -> dict[str, str]:
-    """Module path under the package ('decode/search.py') -> its line of description."""
+    """Module path under the package ('decode/search/searches.py') -> its line of description."""
     return {match.group(1): match.group(2).strip() for line in text.splitlines()
             if (match := _MODULE_LINE.match(line))}
 

@@ -15,10 +15,10 @@ import torch
 
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import train_vocab
-from transformer_nmt.decode import threads as threads_module
-from transformer_nmt.decode.engine import Engine
-from transformer_nmt.decode.search_base import Hypothesis
-from transformer_nmt.decode.translator import Translation, Translator
+from transformer_nmt.decode.device import threads as threads_module
+from transformer_nmt.decode.continuous.engine import Engine
+from transformer_nmt.decode.search.base import Hypothesis
+from transformer_nmt.decode.text.translator import Translation, Translator
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, save_model_file
 
@@ -122,7 +122,7 @@ def with_calibration(model_file: Path, path: Path, intercept: float = 0.0,
     """A copy of `model_file` at `path` with a hand-made confidence calibration: every
     feature standardized around 0 with spread 1, these coefficients (default none) and
     this intercept (0 and no coefficients: every translation's confidence is 0.5)."""
-    from transformer_nmt.decode.confidence import FEATURES, Calibration
+    from transformer_nmt.decode.quality.confidence import FEATURES, Calibration
     from transformer_nmt.model_file import read_model_file
 
     payload = read_model_file(model_file)

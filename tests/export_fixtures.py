@@ -9,7 +9,7 @@ from pathlib import Path
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.manifest import text_path
 from transformer_nmt.data.text import normalize, read_lines
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.model_file import load_for_inference
 
 

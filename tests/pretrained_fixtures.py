@@ -184,7 +184,7 @@ def assert_greedy_is_transformers(imported: Path, marian_dir: Path, longest: int
     finds with the MarianMTModel in `marian_dir`, on `lines` (default: sentences whose
     outputs differ)."""
     from transformer_nmt.config import DecodeConfig
-    from transformer_nmt.decode.translator import Translator, TranslatorOptions
+    from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 
     model, tokenizer = marian_model_and_tokenizer(marian_dir)
     _, ours = id_maps(imported, marian_dir)

@@ -13,7 +13,8 @@ import torch
 from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig, get_preset
-from transformer_nmt.decode.search import SpecialIds, beam_search, greedy_search
+from transformer_nmt.decode.search.base import SpecialIds
+from transformer_nmt.decode.search.searches import beam_search, greedy_search
 from transformer_nmt.model.transformer import Transformer
 
 PAD, BOS, EOS = 0, 2, 3

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from decode_fixtures import SHORT
-from transformer_nmt.decode.translator import TranslatorOptions
+from transformer_nmt.decode.text.translator import TranslatorOptions
 from transformer_nmt.model_file import read_model_file, save_model_file
 from transformer_nmt.serve.server import build_app
 from transformer_nmt.serve.settings import ServeSettings

@@ -27,8 +27,8 @@ def test_the_api_names_are_the_librarys_own():
     from transformer_nmt.config import DecodeConfig as decode_config
     from transformer_nmt.data.prepare import PrepareOptions as prepare_options
     from transformer_nmt.data.prepare import prepare as prepare_function
-    from transformer_nmt.decode.translator import Translator as translator
-    from transformer_nmt.decode.translator import TranslatorOptions as translator_options
+    from transformer_nmt.decode.text.translator import Translator as translator
+    from transformer_nmt.decode.text.translator import TranslatorOptions as translator_options
     from transformer_nmt.training.session import train as train_function
 
     assert (Translator, TranslatorOptions, DecodeConfig, prepare, PrepareOptions, train) == (

@@ -26,12 +26,12 @@ def source_modules() -> set[str]:
 
 
 def layer_of(path: str) -> str:
-    """'decode/search.py' -> 'decode'; 'config.py' -> 'config'; '__init__.py' -> '__init__'."""
+    """'decode/search/searches.py' -> 'decode'; 'config.py' -> 'config'; '__init__.py' -> '__init__'."""
     return path.split("/")[0].removesuffix(".py")
 
 
 def own_test(path: str) -> str:
-    """'decode/search.py' -> 'tests/test_decode_search.py'; 'config.py' ->
+    """'decode/search/searches.py' -> 'tests/test_decode_search_searches.py'; 'config.py' ->
     'tests/test_config.py'; 'data/corpora/__init__.py' -> 'tests/test_data_corpora.py'."""
     parts = path.removesuffix(".py").split("/")
     if parts[-1] == "__init__":
@@ -97,19 +97,19 @@ def test_the_reader_finds_the_tests_a_line_names():
 
 
 def test_the_rule_names_own_tests_and_exempts_only_modules_without_behaviour():
-    assert own_test("decode/beam.py") == "tests/test_decode_beam.py"
+    assert own_test("decode/search/beam.py") == "tests/test_decode_search_beam.py"
     assert own_test("calibrate.py") == "tests/test_calibrate.py"
     assert own_test("cli/__init__.py") == "tests/test_cli.py"
     assert own_test("data/corpora/__init__.py") == "tests/test_data_corpora.py"
     assert exempt("cli/__main__.py") and exempt("decode/__init__.py")
     assert exempt("documents/__init__.py")  # a docstring only
     assert not exempt("cli/__init__.py") and not exempt("data/corpora/__init__.py")
-    assert not exempt("decode/beam.py")
+    assert not exempt("decode/search/beam.py")
     # One test file gone, one named on the map gone: both found.
-    files = {"tests/test_decode_beam.py", "tests/test_serve_models.py"}
-    assert untested({"decode/beam.py", "decode/job.py", "serve/pairs.py"},
+    files = {"tests/test_decode_search_beam.py", "tests/test_serve_models.py"}
+    assert untested({"decode/search/beam.py", "decode/text/job.py", "serve/pairs.py"},
                     {"serve/pairs.py": ["tests/test_serve_models.py", "tests/test_gone.py"]},
-                    files) == (["decode/job.py"], ["serve/pairs.py: tests/test_gone.py"])
+                    files) == (["decode/text/job.py"], ["serve/pairs.py: tests/test_gone.py"])
 
 
 def test_every_module_has_its_own_test_file_or_names_existing_ones_on_the_map():

@@ -11,8 +11,8 @@ import pytest
 from transformer_nmt.calibrate import calibrate, fit_logistic, fit_quality
 from transformer_nmt.cli import main
 from transformer_nmt.data.manifest import text_path
-from transformer_nmt.decode.confidence import FEATURES, Calibration
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.quality.confidence import FEATURES, Calibration
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import read_model_file
 

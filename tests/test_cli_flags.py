@@ -17,7 +17,7 @@ from transformer_nmt.cli import build_parser, main
 from transformer_nmt.cli.flags import add_fields, field_values, flag_of
 from transformer_nmt.config import DecodeConfig, ModelConfig, Quantization, TrainConfig
 from transformer_nmt.data.prepare_options import PrepareOptions
-from transformer_nmt.decode.translator import TranslatorOptions
+from transformer_nmt.decode.text.translator import TranslatorOptions
 from transformer_nmt.distill.options import DistillOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.fields import setting

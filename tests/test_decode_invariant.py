@@ -1,4 +1,4 @@
-"""Batch-invariant bf16 decoding (decode/precision.py's make_batch_invariant): a sentence
+"""Batch-invariant bf16 decoding (decode/device/precision.py's make_batch_invariant): a sentence
 gets the same tokens and scores whatever shares its batch, bit for bit."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.attention_kernel import install_kernels
-from transformer_nmt.decode.engine import Engine
-from transformer_nmt.decode.layout import RowTiledLinear, TransposedLinear
-from transformer_nmt.decode.precision import prepare_model
-from transformer_nmt.decode.search import search
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.attention.kernels import install_kernels
+from transformer_nmt.decode.continuous.engine import Engine
+from transformer_nmt.decode.device.layout import RowTiledLinear, TransposedLinear
+from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.search.searches import search
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.model.attention import MultiHeadAttention
 from transformer_nmt.runtime import bf16_supported
 from search_fixtures import EOS, PAD, SPECIAL, tiny_transformer

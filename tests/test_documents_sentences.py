@@ -7,7 +7,7 @@ import pytest
 
 from decode_fixtures import SHORT
 from document_fixtures import Fake, docx_structure, make_docx
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.documents.formats import translate_file
 from transformer_nmt.documents.sentences import (Joined, join_sentences, model_fitting,
                                                  translator_translate)

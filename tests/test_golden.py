@@ -29,7 +29,7 @@ import pytest
 import torch
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.training.checkpoint import LAST
 from transformer_nmt.training.session import train
 

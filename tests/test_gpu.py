@@ -34,7 +34,7 @@ from transformer_nmt.config import PRESETS, DecodeConfig
 from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.binarize import ParallelData, load_split
 from transformer_nmt.data.collate import Batch, collate
-from transformer_nmt.decode.search import beam_search, greedy_search
+from transformer_nmt.decode.search.searches import beam_search, greedy_search
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import read_model_file
 from transformer_nmt.training.checkpoint import LAST
@@ -365,7 +365,7 @@ def test_a_process_group_trains_like_one_process(tiny_data, gpu_device, tmp_path
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_cached_decoding_equals_uncached(gpu_device, beam):
-    # As tests/test_decode_search.py holds on the CPU.
+    # As tests/test_decode_search_searches.py holds on the CPU.
     model = tiny_transformer().to(gpu_device)
     src = random_sources(6, 12, seed=1).to(gpu_device)
     cached, uncached = searches_with_and_without_cache(model, src, beam)
@@ -380,7 +380,7 @@ def test_cached_decoding_equals_uncached(gpu_device, beam):
 def test_a_bf16_search_on_a_gpu_never_runs_cudnn_attention(gpu_device):
     # cuDNN plans each new shape, and every decoding step has a new key length: a bf16
     # search that PyTorch sent there made no progress (bench/RESULTS.md).
-    from transformer_nmt.decode.precision import prepare_model
+    from transformer_nmt.decode.device.precision import prepare_model
 
     model = prepare_model(tiny_transformer(), gpu_device, "bf16")
     src = random_sources(6, 12, seed=1).to(gpu_device)

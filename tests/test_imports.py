@@ -336,7 +336,7 @@ def files() -> list[SourceFile]:
 def test_the_whole_tree_is_read(files):
     by_path = {source.path: source for source in files}
     for path in ("transformer_nmt/__init__.py", "transformer_nmt/config/__init__.py",
-                 "transformer_nmt/model/layers.py", "transformer_nmt/decode/translator.py"):
+                 "transformer_nmt/model/layers.py", "transformer_nmt/decode/text/translator.py"):
         assert path in by_path
     assert any(layer(source.module) == CLI for source in files)
     layers_imports = {imp.module for imp in by_path["transformer_nmt/model/layers.py"].imports}

@@ -55,7 +55,7 @@ COMMANDS = {
                                      str(output), "--from-code", "en", "--to-code", "de"],
               "en_de.argosmodel"),
     # The translations are written by a data.text.LineWriter into a files.AtomicFile.
-    "translate": ("transformer_nmt.decode.stream", "format_translations",
+    "translate": ("transformer_nmt.decode.text.output", "format_translations",
                   lambda model, output: ["translate", "--model", str(model), "--input",
                                          str(model.parent / "corpus.txt"), "--output",
                                          str(output)], "translation.txt"),
@@ -153,7 +153,7 @@ def test_a_signal_inside_stop_signals_held_is_raised_once_the_body_is_done(numbe
 LOAD_INTERRUPTED = """
 import os, signal, sys, time
 from transformer_nmt.cli import main
-from transformer_nmt.decode.translator import Translator
+from transformer_nmt.decode.text.translator import Translator
 
 load = Translator.from_files.__func__
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from transformer_nmt import memory
-from transformer_nmt.decode.spare_pool import SparePool
+from transformer_nmt.decode.attention.spare_pool import SparePool
 from transformer_nmt.runtime import bf16_supported
 
 pytestmark = pytest.mark.skipif(memory._LIBC is None, reason="needs Linux with glibc")

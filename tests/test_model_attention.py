@@ -1,7 +1,7 @@
 """Scaled dot-product and multi-head attention (model/attention.py): eq. (1) against numbers
 computed by hand, the masks, and the module's paths (fused, with weights, cached, beams
 sharing a sentence's keys) against each other. All in float32. The probe and decoding's
-kernels are tested with them (tests/test_decode_probe.py, tests/test_decode_attention_kernel.py)."""
+kernels are tested with them (tests/test_decode_attention_probe.py, tests/test_decode_attention_kernels.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The key/value caches of incremental decoding (model/cache.py): one allocation when the
 capacity is known, memory's keys kept once and attended as given, and a decoder's caches
 reordered per hypothesis and per sentence. Through growth and reorders with spare
-buffers: tests/test_decode_kv_cache.py."""
+buffers: tests/test_decode_attention_kv_cache.py."""
 
 from __future__ import annotations
 

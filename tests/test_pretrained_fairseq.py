@@ -29,7 +29,7 @@ import torch
 from train_fixtures import make_copy_task_data, tiny_overrides
 from transformer_nmt.cli import main
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import load_for_inference, read_model_file, vocab_source

@@ -24,7 +24,7 @@ from transformer_nmt.config import DecodeConfig  # noqa: E402
 from transformer_nmt.data.bpe_vocab import BpeVocab, merges_of  # noqa: E402
 from transformer_nmt.data.prepare import prepare  # noqa: E402
 from transformer_nmt.data.prepare_options import PrepareOptions  # noqa: E402
-from transformer_nmt.decode.translator import Translator, TranslatorOptions  # noqa: E402
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions  # noqa: E402
 from transformer_nmt.errors import UserError  # noqa: E402
 from transformer_nmt.model_file import (load_for_inference, read_model_file,  # noqa: E402
                                         vocab_source)

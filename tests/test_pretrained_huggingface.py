@@ -22,7 +22,7 @@ from serve_fixtures import make_app  # noqa: E402
 from train_fixtures import make_copy_task_data, tiny_overrides  # noqa: E402
 from transformer_nmt.cli import main  # noqa: E402
 from transformer_nmt.config import DecodeConfig  # noqa: E402
-from transformer_nmt.decode.translator import Translator, TranslatorOptions  # noqa: E402
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions  # noqa: E402
 from transformer_nmt.errors import UserError  # noqa: E402
 from transformer_nmt.model_file import (load_for_inference, read_model_file,  # noqa: E402
                                         vocab_source)

@@ -21,7 +21,7 @@ from pretrained_fixtures import (ENGLISH, MARIAN_NPZ, MARIAN_VOCAB,  # noqa: E40
                                  assert_greedy_is_transformers, id_maps, make_marian_dir,
                                  make_marian_release, sentences)
 from transformer_nmt.cli import main  # noqa: E402
-from transformer_nmt.decode.translator import Translator, TranslatorOptions  # noqa: E402
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions  # noqa: E402
 from transformer_nmt.errors import UserError  # noqa: E402
 from transformer_nmt.model_file import read_model_file  # noqa: E402
 from transformer_nmt.pretrained.write import import_model  # noqa: E402

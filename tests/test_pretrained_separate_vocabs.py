@@ -28,7 +28,7 @@ from transformer_nmt.config import DecodeConfig  # noqa: E402
 from transformer_nmt.data.manifest import SPM_TARGET_MODEL  # noqa: E402
 from transformer_nmt.data.prepare import prepare  # noqa: E402
 from transformer_nmt.data.prepare_options import PrepareOptions  # noqa: E402
-from transformer_nmt.decode.translator import Translator, TranslatorOptions  # noqa: E402
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions  # noqa: E402
 from transformer_nmt.model_file import (load_for_inference, read_model_file,  # noqa: E402
                                         vocab_source)
 from transformer_nmt.pretrained.write import import_model  # noqa: E402

@@ -14,7 +14,7 @@ import torch
 from transformer_nmt import quickstart as quickstart_module
 from transformer_nmt.cli import main
 from transformer_nmt.config import get_preset
-from transformer_nmt.decode.translator import Translation
+from transformer_nmt.decode.text.translator import Translation
 from transformer_nmt.quickstart import (RECIPE, QuickstartOptions, _shorter_warmup, quickstart,
                                         recipe_lines, training_overrides)
 from transformer_nmt.training.schedule import InverseSqrtSchedule

@@ -129,7 +129,7 @@ def test_cuda_without_a_gpu_and_unknown_devices_are_one_line_errors():
 
 
 def test_the_library_and_the_commands_share_one_default_device():
-    from transformer_nmt.decode.translator import TranslatorOptions
+    from transformer_nmt.decode.text.translator import TranslatorOptions
     from transformer_nmt.runtime import DEFAULT_DEVICE
 
     assert TranslatorOptions().device is DEFAULT_DEVICE

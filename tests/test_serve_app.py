@@ -12,7 +12,7 @@ from unittest.mock import ANY
 import pytest
 
 from transformer_nmt.config import ALPHA_RANGE
-from transformer_nmt.decode import confidence
+from transformer_nmt.decode.quality import confidence
 from fastapi.testclient import TestClient
 
 from decode_fixtures import sentences, with_calibration

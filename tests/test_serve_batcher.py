@@ -11,9 +11,10 @@ import pytest
 from decode_fixtures import SHORT, sentences
 from serve_fixtures import FAST
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.translator import Translator
+from transformer_nmt.decode.text.translator import Translator
 from transformer_nmt.model_file import load_for_inference
-from transformer_nmt.serve.batcher import Batcher, QueueFull, SearchKey
+from transformer_nmt.decode.text.job import CallSettings
+from transformer_nmt.serve.batcher import Batcher, QueueFull
 from transformer_nmt.serve.metrics import ServerMetrics
 
 
@@ -45,7 +46,7 @@ def tokens_of(translator, lines):
 @pytest.mark.parametrize("beam", [1, 2])
 def test_a_sentence_translates_the_same_alone_and_among_other_requests(translator, beam):
     lines = sentences(12, seed=11)
-    key = SearchKey(replace(SHORT, beam=beam), alignments=False)
+    key = CallSettings(replace(SHORT, beam=beam), alignments=False)
 
     async def alone(batcher):
         return [await batcher.translate([line], tokens_of(translator, [line]), key)
@@ -67,7 +68,7 @@ def test_a_sentence_translates_the_same_alone_and_among_other_requests(translato
 def test_a_requests_samples_do_not_depend_on_the_requests_sharing_its_batch(translator):
     # Each sentence is seeded by its position in its own request, not in the batch.
     request, others = sentences(3, seed=19), sentences(5, seed=20)
-    key = SearchKey(DecodeConfig(sampling=True, nbest=2, max_len_b=6, seed=5), alignments=False)
+    key = CallSettings(DecodeConfig(sampling=True, nbest=2, max_len_b=6, seed=5), alignments=False)
 
     def texts(found):
         return [[translation.text for translation in translations] for translations in found]
@@ -91,8 +92,8 @@ def test_a_requests_samples_do_not_depend_on_the_requests_sharing_its_batch(tran
 
 def test_requests_with_other_settings_are_never_mixed_into_one_batch(translator):
     lines = sentences(4, seed=12)
-    greedy = SearchKey(replace(SHORT, beam=1), alignments=False)
-    beam = SearchKey(replace(SHORT, beam=2, nbest=2), alignments=False)
+    greedy = CallSettings(replace(SHORT, beam=1), alignments=False)
+    beam = CallSettings(replace(SHORT, beam=2, nbest=2), alignments=False)
 
     async def body(batcher):
         return await asyncio.gather(
@@ -110,7 +111,7 @@ def test_requests_with_other_settings_are_never_mixed_into_one_batch(translator)
 
 def test_a_full_queue_refuses_new_sentences(translator):
     lines = sentences(3, seed=13)
-    key = SearchKey(SHORT, alignments=False)
+    key = CallSettings(SHORT, alignments=False)
 
     async def body(batcher):
         with pytest.raises(QueueFull, match="max_queue 2"):
@@ -123,7 +124,7 @@ def test_a_full_queue_refuses_new_sentences(translator):
 
 def test_a_withdrawn_request_is_not_decoded(translator):
     withdrawn, kept = sentences(5, seed=14), sentences(1, seed=15)
-    key = SearchKey(SHORT, alignments=False)
+    key = CallSettings(SHORT, alignments=False)
 
     async def body(batcher):
         task = asyncio.ensure_future(
@@ -150,7 +151,7 @@ async def until(condition, seconds: float = 30) -> None:
 def test_a_withdrawn_request_leaves_the_queue_without_waiting_for_company(translator):
     lines = sentences(3, seed=17)
     # Searched in batches (the engine does not block n-grams), which wait for company.
-    key = SearchKey(replace(SHORT, no_repeat_ngram=2), alignments=False)
+    key = CallSettings(replace(SHORT, no_repeat_ngram=2), alignments=False)
 
     async def body(batcher):
         task = asyncio.ensure_future(
@@ -169,7 +170,7 @@ def test_a_withdrawn_request_leaves_the_queue_without_waiting_for_company(transl
     ids=["continuous", "batch"])
 def test_a_failing_search_gives_its_requests_the_error_and_the_next_one_works(
         translator, monkeypatch, settings, failing):
-    key = SearchKey(settings, alignments=False)
+    key = CallSettings(settings, alignments=False)
     lines = sentences(2, seed=16)
 
     async def body(batcher):
@@ -185,13 +186,13 @@ def test_a_failing_search_gives_its_requests_the_error_and_the_next_one_works(
 
 def test_a_request_is_cut_into_pieces_by_the_offline_batches_rule(translator):
     """Longest first within the batch size and the token budget (padding and EOS
-    counted), as transformer_nmt.decode.batching cuts offline batches."""
+    counted), as transformer_nmt.decode.text.batches cuts offline batches."""
     lines = sentences(5, seed=18)
     tokens = tokens_of(translator, lines)
     longest = max(tokens)
 
     async def body(batcher):
-        pieces = batcher._pieces(lines, tokens, SearchKey(SHORT))
+        pieces = batcher._pieces(lines, tokens, CallSettings(SHORT))
         for piece in pieces:
             piece.future.cancel()
         return pieces
@@ -208,7 +209,7 @@ def test_two_slots_decode_side_by_side_and_keep_every_request_in_order(model_fil
     two_slots = Translator(load_for_inference(model_file), replace(FAST, workers=2,
                                                                    batch_size=2))
     lines = sentences(9, seed=17)
-    key = SearchKey(SHORT, alignments=False)
+    key = CallSettings(SHORT, alignments=False)
     alone = [next(two_slots.translate([line], SHORT)) for line in lines]
 
     async def body(batcher):
@@ -230,7 +231,7 @@ def test_a_deep_queue_goes_to_batches_and_translates_the_same(model_file, monkey
     translated as alone."""
     small = Translator(load_for_inference(model_file), replace(FAST, batch_size=2))
     lines = sentences(12, seed=17)
-    key = SearchKey(SHORT, alignments=False)
+    key = CallSettings(SHORT, alignments=False)
     expected = [small.translate_batch([line], SHORT)[0][0].text for line in lines]
     batches = []
     translate_job = small.translate_job

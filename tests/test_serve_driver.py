@@ -12,8 +12,8 @@ import pytest
 
 from decode_fixtures import SHORT, sentences
 from serve_fixtures import FAST
-from transformer_nmt.decode.batching import BatchBudget
-from transformer_nmt.decode.translator import Translator
+from transformer_nmt.decode.text.batches import BatchBudget
+from transformer_nmt.decode.text.translator import Translator
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.serve.driver import Driver, Piece, Queue
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from transformer_nmt.config import get_preset
 from transformer_nmt.config import preset_of_architecture as preset_name
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.model_file import model_training_steps as training_steps
 from transformer_nmt.serve.model_card import model_card, recorded_bleu

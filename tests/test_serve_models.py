@@ -230,7 +230,7 @@ def test_a_model_whose_file_went_away_after_start_is_a_503_naming_it(models, tmp
 
 
 def test_the_slots_of_all_models_share_the_cores(models):
-    from transformer_nmt.decode.threads import decoding_threads
+    from transformer_nmt.decode.device.threads import decoding_threads
 
     with TestClient(make_app(model_paths([], [models]))) as client:
         first, second, _ = [model.service.batcher

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from pretrained_fixtures import make_marian_dir  # noqa: E402
 from serve_fixtures import FAST, make_app  # noqa: E402
 from transformer_nmt.cli import main  # noqa: E402
-from transformer_nmt.decode.translator import Translator  # noqa: E402
+from transformer_nmt.decode.text.translator import Translator  # noqa: E402
 
 TEXTS = ["the house is small", "a dog runs in the green garden"]
 

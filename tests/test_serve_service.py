@@ -13,8 +13,8 @@ from decode_fixtures import make_model_file
 from serve_fixtures import FAST, make_app, with_languages
 from transformer_nmt.cli import main
 from transformer_nmt.data.text import normalize
-from transformer_nmt.decode.job import Translation
-from transformer_nmt.decode.translator import Translator
+from transformer_nmt.decode.text.job import Translation
+from transformer_nmt.decode.text.translator import Translator
 from transformer_nmt.serve.batcher import Batcher
 from transformer_nmt.serve.service import Search, TooLarge, TranslationService
 from transformer_nmt.serve.settings import ServeSettings

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from transformer_nmt.data.words import word_groups
-from transformer_nmt.decode.alignment import word_alignment
+from transformer_nmt.decode.text.alignment import word_alignment
 from transformer_nmt.serve.words import word_attention, with_words
 
 

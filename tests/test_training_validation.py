@@ -12,7 +12,8 @@ from transformer_nmt.config import PRESETS, DecodeConfig
 from transformer_nmt.data.binarize import load_split
 from transformer_nmt.data.manifest import SPM_MODEL, text_path
 from transformer_nmt.data.vocab import Vocab
-from transformer_nmt.decode.search import SpecialIds, greedy_search, search
+from transformer_nmt.decode.search.base import SpecialIds
+from transformer_nmt.decode.search.searches import greedy_search, search
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.training.checkpoint import LAST

@@ -7,7 +7,7 @@ The Python API, the same functions the `nmt` command calls:
     for line in translator.translate(["Peace be with you."]):
         print(line)
 
-`Translator` and `TranslatorOptions` translate (transformer_nmt.decode.translator),
+`Translator` and `TranslatorOptions` translate (transformer_nmt.decode.text.translator),
 `DecodeConfig` sets the search (transformer_nmt.config), `prepare` with `PrepareOptions`
 makes a data directory (transformer_nmt.data.prepare), and `train` trains a model
 (transformer_nmt.training.session). They are imported on first use, so that importing
@@ -24,12 +24,12 @@ from transformer_nmt.version import __version__
 if TYPE_CHECKING:
     from transformer_nmt.config import DecodeConfig
     from transformer_nmt.data.prepare import PrepareOptions, prepare
-    from transformer_nmt.decode.translator import Translator, TranslatorOptions
+    from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
     from transformer_nmt.training.session import train
 
 API: dict[str, str] = {
-    "Translator": "transformer_nmt.decode.translator",
-    "TranslatorOptions": "transformer_nmt.decode.translator",
+    "Translator": "transformer_nmt.decode.text.translator",
+    "TranslatorOptions": "transformer_nmt.decode.text.translator",
     "DecodeConfig": "transformer_nmt.config",
     "prepare": "transformer_nmt.data.prepare",
     "PrepareOptions": "transformer_nmt.data.prepare",

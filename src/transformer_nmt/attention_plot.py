@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 
 KINDS = {

@@ -2,7 +2,7 @@
 file.
 
 The model translates a held-out split (validation by default); each translation gets its
-features (transformer_nmt.decode.confidence) and a label: whether its sentence chrF2
+features (transformer_nmt.decode.quality.confidence) and a label: whether its sentence chrF2
 against the reference reaches a threshold, by default the median of the split's, so that
 'acceptable' means 'at least as good as this model's typical held-out sentence' (a proxy
 for a bilingual reader's judgement, computed without people). A logistic regression on
@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from transformer_nmt.data.text import read_lines
-from transformer_nmt.decode.batching import BatchBudget, length_batches
-from transformer_nmt.decode.confidence import Calibration, sentence_features
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.text.batches import BatchBudget, length_batches
+from transformer_nmt.decode.quality.confidence import Calibration, sentence_features
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.evaluate import read_text, sentence_chrf, split_languages, split_paths
 from transformer_nmt.model_dir import is_model_dir

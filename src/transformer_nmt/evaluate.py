@@ -25,8 +25,8 @@ from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from transformer_nmt.data.manifest import read_manifest, text_path
 from transformer_nmt.data.text import count_lines, read_lines
-from transformer_nmt.decode.stream import translate_file
-from transformer_nmt.decode.translator import Translation, Translator, TranslatorOptions
+from transformer_nmt.decode.text.output import translate_file
+from transformer_nmt.decode.text.translator import Translation, Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import write_json_atomic
 

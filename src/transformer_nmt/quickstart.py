@@ -21,7 +21,7 @@ from transformer_nmt.attention_plot import compute_attention, write_attention_pi
 from transformer_nmt.calibrate import calibrate
 from transformer_nmt.config import get_preset
 from transformer_nmt.data.prepare import PrepareOptions, prepare
-from transformer_nmt.decode.translator import Translation, Translator, TranslatorOptions
+from transformer_nmt.decode.text.translator import Translation, Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.evaluate import evaluate_model, format_confidence, format_table
 from transformer_nmt.model_file import save_model_file

@@ -235,7 +235,7 @@ def compiles_per_shape(device: torch.device, precision: str) -> bool:
     shapes grows in memory, and in time per product, with them. fp32 products there (MKL)
     and GPUs keep no per-shape state. The one statement of this fact: training's batch
     lengths (`length_multiple`), validation's precision and decoding's padded rows
-    (transformer_nmt.decode.layout) follow from it.
+    (transformer_nmt.decode.device.layout) follow from it.
     """
     return device.type == "cpu" and precision == "bf16"
 

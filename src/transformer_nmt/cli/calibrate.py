@@ -42,7 +42,7 @@ def add_calibrate_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_calibrate(args: argparse.Namespace) -> None:
     from transformer_nmt.calibrate import calibrate
-    from transformer_nmt.decode.translator import TranslatorOptions
+    from transformer_nmt.decode.text.translator import TranslatorOptions
     from transformer_nmt.errors import UserError
 
     if args.threshold is not None and not 0 <= args.threshold <= 100:

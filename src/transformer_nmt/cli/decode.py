@@ -14,7 +14,7 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.interrupts import sigterm_unwinds, stop_signals_held
 
 if TYPE_CHECKING:
-    from transformer_nmt.decode.translator import Translator, TranslatorOptions
+    from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 
 
 def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False) -> None:
@@ -33,9 +33,9 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
     speed = parser.add_argument_group("speed")
     speed.add_argument("--batch-size", type=int, metavar="N",
                        help="sentences translated together, sorted by length (default: "
-                       "decode/policy.py's batch_size: a number of decoder rows, sentences × "
-                       "beam, shared by the workers, so more sentences for greedy search than "
-                       "for beam search)")
+                       "decode/device/policy.py's batch_size: a number of decoder rows, "
+                       "sentences × beam, shared by the workers, so more sentences for greedy "
+                       "search than for beam search)")
     speed.add_argument("--max-tokens", type=int, metavar="N",
                        help="also limit a batch to N source tokens, padding included "
                        "(default: no limit)")
@@ -55,8 +55,9 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        "\"Batch-invariant decoding\"); fp32 and int8 are unchanged by it")
     speed.add_argument("--workers", type=int, metavar="N",
                        help="translate N batches at once, each on its share of the cores "
-                       "(default: decode/threads.py's default_workers: more than one only on "
-                       "a CPU with several cores, one with --interactive). A decoding step's thin products split poorly across "
+                       "(default: decode/device/threads.py's default_workers: more than one "
+                       "only on a CPU with several cores, one with --interactive). A decoding "
+                       "step's thin products split poorly across "
                        "cores, so two half batches translate faster than one whole one, in less "
                        "memory; more workers or larger batches are faster still but hold "
                        "more batches' memory (measurements: bench/RESULTS.md)")
@@ -92,7 +93,7 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
 
     logging.basicConfig(format=f"nmt {args.command}: warning: %(message)s", level=logging.WARNING)
 
-    from transformer_nmt.decode.translator import Translator, TranslatorOptions
+    from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 
     decode = DecodeConfig(**field_values(args, DecodeConfig,
                                          exclude=() if "nbest" in args else ("nbest",)))
@@ -172,8 +173,8 @@ def run_translate(args: argparse.Namespace) -> None:
         return
     with stop_signals_held():
         from transformer_nmt.data.text import count_lines, iter_lines, read_lines
-        from transformer_nmt.decode.stream import requests, translate_file, translate_stream
-        from transformer_nmt.decode.translator import Translator, TranslatorOptions
+        from transformer_nmt.decode.text.output import requests, translate_file, translate_stream
+        from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 
         translator = Translator.from_files(args.model, _translator_options(
             args, alignments=args.alignments,
@@ -204,7 +205,7 @@ def _language_token(translator: Translator, language: str | None) -> str | None:
     """The token of --target-language in the model's vocabulary, or None without it."""
     if language is None:
         return None
-    from transformer_nmt.decode.target_language import language_token
+    from transformer_nmt.decode.text.target_language import language_token
 
     return language_token(translator.vocab, language)
 
@@ -222,7 +223,7 @@ def _translate_whole_file(args: argparse.Namespace) -> None:
                         "install 'transformer-nmt[files]'") from None
     document = read_file(args.file)  # refused before the model is loaded
     with stop_signals_held():
-        from transformer_nmt.decode.translator import Translator
+        from transformer_nmt.decode.text.translator import Translator
 
         translator = Translator.from_files(args.model, _translator_options(args))
     count = translate_into(document, args.output, translator_translate(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from transformer_nmt.config import DEFAULT_SHARD_LINES
-from transformer_nmt.decode.translator import TranslatorOptions
+from transformer_nmt.decode.text.translator import TranslatorOptions
 from transformer_nmt.errors import UserError
 
 BACKENDS = ("local", "ray")

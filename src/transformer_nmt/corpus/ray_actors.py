@@ -14,8 +14,8 @@ import numpy as np
 
 from transformer_nmt.corpus.options import CorpusOptions
 from transformer_nmt.corpus.shards import ShardTask, translate_shard
-from transformer_nmt.decode.threads import decoding_threads, use_cores
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.device.threads import decoding_threads, use_cores
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import write_json_atomic
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from transformer_nmt.corpus.manifest import MANIFEST, read_manifest
 from transformer_nmt.data.text import LineWriter, read_lines
-from transformer_nmt.decode.stream import SpeedReport, format_translations
-from transformer_nmt.decode.translator import Translator
+from transformer_nmt.decode.text.output import SpeedReport, format_translations
+from transformer_nmt.decode.text.translator import Translator
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import AtomicFile, file_sha256, write_json_atomic
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import LineWriter
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.evaluate import read_text, score
 from transformer_nmt.model_file import build_model, model_preset, read_model_file

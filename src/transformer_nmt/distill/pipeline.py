@@ -34,7 +34,7 @@ from transformer_nmt.corpus import (CorpusOptions, file_sha256_of, merge, output
                                     translate_corpus)
 from transformer_nmt.data.manifest import SPLITS, text_path
 from transformer_nmt.data.prepare import PrepareOptions, prepare
-from transformer_nmt.decode.translator import TranslatorOptions
+from transformer_nmt.decode.text.translator import TranslatorOptions
 from transformer_nmt.distill.measure import format_report, measure
 from transformer_nmt.distill.options import DistillOptions
 from transformer_nmt.distill.select import select

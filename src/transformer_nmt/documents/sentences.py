@@ -15,11 +15,11 @@ from tqdm import tqdm
 from transformer_nmt.data.sentences import Fitting, split_paragraph
 from transformer_nmt.data.text import normalize
 from transformer_nmt.data.words import text_words
-from transformer_nmt.decode.target_language import with_language_token
+from transformer_nmt.decode.text.target_language import with_language_token
 from transformer_nmt.documents.runs import Result, Translate
 
 if TYPE_CHECKING:
-    from transformer_nmt.decode.translator import Translator
+    from transformer_nmt.decode.text.translator import Translator
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Batching across requests: every request's sentences wait in one queue, and decoding
 slots translate them together, sentences of many requests at once.
 
-Most searches (beam search and greedy, transformer_nmt.decode.engine's `serves`) are
+Most searches (beam search and greedy, transformer_nmt.decode.continuous.engine's `serves`) are
 batched continuously: a slot's driver (serve/driver.py) keeps its engines full, a
 sentence joins at the next step after it arrives and leaves as soon as it ends, so that
 no row decodes empty while work waits and a short sentence never waits for a long one.
@@ -10,7 +10,7 @@ A second slot's driver starts when the first has no room for what waits.
 The other searches (sampling, forced prefixes, terminology constraints, no-repeat
 n-grams) run in batches, as the lockstep searches need: the oldest waiting sentence, then
 those closest to its length, within the budget offline batches have too
-(transformer_nmt.decode.batching: the Translator's batch size and a token budget); when
+(transformer_nmt.decode.text.batches: the Translator's batch size and a token budget); when
 a slot is free and the queue is short, a sentence waits at most `max_wait_s` for company.
 A request is cut into pieces by the same rule, so that a long one goes to several slots.
 
@@ -30,18 +30,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
-from transformer_nmt.decode.batching import BatchBudget, length_batches
-from transformer_nmt.decode.job import join_jobs
-from transformer_nmt.decode.policy import decodes_alone, deep_queue
-from transformer_nmt.decode.threads import decoding_threads
-from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
-from transformer_nmt.serve.driver import Driver, Piece, Queue, SearchKey
+from transformer_nmt.decode.text.batches import BatchBudget, length_batches
+from transformer_nmt.decode.text.job import CallSettings, join_jobs
+from transformer_nmt.decode.device.policy import decodes_alone, deep_queue
+from transformer_nmt.decode.device.threads import decoding_threads
+from transformer_nmt.decode.text.translator import Translation, TranslationRequest, Translator
+from transformer_nmt.serve.driver import Driver, Piece, Queue
 from transformer_nmt.serve.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-__all__ = ["Batcher", "QueueFull", "SearchKey"]
+__all__ = ["Batcher", "QueueFull"]
 
 
 class QueueFull(Exception):
@@ -120,7 +120,7 @@ class Batcher:
             thread.shutdown(wait=True)
 
     async def translate(self, lines: list[str | TranslationRequest], tokens: list[int],
-                        key: SearchKey) -> list[list[Translation]]:
+                        key: CallSettings) -> list[list[Translation]]:
         """The translations of `lines` (with `tokens` source tokens each; a line may carry
         terminology constraints), in order.
         QueueFull if the queue cannot take them; cancelling the call withdraws those
@@ -149,7 +149,7 @@ class Batcher:
         return [found[number] for number in range(len(lines))]
 
     def _pieces(self, lines: list[str | TranslationRequest], tokens: list[int],
-                key: SearchKey) -> list[Piece]:
+                key: CallSettings) -> list[Piece]:
         """`lines` cut by length into pieces within the budget, each begun (its job) once,
         here, for whichever search decodes it."""
         loop = asyncio.get_running_loop()
@@ -186,7 +186,7 @@ class Batcher:
                 self._run_in_slot(slot, self._decode(batch, slot))
 
     def deep(self) -> bool:
-        """Whether the queue is deep (transformer_nmt.decode.policy.deep_queue): then
+        """Whether the queue is deep (transformer_nmt.decode.device.policy.deep_queue): then
         every piece goes to batches, and drivers take no more."""
         return self.queue.continuous_sentences() >= self.deep_queue
 

@@ -1,14 +1,14 @@
 """One decoding slot's continuous batching: the loop that keeps its engines full.
 
-A driver runs in a slot's thread while it has work; what it needs of the batcher that
-runs it is one object (`Host`). Between two steps it takes waiting pieces (sentences of
-one request, each with its job: transformer_nmt.decode.job) from the batcher's queue, as many as its
-engines have room for, encodes them and lets them join (one engine per search settings,
-transformer_nmt.decode.engine); then every engine with rows advances one step, and each
-piece whose last sentence ended is finished (guard, confidence) and handed back to its
-request. A sentence that arrives while others decode joins at the next step, rather than
-waiting for a batch to end. The driver returns when its engines are empty and nothing
-waits that it can take; the batcher starts it again when work comes.
+A driver runs in a slot's thread while it has work; what it needs of the batcher that runs
+it is one object (`Host`). Between two steps it takes waiting pieces (sentences of one
+request, each with its job: transformer_nmt.decode.text.job) from the batcher's queue, as
+many as its engines have room for, encodes them and lets them join (one engine per search
+settings, transformer_nmt.decode.continuous.engine); then every engine with rows advances
+one step, and each piece whose last sentence ended is finished (guard, confidence) and
+handed back to its request. A sentence that arrives while others decode joins at the next
+step, rather than waiting for a batch to end. The driver returns when its engines are empty
+and nothing waits that it can take; the batcher starts it again when work comes.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from transformer_nmt.decode.batching import BatchBudget
-from transformer_nmt.decode.engine import Engine
-from transformer_nmt.decode.job import CallSettings, TranslationJob, join_jobs
-from transformer_nmt.decode.search_base import Hypothesis
-from transformer_nmt.decode.threads import torch_threads
-from transformer_nmt.decode.translator import Translator
+from transformer_nmt.decode.text.batches import BatchBudget
+from transformer_nmt.decode.continuous.engine import Engine
+from transformer_nmt.decode.text.job import CallSettings, TranslationJob, join_jobs
+from transformer_nmt.decode.search.base import Hypothesis
+from transformer_nmt.decode.device.threads import torch_threads
+from transformer_nmt.decode.text.translator import Translator
 from transformer_nmt.memory import release_free_memory
 
 logger = logging.getLogger(__name__)
@@ -39,9 +39,6 @@ and leave every few steps, each time with caches of new shapes, and glibc kept t
 freed blocks: a busy server's memory grew several times past what batches need."""
 
 
-SearchKey = CallSettings
-"""The settings a batch's sentences share: their call's (transformer_nmt.decode.job),
-carried by each piece from its request to its translations."""
 
 
 @dataclass(eq=False)
@@ -62,7 +59,7 @@ class Piece:
     """The hypotheses of its lines that have ended, by line."""
 
     @property
-    def key(self) -> SearchKey:
+    def key(self) -> CallSettings:
         """Its settings: pieces with equal ones share batches and engines."""
         return self.job.settings
 
@@ -121,7 +118,7 @@ class Queue:
 
     def take_batch(self, wanted: Callable[[Piece], bool], budget: BatchBudget) -> list[Piece]:
         """Out of the queue: the oldest `wanted` piece, then the wanted pieces of its
-        settings closest to its length, within `budget` (transformer_nmt.decode.batching,
+        settings closest to its length, within `budget` (transformer_nmt.decode.text.batches,
         the rule offline batches follow)."""
         with self._lock:
             candidates = [piece for piece in self._pieces if wanted(piece)]
@@ -196,7 +193,7 @@ class Driver:
         self.host, self.loop = host, loop
         self.translator, self.queue = host.translator, host.queue
         self.max_sentences = host.max_batch_sentences
-        self.engines: dict[SearchKey, Engine] = {}
+        self.engines: dict[CallSettings, Engine] = {}
         self.pieces: list[Piece] = []
         self.joined: dict[int, float] = {}
         self.steps = 0
@@ -225,7 +222,7 @@ class Driver:
                 self._deliver(piece, error)
             self.engines = {}
 
-    def _sentences(self, key: SearchKey) -> int:
+    def _sentences(self, key: CallSettings) -> int:
         engine = self.engines.get(key)
         return 0 if engine is None else engine.rows // engine.k
 
@@ -237,7 +234,7 @@ class Driver:
         """Waiting pieces join their engines while there is room (none while the queue
         is deep: the batcher then decodes it in batches)."""
         taken = [] if self.host.deep() else self.queue.take_continuous(self._fits)
-        joining: dict[SearchKey, list[tuple[Piece, int]]] = {}
+        joining: dict[CallSettings, list[tuple[Piece, int]]] = {}
         for piece in taken:
             self.joined[id(piece)] = time.perf_counter()
             self.pieces.append(piece)
@@ -280,7 +277,7 @@ class Driver:
         """Pieces whose every line has ended are finished and handed back; those the
         guard will decode again wait for company (`_ready`)."""
         complete = [p for p in self.pieces if len(p.found) == len(p.job.searched)]
-        by_key: dict[SearchKey, list[Piece]] = {}
+        by_key: dict[CallSettings, list[Piece]] = {}
         for piece in self._ready(complete):
             by_key.setdefault(piece.key, []).append(piece)
         for pieces in by_key.values():

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
 from transformer_nmt.data.language_codes import target_languages
-from transformer_nmt.decode.translator import Translator, TranslatorOptions
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model_dir import is_model_dir

@@ -19,8 +19,8 @@ import torch
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from transformer_nmt.decode.threads import EVENT_LOOP_THREADS
-from transformer_nmt.decode.translator import TranslatorOptions
+from transformer_nmt.decode.device.threads import EVENT_LOOP_THREADS
+from transformer_nmt.decode.text.translator import TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.serve.app import create_app
 from transformer_nmt.serve.metrics import ServerMetrics

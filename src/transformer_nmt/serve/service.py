@@ -13,11 +13,12 @@ from transformer_nmt.attention_plot import compute_attention_of_ids
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.sentences import Document, Fitting, split_sentence, split_text
 from transformer_nmt.data.text import normalize
-from transformer_nmt.decode.target_language import with_language_token
+from transformer_nmt.decode.text.job import CallSettings
+from transformer_nmt.decode.text.target_language import with_language_token
 from transformer_nmt.documents.sentences import model_fitting
-from transformer_nmt.decode.translator import Translation, TranslationRequest, Translator
+from transformer_nmt.decode.text.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.errors import UserError
-from transformer_nmt.serve.batcher import Batcher, SearchKey
+from transformer_nmt.serve.batcher import Batcher
 from transformer_nmt.serve.html_text import Markup, parse_html
 from transformer_nmt.serve.settings import ServeSettings
 from transformer_nmt.serve.words import with_words
@@ -82,7 +83,7 @@ class TranslationService:
                             "confidence; calibrate it first with `nmt calibrate --model "
                             "MODEL.pt --data DATA_DIR`")
 
-    def search_key(self, search: Search) -> SearchKey:
+    def search_key(self, search: Search) -> CallSettings:
         """The batch settings for `search`; BadOption for a value out of range."""
         nbest = 1 if search.nbest is None else search.nbest
         # Asking for more alternatives than the default beam widens it.
@@ -100,7 +101,7 @@ class TranslationService:
             decode = replace(self.defaults, beam=beam, alpha=alpha, nbest=nbest)
         except UserError as error:
             raise BadOption("alpha", str(error)) from None
-        return SearchKey(decode, search.alignments)
+        return CallSettings(decode, search.alignments)
 
     def split(self, texts: list[str], search: Search, html: bool,
               fitting: Fitting) -> tuple[list[Markup | None], list[list[Document]]]:

@@ -16,7 +16,8 @@ from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.collate import Batch, collate
 from transformer_nmt.data.binarize import ParallelData
 from transformer_nmt.data.vocab import Vocab
-from transformer_nmt.decode.search import SpecialIds, search
+from transformer_nmt.decode.search.base import SpecialIds
+from transformer_nmt.decode.search.searches import search
 from transformer_nmt.evaluate import read_text, score
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.training.precision import autocast

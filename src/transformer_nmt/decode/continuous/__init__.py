@@ -1,0 +1,3 @@
+"""Continuous batching: sentences that join and leave a beam search between steps, each row
+at its own position, and the caches of such rows.
+"""

@@ -1,0 +1,60 @@
+"""How much decoding takes on at once: the sentences of a batch, when a server's queue
+is deep enough for batches, and when a batch may have every core. Each decision is made
+here, with its reason, and every caller (the Translator, the server's batcher and
+drivers, the CLI's help) asks; how the cores are split between what decodes at once is
+transformer_nmt.decode.device.threads's.
+"""
+
+from __future__ import annotations
+
+from transformer_nmt.config import DecodeConfig
+
+ROWS_IN_FLIGHT = 128
+"""Decoder rows (sentences × hypotheses per sentence) decoded at once by default,
+shared by the workers: the matrix products of a step are faster per row with more rows,
+so greedy search gets more sentences than beam search (see `sentences_in_flight`)."""
+FEWEST_SENTENCES_IN_FLIGHT = 32
+"""The least `sentences_in_flight` gives, whatever the beam: beam 4's share of
+ROWS_IN_FLIGHT, so that wider beams keep as many sentences as it does."""
+MOST_SENTENCES_IN_FLIGHT = 96
+"""The most `sentences_in_flight` gives: greedy search gets faster with more sentences at
+once up to about this many, and hardly faster past it, while memory keeps growing (each
+sentence keeps its encoder-decoder keys and values whatever its rows)."""
+DEEP_QUEUE_ROUNDS = 2
+"""A server's queue is deep (`deep_queue`) when it holds this many rounds of what all its
+slots decode at once."""
+
+
+def sentences_in_flight(decode: DecodeConfig) -> int:
+    """Sentences decoded at once by default, shared by the workers: ROWS_IN_FLIGHT rows,
+    but at least FEWEST_SENTENCES_IN_FLIGHT sentences and at most MOST_SENTENCES_IN_FLIGHT.
+    Beam search's hypotheses per sentence bring the count down (bench/RESULTS.md, "More
+    sentences per batch for greedy search").
+    """
+    rows_per_sentence = decode.nbest if decode.sampling else decode.beam
+    return min(max(ROWS_IN_FLIGHT // rows_per_sentence, FEWEST_SENTENCES_IN_FLIGHT),
+               MOST_SENTENCES_IN_FLIGHT)
+
+
+def batch_size(decode: DecodeConfig, workers: int) -> int:
+    """Most sentences of one batch (TranslatorOptions.batch_size left None):
+    `sentences_in_flight`, shared by the `workers` that decode at once."""
+    return max(sentences_in_flight(decode) // workers, 1)
+
+
+def deep_queue(slots: int, batch_sentences: int) -> int:
+    """Waiting sentences at which a server's queue goes to batches rather than the
+    continuous-batching engines: DEEP_QUEUE_ROUNDS times what all `slots` decode at once
+    (`batch_sentences` each). With that many waiting, batches of similar length are as
+    full as the engines and pad less, so they answer more sentences in less memory; below
+    it the engines answer sooner and more (bench/RESULTS.md, "Continuous batching in the
+    server", has the figures at 8 and 128 clients)."""
+    return DEEP_QUEUE_ROUNDS * slots * batch_sentences
+
+
+def decodes_alone(slot: int, busy_slots: int, waiting: bool, busy_elsewhere: int) -> bool:
+    """Whether a server's batch in `slot` may have every core: it is the lead slot (0),
+    the only one of `busy_slots` at work, nothing `waiting` would start beside it, and no
+    other model's slot is busy (`busy_elsewhere`). Otherwise batches side by side share
+    the cores (transformer_nmt.decode.device.threads)."""
+    return slot == 0 and busy_slots == 1 and not waiting and not busy_elsewhere

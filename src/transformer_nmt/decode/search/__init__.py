@@ -1,0 +1,3 @@
+"""The searches: one step (select, finish, keep) and the lockstep loop that runs it,
+greedy, sampling, beam and constrained; their rules; teacher forcing.
+"""

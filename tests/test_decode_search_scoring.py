@@ -1,0 +1,86 @@
+"""Scoring given translations (transformer_nmt.decode.search.scoring) and `nmt score`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from decode_fixtures import SHORT, sentences
+from transformer_nmt.cli import main
+from transformer_nmt.decode.search.scoring import score_ids, score_lines
+from transformer_nmt.decode.search.base import length_penalty
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
+from transformer_nmt.errors import UserError
+
+DECODE = replace(SHORT, beam=3, nbest=3, max_len_b=8, alpha=0.6)
+
+
+def translator_for(model_file, **fields) -> Translator:
+    return Translator.from_file(model_file, TranslatorOptions(decode=DECODE, **{"precision": "fp32", **fields}))
+
+
+def test_the_score_of_beam_searchs_output_is_the_score_it_reported(model_file):
+    translator = translator_for(model_file, batch_size=3)
+    lines = sentences(7, seed=11)
+    found = list(translator.translate_nbest(lines))
+    sources = translator.source_ids(lines)
+    for rank in range(3):
+        scored = score_ids(translator, sources, [hyps[rank].tokens for hyps in found])
+        for hyps, pair in zip(found, scored):
+            assert pair.score == pytest.approx(hyps[rank].score, abs=1e-4)
+            assert pair.log_prob == pytest.approx(sum(pair.token_scores))
+            assert len(pair.token_scores) == len(pair.tokens) + 1
+
+
+def test_unnormalized_with_alpha_0_and_normalized_otherwise(model_file):
+    translator = translator_for(model_file)
+    [pair] = score_lines(translator, ["the house is small"], ["a dog runs"])
+    assert pair.score == pytest.approx(pair.log_prob / length_penalty(len(pair.tokens) + 1, 0.6))
+    raw = Translator.from_file(model_file, TranslatorOptions(decode=replace(DECODE, alpha=0.0),
+                                                               precision="fp32"))
+    [same] = score_lines(raw, ["the house is small"], ["a dog runs"])
+    assert same.score == pytest.approx(pair.log_prob, abs=1e-5)
+
+
+def test_batching_does_not_change_scores(model_file):
+    sources, targets = sentences(9, seed=1), sentences(9, seed=2)
+    one = list(score_lines(translator_for(model_file, batch_size=1), sources, targets))
+    many = list(score_lines(translator_for(model_file, batch_size=4), sources, targets,
+                            buffer_size=5))
+    assert [pair.score for pair in one] == pytest.approx([pair.score for pair in many], abs=1e-4)
+
+
+def test_files_of_different_lengths_and_too_long_targets_are_user_errors(model_file):
+    translator = translator_for(model_file)
+    with pytest.raises(UserError, match="tgt.txt has fewer lines"):
+        list(score_lines(translator, ["a", "b"], ["a"], "src.txt", "tgt.txt"))
+    with pytest.raises(UserError, match="tgt.txt line 2 has"):
+        list(score_lines(translator, ["a", "b"], ["a", "the house " * 300], "src.txt",
+                         "tgt.txt"))
+
+
+def test_nmt_score_per_token_text_and_json(model_file, tmp_path, capsys):
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("the house is small\na dog runs\n", encoding="utf-8")
+    tgt.write_text("the cat sleeps\nchildren play\n", encoding="utf-8")
+    common = ["score", "--model", str(model_file), "--src", str(src), "--tgt", str(tgt)]
+    assert main(common + ["--per-token"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    score, token_scores = lines[0].split(" ||| ")
+    assert main(common + ["--raw", "--format", "json", "--output", str(tmp_path / "s.json")]) == 0
+    first = json.loads((tmp_path / "s.json").read_text(encoding="utf-8").splitlines()[0])
+    assert [float(x) for x in token_scores.split()] == pytest.approx(first["token_scores"],
+                                                                      abs=1e-4)
+    assert first["score"] == first["log_prob"] == pytest.approx(sum(first["token_scores"]),
+                                                                abs=1e-3)
+    assert float(score) > first["log_prob"]  # normalized: divided by lp > 1
+    ensemble = ["score", "--model", str(model_file), str(model_file), "--src", str(src),
+                "--tgt", str(tgt), "--per-token"]
+    assert main(ensemble) == 0  # a model with itself scores as the model
+    assert capsys.readouterr().out.splitlines() == lines
+    tgt.write_text("one line\n", encoding="utf-8")
+    assert main(common) == 2
+    assert "fewer lines" in capsys.readouterr().err
