@@ -359,3 +359,28 @@ def test_beam_search_finds_what_it_found_before_the_loop_was_shared(cfg, seed, p
         [tokens for tokens, _ in hyps] for hyps in expected]
     assert [[hyp.score for hyp in hyps] for hyps in found] == [
         pytest.approx([score for _, score in hyps], abs=1e-4) for hyps in expected]
+
+
+class _GradFreeCheck(ToyModel):
+    """A ToyModel that records whether autograd was off when it encoded: a search that
+    encodes with autograd on keeps the encoder's activations for as long as it runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed.requires_grad_(True)
+        self.modes: list[bool] = []
+
+    def encode(self, src):
+        self.modes.append(torch.is_inference_mode_enabled())
+        return super().encode(src)
+
+
+@pytest.mark.parametrize("run, cfg", [
+    (greedy_search, DecodeConfig(beam=1)), (beam_search, DecodeConfig(beam=3)),
+    (search, DecodeConfig(beam=1)), (search, DecodeConfig(beam=3)),
+    (search, DecodeConfig(sampling=True, nbest=2))],
+    ids=["greedy_search", "beam_search", "search-greedy", "search-beam", "search-sampling"])
+def test_every_search_encodes_without_autograd(run, cfg):
+    model = _GradFreeCheck()
+    run(model, random_sources(3, 12), replace(cfg, max_len_b=6), SPECIAL)
+    assert model.modes == [True]

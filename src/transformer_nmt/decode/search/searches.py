@@ -110,6 +110,7 @@ def _sentence_seed(seed: int, sentence: int) -> int:
     return int.from_bytes(digest, "little")
 
 
+@torch.inference_mode()
 def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
                 special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
                 use_cache: bool = True, early_stop: bool = True,
@@ -129,6 +130,7 @@ def beam_search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
                      early_stop, source_lengths(src, special.pad) if features else None)
 
 
+@torch.inference_mode()
 def search(model: Seq2Seq, src: Tensor, cfg: DecodeConfig = DecodeConfig(),
            special: SpecialIds = SpecialIds(), max_len_limit: int | None = None,
            prefixes: list[list[int]] | None = None,
