@@ -227,3 +227,21 @@ def test_samples_depend_on_the_line_and_seed_not_on_the_batching(model_file):
     other = [[t.text for t in hyps] for hyps in translator_for(
         model_file, replace(decode, seed=4)).translate_nbest(lines)]
     assert other != one
+
+
+def test_a_line_encoded_lately_is_not_encoded_again_when_its_job_begins(model_file,
+                                                                        monkeypatch):
+    translator = translator_for(model_file)
+    encoded = []
+
+    def counting(texts, **options):
+        encoded.extend(texts)
+        return type(translator.vocab).encode_batch(translator.vocab, texts, **options)
+    monkeypatch.setattr(translator.vocab, "encode_batch", counting)
+    lines = ["the dog runs .", "the cat sleeps ."]
+    first = translator.encode_batch(lines[:1])  # the splitter's length rule, as a server's
+    job = translator.begin(lines)
+    assert encoded == lines  # each once: the second when its job began
+    assert job.ids[0] == first[0]
+    job.ids[0].append(5)  # a job's ids are its own: truncating them changes nothing kept
+    assert translator.encode_batch(lines[:1]) == first

@@ -90,10 +90,10 @@ def test_each_sentence_is_encoded_once_and_its_ids_reach_the_attention(short_mod
     vocab = service.translator.vocab
     encoded = []
 
-    def counting(text):
-        encoded.append(text)
-        return type(vocab).encode(vocab, text)
-    monkeypatch.setattr(vocab, "encode", counting)
+    def counting(texts, **options):
+        encoded.extend(texts)
+        return type(vocab).encode_batch(vocab, texts, **options)
+    monkeypatch.setattr(vocab, "encode_batch", counting)
     asyncio.run(service.translate_texts(["the dog runs . the cat sleeps ."],
                                         Search(attention=True)))
     assert sorted(encoded) == ["the cat sleeps .", "the dog runs ."]

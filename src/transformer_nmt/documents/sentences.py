@@ -38,13 +38,12 @@ def model_fitting(translator: Translator, language_token: str | None = None) -> 
     Translator encodes it (normalized, after a multilingual model's `language_token`),
     cached so that they are computed once, and the most it takes (`Translator.src_limit`,
     the one limit of the rule)."""
-    vocab = translator.vocab
 
     @functools.cache
     def encode(sentence: str) -> list[int]:
         text = sentence if language_token is None else with_language_token(
             sentence, language_token)
-        return vocab.encode(normalize(text))
+        return translator.encode_batch([normalize(text)])[0]
     return Fitting(encode, translator.src_limit)
 
 

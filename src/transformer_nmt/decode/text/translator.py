@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -130,6 +132,12 @@ class TranslatorOptions:
                        batch_invariant=bool(self.batch_invariant))
 
 
+ENCODINGS_KEPT = 4096
+"""Lines whose subword ids a Translator keeps, the newest: the server encodes each
+sentence for the splitter's length rule (documents/sentences.py, `model_fitting`) just
+before its job begins, which then finds the ids here rather than encoding it again."""
+
+
 class Translator:
     """Translates lines of raw text with a loaded model, batched by length, order kept."""
 
@@ -156,6 +164,8 @@ class Translator:
         self.word_pieces = word_piece_mask(self.vocab, self.special).to(options.device)
         """(vocab,) True for pieces that continue a word: constraints end at word ends."""
         self._warned_long = False
+        self._encodings: OrderedDict[str, list[int]] = OrderedDict()  # ENCODINGS_KEPT
+        self._encodings_lock = threading.Lock()  # the event loop and the slots encode
         self.budget = BatchBudget(options.batch_size, options.max_tokens)
         """What one batch may hold (transformer_nmt.decode.text.batches)."""
         self.confidence = ConfidenceEstimator.of(inference_model, self.model, self.special)
@@ -249,7 +259,7 @@ class Translator:
         names the line by its number in `numbers` (None: 0, 1, ...)."""
         decode = self.options.decode if decode is None else decode
         limit = source_limit(self.max_len_limit + 1, decode)
-        ids = self.vocab.encode_batch([normalize(line) for line in lines])
+        ids = self.encode_batch([normalize(line) for line in lines])
         for offset, sentence in enumerate(ids):
             if len(sentence) > limit:
                 if not self._warned_long:
@@ -263,6 +273,22 @@ class Translator:
                     self._warned_long = True
                 del sentence[limit:]
         return ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Each (normalized) text's subword ids, without EOS, each a list of its own: those
+        of texts encoded lately as they were kept (ENCODINGS_KEPT), the others encoded
+        together now and kept."""
+        with self._encodings_lock:
+            kept = {text: self._encodings[text] for text in texts if text in self._encodings}
+        missing = list(dict.fromkeys(text for text in texts if text not in kept))
+        if missing:
+            fresh = dict(zip(missing, self.vocab.encode_batch(missing)))
+            with self._encodings_lock:
+                self._encodings.update(fresh)
+                while len(self._encodings) > ENCODINGS_KEPT:
+                    self._encodings.popitem(last=False)
+            kept.update(fresh)
+        return [list(kept[text]) for text in texts]
 
     def longest_output(self, source_tokens: int, decode: DecodeConfig,
                        phrase_tokens: int = 0) -> int:
