@@ -1,17 +1,18 @@
-"""Whether bf16 decoding gives each sentence the same translation whatever shares its
-batch, and what batch-invariant decoding costs against today's bf16.
+"""Whether bf16 or fp32 decoding gives each sentence the same translation whatever shares
+its batch, and what batch-invariant decoding costs against the plain way.
 
 A random model of the `small` preset (vocabulary --vocab) decodes --sentences random
-sentences (2 to 40 tokens, each output stopped at 20 tokens), in bf16 on the CPU, two
-ways: as prepared today (products' rows padded to a few sizes) and batch-invariant
+sentences (2 to 40 tokens, each output stopped at 20 tokens), in --precision (bf16 or
+fp32) on the CPU, two ways: as prepared by default (products packed, their rows padded
+to a few sizes) and batch-invariant
 (prepare_model(batch_invariant=True)). For each, it counts the sentences whose tokens,
 or whose tokens or scores, differ between decoding alone and in shuffled batches of
 --batch sentences (and in the continuous-batching engine, sentences joining a few at a
 time), and times the sentences alone, in sorted batches and in the engine, --repeats
 times alternating the two ways (the best of each). Prints one JSON line per way.
 
-    python bench/batch_invariance.py [--sentences 32] [--batch 16] [--beam 4]
-        [--vocab 8000] [--threads 2] [--repeats 3]
+    python bench/batch_invariance.py [--precision bf16] [--sentences 32] [--batch 16]
+        [--beam 4] [--vocab 8000] [--threads 2] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -90,7 +92,8 @@ def main() -> None:
     by_length = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     shuffled = list(range(len(sentences)))
     random.Random(2).shuffle(shuffled)
-    ways = {way: prepare_model(_copy(base), "cpu", "bf16", batch_invariant=way == "invariant")
+    ways = {way: prepare_model(_copy(base), "cpu", args.precision,
+                               batch_invariant=way == "invariant")
             for way in ("today", "invariant")}
     report = {way: {"seconds": {}} for way in ways}
     for repeat in range(args.repeats):
@@ -110,7 +113,8 @@ def main() -> None:
                     batched(model, sentences, cfg, shuffled, args.batch), alone)
                 report[way]["differ_in_engine"] = differ(in_engine, alone)
     for way, found in report.items():
-        print(json.dumps({"way": way, "sentences": args.sentences, "batch": args.batch,
+        print(json.dumps({"way": way, "precision": args.precision,
+                          "sentences": args.sentences, "batch": args.batch,
                           "beam": args.beam, "threads": args.threads, **found}))
 
 

@@ -1,7 +1,8 @@
 """fp32 CPU decoding with and without this round's changes, alternating in one process.
 
-The changes: the linear layers' matrices stored transposed (transformer_nmt.decode.
-layout) and the searches' top-k and row maxima taken over blocks (transformer_nmt.decode.
+The changes: the linear layers' matrices as decoding prepares them (stored transposed
+when this was written; packed once for oneDNN since issue 51, transformer_nmt.decode.
+device.layout) and the searches' top-k and row maxima taken over blocks (transformer_nmt.decode.
 selection). Four variants decode the same batches in turn, --rounds times: `current`
 (both), `linear_layout` (nn.Linear's own layout), `torch_selection` (torch.topk and
 torch.max) and `before` (neither). Prints one JSON line per variant and search: median
@@ -33,7 +34,7 @@ import torch
 import translate_speed
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.search import searches as search
-from transformer_nmt.decode.device.layout import TransposedLinear
+from transformer_nmt.decode.device.layout import PackedLinear, padded_rows
 from transformer_nmt.decode.device.precision import prepare_model
 from transformer_nmt.decode.search.base import SpecialIds
 from transformer_nmt.decode.search.searches import beam_search, greedy_search
@@ -82,12 +83,13 @@ def kernels(d_model: int, vocab: int) -> None:
                    blocked_us=best_microseconds(lambda: search.top_k(x, k) if k > 1
                                                 else search.row_max(x)))
         weight = torch.randn(vocab, d_model, generator=generator)
-        transposed = TransposedLinear(weight, None)
+        prepared = PackedLinear(weight, None, 4)
         for rows in (16, 64):
+            assert padded_rows(rows, 4) == rows  # no padding in the prepared layer's figure
             x = torch.randn(rows, d_model, generator=generator)
             figure(figure="kernel", op=f"projection ({rows}, {d_model}) x ({d_model}, {vocab})",
                    linear_us=best_microseconds(lambda: torch.nn.functional.linear(x, weight)),
-                   transposed_us=best_microseconds(lambda: transposed(x)))
+                   prepared_us=best_microseconds(lambda: prepared(x)))
 
 
 def decode(model, sources, beam: int, special: SpecialIds, workers: int):

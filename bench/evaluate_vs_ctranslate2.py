@@ -59,7 +59,8 @@ def ours(args: argparse.Namespace, alpha: float, work: Path) -> tuple[Path, dict
     hyp, scores = work / f"ours-{alpha}.hyp", work / f"ours-{alpha}.json"
     done = nmt("evaluate", "--model", str(args.model), "--data", str(args.data), "--split",
                args.split, "--beam", "4", "--alpha", str(alpha), "--workers", str(WORKERS),
-               "--precision", args.precision, *(["--no-guard"] if args.no_guard else []),
+               "--precision", args.ours_precision or args.precision,
+               *(["--no-guard"] if args.no_guard else []),
                "--batch-size", str(BATCH), "--output", str(hyp), "--json", str(scores))
     match = re.search(r"translated (\d+) lines \((\d+) subword tokens\).* in ([\d.]+) s",
                       done.stderr)
@@ -114,6 +115,9 @@ def main() -> None:
     parser.add_argument("--precision", choices=sorted(COMPUTE_TYPES), default="fp32",
                         help="both sides' precision (ours: nmt evaluate --precision; "
                         "CTranslate2: the same compute type)")
+    parser.add_argument("--ours-precision", choices=("auto", "fp32", "bf16", "int8"),
+                        help="ours in another precision than --precision (e.g. our best, "
+                        "bf16, against CTranslate2's, int8)")
     parser.add_argument("--no-guard", action="store_true",
                         help="ours without the guard's second searches, which CTranslate2 "
                         "does not have")

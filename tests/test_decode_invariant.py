@@ -1,5 +1,6 @@
-"""Batch-invariant bf16 decoding (decode/device/precision.py's make_batch_invariant): a sentence
-gets the same tokens and scores whatever shares its batch, bit for bit."""
+"""Batch-invariant decoding in fp32 and bf16 (decode/device/precision.py's
+make_batch_invariant): a sentence gets the same tokens and scores whatever shares its
+batch, bit for bit."""
 
 from __future__ import annotations
 
@@ -10,29 +11,30 @@ import torch
 import torch.nn.functional as F
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.attention.kernels import install_kernels
 from transformer_nmt.decode.continuous.engine import Engine
-from transformer_nmt.decode.device.layout import RowTiledLinear, TransposedLinear
-from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.device.layout import PackedLinear, RowTiledLinear
+from transformer_nmt.decode.device.precision import make_batch_invariant, prepare_model
 from transformer_nmt.decode.search.searches import search
 from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.model.attention import MultiHeadAttention
 from transformer_nmt.runtime import bf16_supported
 from search_fixtures import EOS, PAD, SPECIAL, tiny_transformer
 
-pytestmark = pytest.mark.skipif(not bf16_supported(torch.device("cpu")),
-                                reason="this CPU has no native bf16")
+PRECISIONS = ["fp32", pytest.param("bf16", marks=pytest.mark.skipif(
+    not bf16_supported(torch.device("cpu")), reason="this CPU has no native bf16"))]
 
 VOCAB = 40
 
 
-def test_tiled_products_give_each_row_what_it_gets_alone():
-    # An inner dimension of 2048, where oneDNN's bf16 products on an AVX-512 BF16 CPU
-    # summed a row differently beside 1 and beside 22 other rows.
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_tiled_products_give_each_row_what_it_gets_alone(precision):
+    # An inner dimension of 2048, where oneDNN's products on an AVX-512 BF16 CPU summed a
+    # row differently beside 1 and beside 22 other rows, in bf16 and in float32.
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
     generator = torch.Generator().manual_seed(0)
-    weight = torch.randn(64, 2048, generator=generator).bfloat16()
-    bias = torch.randn(64, generator=generator).bfloat16()
-    x = torch.randn(40, 2048, generator=generator).bfloat16()
+    weight = torch.randn(64, 2048, generator=generator).to(dtype)
+    bias = torch.randn(64, generator=generator).to(dtype)
+    x = torch.randn(40, 2048, generator=generator).to(dtype)
     tiled = RowTiledLinear(weight, bias, 8)
     alone = torch.cat([tiled(row) for row in x.split(1)])  # (40, 64)
     for rows in (1, 3, 8, 9, 23, 40):
@@ -42,14 +44,16 @@ def test_tiled_products_give_each_row_what_it_gets_alone():
     assert tiled(x[:0]).shape == (0, 64)
 
 
-def test_batch_invariant_attention_ignores_masked_padding():
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_batch_invariant_attention_ignores_masked_padding(precision):
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
     torch.manual_seed(0)
-    attention = MultiHeadAttention(32, 4, 8, 8, self_attention=False).bfloat16().eval()
-    install_kernels(attention, batch_invariant=True)
+    attention = MultiHeadAttention(32, 4, 8, 8, self_attention=False).to(dtype).eval()
+    make_batch_invariant(attention)  # its projections tiled too: fp32's are not otherwise
     lengths = [3, 17, 40, 5]
-    memory = torch.randn(len(lengths), 40 + 30, 32).bfloat16()  # padded beyond each length
+    memory = torch.randn(len(lengths), 40 + 30, 32).to(dtype)  # padded beyond each length
     mask = torch.arange(memory.size(1)) < torch.tensor(lengths).unsqueeze(1)
-    x = torch.randn(len(lengths), 1, 32).bfloat16()
+    x = torch.randn(len(lengths), 1, 32).to(dtype)
     with torch.inference_mode():
         batch = attention(x, memory, mask=mask[:, None, None, :])[0]
         for row, length in enumerate(lengths):
@@ -74,9 +78,10 @@ def _found(hyps) -> list[tuple[tuple[int, ...], float]]:
     return [(tuple(hyp.tokens), hyp.score) for hyp in hyps]
 
 
-@pytest.fixture(scope="module")
-def invariant_model():
-    return prepare_model(tiny_transformer(VOCAB, seed=3), "cpu", "bf16", batch_invariant=True)
+@pytest.fixture(scope="module", params=PRECISIONS)
+def invariant_model(request):
+    return prepare_model(tiny_transformer(VOCAB, seed=3), "cpu", request.param,
+                         batch_invariant=True)
 
 
 def _through_engine(model, cfg, sentences, groups, rng) -> dict[int, list]:
@@ -116,10 +121,12 @@ def test_a_sentence_decodes_alike_alone_and_in_any_batch(invariant_model, beam, 
                 assert _found(hyps) == alone[row], (row, rows)
     # The continuous-batching engine: each sentence alone in it, then all of them joining
     # a few at a time while others decode. (Its beam 1 may break an exact tie of bf16
-    # log-probabilities otherwise than greedy search does, alone as in a batch.)
+    # log-probabilities otherwise than greedy search does, alone as in a batch; in fp32
+    # its scores and the lockstep search's agree to the last bits only: a request's
+    # settings choose one of the two, which is invariant on its own.)
     engine_alone = {i: _through_engine(invariant_model, cfg, sentences, [[i]], rng)[i]
                     for i in range(len(sentences))}
-    if beam > 1:
+    if beam > 1 and invariant_model.tgt_embed.weight.dtype == torch.bfloat16:
         assert engine_alone == dict(enumerate(alone))
     order = list(range(len(sentences)))
     rng.shuffle(order)
@@ -130,10 +137,20 @@ def test_a_sentence_decodes_alike_alone_and_in_any_batch(invariant_model, beam, 
     assert _through_engine(invariant_model, cfg, sentences, groups, rng) == engine_alone
 
 
-def test_fp32_is_not_touched_by_the_setting():
-    model = prepare_model(tiny_transformer(VOCAB), "cpu", "fp32", batch_invariant=True)
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_without_the_setting_products_are_packed_and_padded(precision):
+    model = prepare_model(tiny_transformer(VOCAB), "cpu", precision, batch_invariant=False)
     assert not any(isinstance(m, RowTiledLinear) for m in model.modules())
-    assert any(isinstance(m, TransposedLinear) for m in model.modules())
+    assert any(isinstance(m, PackedLinear) for m in model.modules())
+    assert not any(getattr(getattr(m, "kernel", None), "batch_invariant", False)
+                   for m in model.modules())
+
+
+def test_int8_is_not_touched_by_the_setting():
+    # Its activations are quantized with one scale per product, the batch's largest:
+    # no tiling of rows makes a row's numbers its own (bench/RESULTS.md).
+    model = prepare_model(tiny_transformer(VOCAB), "cpu", "int8", batch_invariant=True)
+    assert not any(isinstance(m, RowTiledLinear) for m in model.modules())
     assert not any(getattr(getattr(m, "kernel", None), "batch_invariant", False)
                    for m in model.modules())
 
@@ -146,10 +163,11 @@ def test_the_confidence_features_are_still_gathered(invariant_model):
     assert all(hyps[0].features is not None and len(hyps[0].features) == 4 for hyps in found)
 
 
-def test_the_translator_setting_reaches_the_model(model_file):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_the_translator_setting_reaches_the_model(model_file, precision):
     # Off unless asked for (the server asks: serve/server.py's build_app).
     for asked, tiled in ((None, False), (False, False), (True, True)):
         translator = Translator.from_file(model_file, TranslatorOptions(
-            precision="bf16", batch_invariant=asked))
+            precision=precision, batch_invariant=asked))
         assert translator.options.batch_invariant is tiled
         assert any(isinstance(m, RowTiledLinear) for m in translator.model.modules()) is tiled

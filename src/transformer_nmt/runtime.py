@@ -232,10 +232,11 @@ def compiles_per_shape(device: torch.device, precision: str) -> bool:
     """Whether matrix products on `device` in `precision` compile and keep a kernel for
     every new shape: bf16 on a CPU. oneDNN compiles one for every new shape and keeps it
     (about a megabyte) for the rest of the process, so that a run meeting hundreds of
-    shapes grows in memory, and in time per product, with them. fp32 products there (MKL)
-    and GPUs keep no per-shape state. The one statement of this fact: training's batch
-    lengths (`length_multiple`), validation's precision and decoding's padded rows
-    (transformer_nmt.decode.device.layout) follow from it.
+    shapes grows in memory, and in time per product, with them. fp32 products there (MKL,
+    as training and validation compute them) and GPUs keep no per-shape state. Training's
+    batch lengths (`length_multiple`) and validation's precision follow from it; decoding
+    multiplies by matrices packed for oneDNN in fp32 as well, and pads its rows in both
+    (transformer_nmt.decode.device.layout.PackedLinear).
     """
     return device.type == "cpu" and precision == "bf16"
 

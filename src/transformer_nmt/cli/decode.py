@@ -49,10 +49,11 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        "quantization of the linear layers, CPU only, the fastest on CPUs with "
                        "AVX-512 VNNI. Reduced precision may change a few words.")
     speed.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction,
-                       help="bf16 on a CPU: give every sentence exactly the translation and "
-                       "score it gets alone, whatever shares its batch (default: on in nmt "
-                       "serve, off elsewhere). It costs speed (bench/RESULTS.md, "
-                       "\"Batch-invariant decoding\"); fp32 and int8 are unchanged by it")
+                       help="fp32 and bf16 on a CPU: give every sentence exactly the "
+                       "translation and score it gets alone, whatever shares its batch "
+                       "(default: on in nmt serve, off elsewhere). It costs speed "
+                       "(bench/RESULTS.md, \"Batch-invariant decoding\" and \"Products "
+                       "packed once\"); int8 is unchanged by it")
     speed.add_argument("--workers", type=int, metavar="N",
                        help="translate N batches at once, each on its share of the cores "
                        "(default: decode/device/threads.py's default_workers: more than one "

@@ -1,12 +1,14 @@
-"""Linear layers laid out for decoding on a CPU: in float32 every matrix stored
-transposed; in bf16 every product's rows padded to a few sizes, or, for batch-invariant
-decoding, computed in tiles of a fixed number of rows.
+"""Linear layers laid out for decoding on a CPU: every matrix reordered once into
+oneDNN's blocked layout for its products (`PackedLinear`), their rows padded to a few
+sizes, or, for batch-invariant decoding, computed in tiles of a fixed number of rows.
 
-nn.Linear keeps its weight as (out, in) and multiplies by its transpose. MKL's products
-of the few dozen rows a decoding step has run faster when the matrix is stored
-(in, out) instead (bench/RESULTS.md, "CPU decoding"), and so does beam search, every
-translation unchanged. The results agree to float32 rounding: MKL may sum
-in another order for some shapes.
+nn.Linear keeps its weight as (out, in), and a product through it (MKL's in float32,
+oneDNN's in bf16) packs the matrix into the kernel's blocked layout again at every call:
+at a decoding step's few rows that copy costs more than the arithmetic, and the matrices
+come from memory at every step. Packed once, a step's products ran 1.4-3.5x as fast in
+float32 and 1.3-2.4x in bf16 at 1-16 rows, and faster at every row count measured
+(bench/RESULTS.md, "Products packed once"; `bench/packed_products.py` measures a CPU).
+The results agree with nn.Linear's to float32 rounding: the kernels sum in another order.
 """
 
 from __future__ import annotations
@@ -20,38 +22,32 @@ from torch import Tensor, nn
 from transformer_nmt.model.transformer import Transformer
 
 
-class TransposedLinear(nn.Module):
-    """y = x W^T + b, as nn.Linear, with W kept as its transpose (in, out), contiguous."""
+def packing_available() -> bool:
+    """Whether this build of torch can pack matrices for oneDNN's products (x86 and ARM
+    builds with oneDNN; elsewhere products run on the plain matrix)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
+                                                            "_linear_pointwise")
+
+
+class PackedProduct:
+    """x W^T + b, with W (out, in) reordered once into oneDNN's layout for its
+    products (float32 or bf16, on a CPU); the plain product where it cannot be."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
-        """weight (out, in), as nn.Linear holds it; bias (out,) or None."""
-        super().__init__()
-        self.weight_t = nn.Parameter(weight.detach().t().contiguous(), requires_grad=False)
-        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
-        self.in_features, self.out_features = self.weight_t.shape
+        """weight (out, in) and bias (out,) or None; the packed matrix is a copy, so the
+        caller's weight may be freed (or stay shared, for a tied embedding)."""
+        weight = weight.detach()
+        self.out_features, self.in_features = weight.shape
+        self.bias = None if bias is None else bias.detach()
+        self.packed = (torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
+                       if packing_available() and weight.device.type == "cpu" else None)
+        self.weight = weight if self.packed is None else None
 
-    @property
-    def weight(self) -> Tensor:
-        """(out, in) the matrix as nn.Linear holds it (a view)."""
-        return self.weight_t.t()
-
-    def forward(self, x: Tensor) -> Tensor:
-        """(..., in) -> (..., out)."""
-        rows = x.reshape(-1, self.in_features)  # (positions, in)
-        if self.bias is None:
-            out = rows @ self.weight_t
-        else:
-            out = torch.addmm(self.bias, rows, self.weight_t)
-        return out.view(*x.shape[:-1], self.out_features)  # (..., out)
-
-
-def transpose_linear_layers(model: nn.Module) -> nn.Module:
-    """`model` with every nn.Linear replaced, in place, by a TransposedLinear, and each
-    Transformer's pre-softmax projection by one that adds its logits bias (one tied to the
-    target embedding gets a transposed copy of its own: the embedding keeps its rows for
-    looking tokens up, V × d_model more floats). For decoding on a CPU in float32.
-    """
-    return _replace_linear_layers(model, TransposedLinear)
+    def __call__(self, rows: Tensor) -> Tensor:
+        """(rows, in) -> (rows, out)."""
+        if self.packed is None:
+            return F.linear(rows, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
 
 
 def _replace_linear_layers(model: nn.Module,
@@ -83,12 +79,13 @@ def padded_rows(count: int, multiple: int) -> int:
     return -(-count // step) * step
 
 
-class RowPaddedLinear(nn.Module):
-    """y = x W^T + b, as nn.Linear (sharing its weight and bias), computed on the rows of x
+class PackedLinear(nn.Module):
+    """y = x W^T + b, as nn.Linear, by a PackedProduct of its matrix, on the rows of x
     padded with zeros to `padded_rows(rows, multiple)`.
 
-    A bf16 product on a CPU keeps a kernel for every new number of rows
-    (transformer_nmt.runtime.compiles_per_shape); a decoding step's rows change with every
+    oneDNN keeps a kernel for every new number of rows it multiplies, in float32 as in
+    bf16 (as transformer_nmt.runtime.compiles_per_shape says of the plain bf16 products
+    elsewhere); a decoding step's rows change with every
     sentence that finishes or joins, so a long run met hundreds of sizes and its memory
     grew with them. Padded, a run meets a few dozen; the extra rows cost little where a
     step's few rows leave the product bound by reading the weights (bench/RESULTS.md,
@@ -96,11 +93,11 @@ class RowPaddedLinear(nn.Module):
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None, multiple: int) -> None:
-        """weight (out, in) and bias (out,) or None, shared as they are."""
+        """weight (out, in) and bias (out,) or None; see PackedProduct."""
         super().__init__()
-        self.weight, self.bias = weight, bias
+        self.product = PackedProduct(weight, bias)
         self.multiple = multiple
-        self.out_features, self.in_features = self.weight.shape
+        self.out_features, self.in_features = self.product.out_features, self.product.in_features
 
     def forward(self, x: Tensor) -> Tensor:
         """(..., in) -> (..., out)."""
@@ -109,21 +106,21 @@ class RowPaddedLinear(nn.Module):
         padding = padded_rows(count, self.multiple) - count
         if padding:
             rows = F.pad(rows, (0, 0, 0, padding))  # (positions + padding, in)
-        out = F.linear(rows, self.weight, self.bias)[:count]  # (positions, out)
+        out = self.product(rows)[:count]  # (positions, out)
         return out.view(*x.shape[:-1], self.out_features)  # (..., out)
 
 
-def pad_linear_rows(model: nn.Module, multiple: int) -> nn.Module:
-    """`model` with every nn.Linear replaced, in place, by a RowPaddedLinear of the same
-    weights, and each Transformer's pre-softmax projection by one over its weight (the
-    embedding's matrix when tied: shared, not copied) and its logits bias. For decoding
-    in bf16 on a CPU."""
+def pack_linear_layers(model: nn.Module, multiple: int) -> nn.Module:
+    """`model` with every nn.Linear replaced, in place, by a PackedLinear of its weights,
+    and each Transformer's pre-softmax projection by one of its weight (a packed copy of
+    the embedding's matrix when tied: the embedding keeps its rows for looking tokens up)
+    and its logits bias. For decoding in float32 or bf16 on a CPU."""
     return _replace_linear_layers(
-        model, lambda weight, bias: RowPaddedLinear(weight, bias, multiple))
+        model, lambda weight, bias: PackedLinear(weight, bias, multiple))
 
 
 BATCH_INVARIANT_TILE = 16
-"""Rows of every bf16 product of batch-invariant decoding in the decoder: a lone beam of
+"""Rows of every product of batch-invariant decoding in the decoder: a lone beam of
 4 padded to 16 decoded as fast as to 8, and a step of many rows makes half the calls
 (bench/RESULTS.md, "Batch-invariant decoding")."""
 ENCODER_TILE = 64
@@ -132,23 +129,23 @@ larger tiles, fewer calls."""
 
 
 class RowTiledLinear(nn.Module):
-    """y = x W^T + b, as nn.Linear (sharing its weight and bias), computed on the rows of x
+    """y = x W^T + b, as nn.Linear, by a PackedProduct of its matrix, on the rows of x
     padded with zeros to a multiple of `tile`, one product of exactly `tile` rows at a time.
 
-    oneDNN's bf16 products on a CPU choose their blocking of the inner dimension, and so
-    the order of each row's sums, by the number of rows: a row's result changed with the
-    rows computed beside it (bench/RESULTS.md, "Batch-invariant decoding"). Within a
+    oneDNN's and MKL's products on a CPU choose their blocking of the inner dimension, and
+    so the order of each row's sums, by the number of rows: a row's result changed with
+    the rows computed beside it (bench/RESULTS.md, "Batch-invariant decoding"). Within a
     product of a fixed number of rows, a row's result depends on that row alone (checked
     by tests/test_decode_invariant.py), so every row gets the same sums whatever its
     batch. One product shape per layer also keeps oneDNN's per-shape kernels to one.
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None, tile: int) -> None:
-        """weight (out, in) and bias (out,) or None, shared as they are."""
+        """weight (out, in) and bias (out,) or None; see PackedProduct."""
         super().__init__()
-        self.weight, self.bias = weight, bias
+        self.product = PackedProduct(weight, bias)
         self.tile = tile
-        self.out_features, self.in_features = self.weight.shape
+        self.out_features, self.in_features = self.product.out_features, self.product.in_features
 
     def forward(self, x: Tensor) -> Tensor:
         """(..., in) -> (..., out)."""
@@ -158,15 +155,14 @@ class RowTiledLinear(nn.Module):
         if padding:
             rows = F.pad(rows, (0, 0, 0, padding))  # (positions + padding, in)
         tiles = rows.split(self.tile) or (rows,)  # no rows: one empty product
-        out = torch.cat([F.linear(tile, self.weight, self.bias)
-                         for tile in tiles])[:count]  # (positions, out)
+        out = torch.cat([self.product(tile) for tile in tiles])[:count]  # (positions, out)
         return out.view(*x.shape[:-1], self.out_features)  # (..., out)
 
 
 def tile_linear_rows(model: nn.Module, tile: int, encoder_tile: int) -> nn.Module:
     """`model` with every nn.Linear, and each Transformer's pre-softmax projection,
     replaced in place by a RowTiledLinear of the same weights, of `encoder_tile` rows in
-    the encoder's layers and `tile` elsewhere: bf16 products whose rows' results do not
+    the encoder's layers and `tile` elsewhere: products whose rows' results do not
     depend on the other rows of the batch."""
     for transformer in [m for m in model.modules() if isinstance(m, Transformer)]:
         _replace_linear_layers(transformer.encoder_layers,

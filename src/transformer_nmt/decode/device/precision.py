@@ -13,9 +13,8 @@ from torch import nn
 
 from transformer_nmt.decode.attention.kernels import install_kernels
 from transformer_nmt.decode.device.layout import (BATCH_INVARIANT_TILE, DECODE_ROW_MULTIPLE,
-                                          ENCODER_TILE,
-                                          pad_linear_rows, tile_linear_rows,
-                                          transpose_linear_layers)
+                                                  ENCODER_TILE, pack_linear_layers,
+                                                  tile_linear_rows)
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runtime import bf16_supported, compiles_per_shape, resolve_runtime
@@ -25,33 +24,30 @@ def prepare_model(model: nn.Module, device: str | torch.device | None, precision
                   batch_invariant: bool = False) -> nn.Module:
     """`model` made ready to decode on `device` in `precision`, in eval mode, in place
     (so that two copies never need memory at once; pass a copy to keep the original).
-    On a CPU, bf16 products' rows are padded to a few sizes (layout.pad_linear_rows), or,
-    with batch_invariant, the model is made batch-invariant (`make_batch_invariant`);
-    batch_invariant changes nothing in other precisions or on a GPU. bf16 and int8 on a
-    CPU attend with decoding's kernel (decode/attention/kernels.py).
+    On a CPU, fp32 and bf16 keep every linear layer's matrix packed for oneDNN's
+    products, their rows padded to a few sizes (layout.pack_linear_layers), or, with
+    batch_invariant, the model is made batch-invariant (`make_batch_invariant`);
+    batch_invariant changes nothing in int8 or on a GPU. bf16 and int8 on a CPU attend
+    with decoding's kernel (decode/attention/kernels.py).
 
-    fp32 on a CPU stores every linear layer's matrix transposed, which MKL multiplies
-    faster at decoding's few rows (transformer_nmt.decode.device.layout). bf16 converts the
-    weights once rather than using autocast, which casts every operation's inputs again
-    at each decoding step and was measured slower on a CPU with native bf16. int8:
-    `quantize`, and keys and values cached in `cache_dtype`.
+    bf16 converts the weights once rather than using autocast, which casts every
+    operation's inputs again at each decoding step and was measured slower on a CPU with
+    native bf16. int8: `quantize`, and keys and values cached in `cache_dtype`.
     """
     device = resolve_runtime(device, precision).device
     if device.type == "cuda":
         leave_out_per_shape_attention()
-    if precision == "fp32":
-        model = model.to(device).eval()
+    if precision in ("fp32", "bf16"):
+        dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+        model = model.to(device=device, dtype=dtype).eval()
         if device.type == "cpu":
-            transpose_linear_layers(model)
-            release_free_memory()
-        return model
-    if precision == "bf16":
-        model = model.to(device=device, dtype=torch.bfloat16).eval()
-        if batch_invariant and device.type == "cpu":
-            make_batch_invariant(model)
-        elif compiles_per_shape(device, precision):
-            install_kernels(model)
-            pad_linear_rows(model, DECODE_ROW_MULTIPLE)
+            if batch_invariant:
+                make_batch_invariant(model)
+            else:
+                if compiles_per_shape(device, precision):
+                    install_kernels(model)
+                pack_linear_layers(model, DECODE_ROW_MULTIPLE)
+            release_free_memory()  # the matrices as they were before packing
         return model
     quantized = install_kernels(quantize(model.to("cpu").eval()))
     # The float Linear modules that quantization replaced stay alive in reference cycles
@@ -105,7 +101,7 @@ def cache_dtype(model: Transformer) -> torch.dtype | None:
 
 
 def make_batch_invariant(model: nn.Module) -> nn.Module:
-    """`model` (bf16, on a CPU) changed in place so that each row of a decoding batch
+    """`model` (fp32 or bf16, on a CPU) changed in place so that each row of a decoding batch
     gets the numbers it gets alone: its products in fixed tiles of rows
     (layout.RowTiledLinear), its attention over as many keys as the row has, rounded up
     (attention_kernel.batch_invariant_attention). Everything else a step computes (layer

@@ -107,13 +107,13 @@ class TranslatorOptions:
     (None: `default_workers`, or 1 with buffer_size 1; see
     transformer_nmt.decode.device.threads)."""
     batch_invariant: bool | None = None
-    """bf16 on a CPU: every sentence gets the tokens and scores it gets alone, bit for bit,
-    whatever shares its batch (products in fixed tiles of rows, attention over each row's
-    own number of keys, rounded up:
+    """fp32 and bf16 on a CPU: every sentence gets the tokens and scores it gets alone, bit
+    for bit, whatever shares its batch (products in fixed tiles of rows, attention over
+    each row's own number of keys, rounded up:
     transformer_nmt.decode.device.precision.make_batch_invariant). It costs speed: fixed
     tiles cannot use the kernels' widest blocks (bench/RESULTS.md, "Batch-invariant
-    decoding", has the figures). Other precisions are left as they are. None: on in `nmt
-    serve`, whose sentences share batches with other clients', off elsewhere."""
+    decoding" and "Products packed once", have the figures). int8 is left as it is. None:
+    on in `nmt serve`, whose sentences share batches with other clients', off elsewhere."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_tokens", "buffer_size", "workers"):
