@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.attention.kernels import batch_invariant_attention
 from transformer_nmt.decode.continuous.engine import Engine
 from transformer_nmt.decode.device.layout import PackedLinear, RowTiledLinear
 from transformer_nmt.decode.device.precision import make_batch_invariant, prepare_model
@@ -60,6 +61,26 @@ def test_batch_invariant_attention_ignores_masked_padding(precision):
             alone = attention(x[row: row + 1], memory[row: row + 1, :length],
                               mask=torch.ones(1, 1, 1, length, dtype=torch.bool))[0]
             assert torch.equal(batch[row], alone[0])
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_batch_invariant_attention_gives_a_row_its_numbers_on_any_thread(precision):
+    # float32's fused kernel on a CPU gave half the rows of a 16-row call other last bits
+    # at two threads than alone: the row's numbers depended on the thread computing it.
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(16, 4, 1 if i == 0 else 48, 64, generator=generator).to(dtype)
+               for i in range(3))
+    mask = torch.ones(16, 1, 1, 48, dtype=torch.bool)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        batch = batch_invariant_attention(q, k, v, mask, whole=False)
+        alone = [batch_invariant_attention(q[i: i + 1], k[i: i + 1], v[i: i + 1],
+                                           mask[i: i + 1], whole=False) for i in range(16)]
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(batch[i], alone[i][0]) for i in range(16))
 
 
 def _sentences(count: int, rng: random.Random) -> list[list[int]]:

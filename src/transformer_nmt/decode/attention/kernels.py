@@ -98,10 +98,27 @@ def batch_invariant_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
             pick: slice | Tensor = slice(first, first + rows.numel())
         else:
             pick = rows
-        found = F.scaled_dot_product_attention(
+        found = _one_thread_in_float32(
             q[pick][:, :, :length] if whole else q[pick], k[pick][:, :, :length],
-            v[pick][:, :, :length], attn_mask=mask[pick][..., :length])
+            v[pick][:, :, :length], mask[pick][..., :length])
         if whole and length < queries:  # the queries beyond are padding
             found = F.pad(found, (0, 0, 0, queries - length))
         out[pick] = found[:, :, :queries]
     return out
+
+
+def _one_thread_in_float32(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """The fused kernel on q, k, v with `mask`, on one thread in float32.
+
+    In float32 the CPU's fused kernel gave a row other last bits on the second thread
+    than on the first (half the rows of a batch differed from the same row alone at two
+    threads, none at one; bench/RESULTS.md, "Products packed once"), so which rows share
+    a call would decide a row's numbers. bf16's kernel showed no such difference."""
+    if q.dtype != torch.float32 or q.device.type != "cpu" or torch.get_num_threads() == 1:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    finally:
+        torch.set_num_threads(threads)
