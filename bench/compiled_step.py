@@ -1,0 +1,110 @@
+"""One incremental decoder step of a trained model at a lone sentence's shape, eager
+against compiled (issue 51: "a step as one call").
+
+The step is bench/compiled_decoding.py's `decoder_step` (the same arithmetic as
+Transformer.decode with a cache, one position): --rows rows (a lone sentence's beam),
+--length positions already cached, a source of --source-length tokens, in --precision.
+Four ways, each timed over --steps calls after warming up:
+
+- `eager_prepared`: the model as `nmt translate` prepares it (matrices packed once);
+- `eager_plain`: the same model with nn.Linear's own products;
+- `compiled`: torch.compile (Inductor) of the plain model's step, freezing on (it packs
+  the weights for oneDNN itself), static shapes, Python wrapper;
+- `compiled_cpp`: the same with Inductor's C++ wrapper, which calls the kernels from
+  C++ rather than from Python.
+
+Prints one JSON line per way: microseconds per step, the first call's seconds (the
+compilation), and the largest difference from `eager_plain`'s logits. Nothing here is
+used by `nmt` yet.
+
+    python bench/compiled_step.py --model MODEL.pt [--precision bf16] [--rows 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from compiled_decoding import decoder_step
+from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.model_file import load_for_inference
+
+
+def step_inputs(model, rows: int, length: int, source_length: int, dtype: torch.dtype):
+    """decoder_step's arguments after `length` cached positions (random keys and values,
+    which the timing does not depend on)."""
+    cfg = model.cfg
+    generator = torch.Generator().manual_seed(0)
+
+    def keys(batch: int, positions: int) -> torch.Tensor:
+        return torch.randn(batch, cfg.heads, positions, cfg.d_k, generator=generator).to(dtype)
+
+    self_keys = [keys(rows, length + 1) for _ in range(cfg.decoder_layers)]
+    self_values = [keys(rows, length + 1) for _ in range(cfg.decoder_layers)]
+    cross_keys = [keys(1, source_length) for _ in range(cfg.decoder_layers)]
+    cross_values = [keys(1, source_length) for _ in range(cfg.decoder_layers)]
+    mask = torch.ones(1, 1, 1, source_length, dtype=torch.bool)
+    tokens = torch.randint(4, 100, (rows, 1), generator=generator)
+    positional = model._positional(length, 1, model.positions).clone()
+    return (tokens, torch.tensor([length]), positional, self_keys, self_values, cross_keys,
+            cross_values, mask)
+
+
+def timed(step, model, inputs, steps: int) -> tuple[float, float, torch.Tensor]:
+    """(seconds of the first call, microseconds per later call, the logits)."""
+    with torch.inference_mode():
+        start = time.perf_counter()
+        logits = step(model, *inputs)
+        first = time.perf_counter() - start
+        for _ in range(10):
+            step(model, *inputs)
+        start = time.perf_counter()
+        for _ in range(steps):
+            step(model, *inputs)
+        return first, (time.perf_counter() - start) / steps * 1e6, logits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
+    parser.add_argument("--rows", type=int, default=4)
+    parser.add_argument("--length", type=int, default=20)
+    parser.add_argument("--source-length", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    dtype = torch.float32 if args.precision == "fp32" else torch.bfloat16
+    plain = load_for_inference(args.model, "cpu").model.to(dtype).eval()
+    prepared = prepare_model(copy.deepcopy(plain), "cpu", args.precision)
+    inputs = step_inputs(plain, args.rows, args.length, args.source_length, dtype)
+    import torch._inductor.config as inductor
+
+    inductor.freezing = True
+    ways = {"eager_plain": (decoder_step, plain), "eager_prepared": (decoder_step, prepared),
+            "compiled": (torch.compile(decoder_step, dynamic=False), plain)}
+    results = {}
+    for name, (step, model) in ways.items():
+        results[name] = timed(step, model, inputs, args.steps)
+    torch._dynamo.reset()
+    inductor.cpp_wrapper = True
+    results["compiled_cpp"] = timed(torch.compile(decoder_step, dynamic=False), plain, inputs,
+                                    args.steps)
+    reference = results["eager_plain"][2].float()
+    for name, (first, microseconds, logits) in results.items():
+        print(json.dumps(dict(
+            figure="decoder_step", way=name, precision=args.precision, rows=args.rows,
+            length=args.length, threads=args.threads, us_per_step=round(microseconds),
+            first_call_s=round(first, 2),
+            max_abs_diff=round(float((logits.float() - reference).abs().max()), 4))),
+            flush=True)
+
+
+if __name__ == "__main__":
+    main()
