@@ -5,10 +5,12 @@ sizes, or, for batch-invariant decoding, computed in tiles of a fixed number of 
 nn.Linear keeps its weight as (out, in), and a product through it (MKL's in float32,
 oneDNN's in bf16) packs the matrix into the kernel's blocked layout again at every call:
 at a decoding step's few rows that copy costs more than the arithmetic, and the matrices
-come from memory at every step. Packed once, a step's products ran 1.4-3.5x as fast in
-float32 and 1.3-2.4x in bf16 at 1-16 rows, and faster at every row count measured
-(bench/RESULTS.md, "Products packed once"; `bench/packed_products.py` measures a CPU).
-The results agree with nn.Linear's to float32 rounding: the kernels sum in another order.
+come from memory at every step. Packed once, a step's products ran faster at nearly
+every row count and thread count measured, in both precisions (bench/RESULTS.md,
+"Products packed once"; `bench/packed_products.py` measures a CPU). The results agree
+with nn.Linear's to float32 rounding: the kernels sum in another order. A tied
+pre-softmax projection gets a packed copy of the embedding's matrix, whose rows the
+embedding keeps for looking tokens up.
 """
 
 from __future__ import annotations
@@ -85,9 +87,8 @@ class PackedLinear(nn.Module):
 
     oneDNN keeps a kernel for every new number of rows it multiplies, in float32 as in
     bf16 (as transformer_nmt.runtime.compiles_per_shape says of the plain bf16 products
-    elsewhere); a decoding step's rows change with every
-    sentence that finishes or joins, so a long run met hundreds of sizes and its memory
-    grew with them. Padded, a run meets a few dozen; the extra rows cost little where a
+    elsewhere); a decoding step's rows change with every sentence that finishes or joins,
+    so a long run met hundreds of sizes and its memory grew with them. Padded, a run meets a few dozen; the extra rows cost little where a
     step's few rows leave the product bound by reading the weights (bench/RESULTS.md,
     "bf16 decoding's kernels").
     """
