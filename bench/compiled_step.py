@@ -14,10 +14,17 @@ Four ways, each timed over --steps calls after warming up:
   C++ rather than from Python.
 
 Prints one JSON line per way: microseconds per step, the first call's seconds (the
-compilation), and the largest difference from `eager_plain`'s logits. Nothing here is
-used by `nmt` yet.
+compilation), and the largest difference from `eager_plain`'s logits.
+
+With --source FILE, then the whole search: beam search (beam 4, α 0.6) of --sentences
+lines of FILE, each alone, with the model as decoding prepares it and with
+bench/compiled_decoding.py's CompiledDecoder (every step after the first compiled, rows
+fixed, positions and source length dynamic, the C++ wrapper), 3 lines to warm up (the
+compilation) then timed: ms per sentence (median) and how many outputs are identical.
+Nothing here is used by `nmt` yet.
 
     python bench/compiled_step.py --model MODEL.pt [--precision bf16] [--rows 4]
+        [--source test.en --sentences 40]
 """
 
 from __future__ import annotations
@@ -30,8 +37,12 @@ from pathlib import Path
 
 import torch
 
-from compiled_decoding import decoder_step
+from compiled_decoding import CompiledDecoder, decoder_step
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.data.text import normalize
 from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.search.base import SpecialIds
+from transformer_nmt.decode.search.searches import beam_search
 from transformer_nmt.model_file import load_for_inference
 
 
@@ -69,6 +80,49 @@ def timed(step, model, inputs, steps: int) -> tuple[float, float, torch.Tensor]:
         return first, (time.perf_counter() - start) / steps * 1e6, logits
 
 
+def lone_searches(model, sources: list[torch.Tensor], special: SpecialIds
+                  ) -> tuple[list[float], list[list[int]]]:
+    """Each source searched alone: (seconds per source, best tokens per source)."""
+    cfg = DecodeConfig(beam=4, alpha=0.6)
+    seconds, outputs = [], []
+    with torch.inference_mode():
+        for src in sources:
+            start = time.perf_counter()
+            best = beam_search(model, src, cfg, special)[0][0]
+            seconds.append(time.perf_counter() - start)
+            outputs.append(best.tokens)
+    return seconds, outputs
+
+
+def measure_search(args: argparse.Namespace, plain, prepared, vocab) -> None:
+    """Lone sentences: the prepared model against the compiled step."""
+    import statistics
+
+    import torch._inductor.config as inductor
+
+    lines = args.source.read_text(encoding="utf-8").splitlines()[: args.sentences + 3]
+    special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    sources = [torch.tensor([ids + [special.eos]])
+               for ids in vocab.encode_batch([normalize(line) for line in lines])]
+    torch._dynamo.reset()
+    inductor.cpp_wrapper = True
+    compiled = CompiledDecoder(plain, fixed_rows=True)
+    results = {}
+    for name, model in (("eager_prepared", prepared), ("compiled_cpp", compiled)):
+        start = time.perf_counter()
+        lone_searches(model, sources[:3], special)
+        warm_up = time.perf_counter() - start
+        results[name] = (warm_up, *lone_searches(model, sources[3:], special))
+    reference = results["eager_prepared"][2]
+    for name, (warm_up, seconds, outputs) in results.items():
+        print(json.dumps(dict(
+            figure="lone_search", way=name, precision=args.precision,
+            sentences=len(seconds), warm_up_s=round(warm_up, 1),
+            p50_ms=round(statistics.median(seconds) * 1000, 1),
+            mean_ms=round(statistics.mean(seconds) * 1000, 1),
+            identical=sum(a == b for a, b in zip(outputs, reference)))), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True)
@@ -78,10 +132,13 @@ def main() -> None:
     parser.add_argument("--source-length", type=int, default=30)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--source", type=Path, help="also time lone searches of its lines")
+    parser.add_argument("--sentences", type=int, default=40)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dtype = torch.float32 if args.precision == "fp32" else torch.bfloat16
-    plain = load_for_inference(args.model, "cpu").model.to(dtype).eval()
+    loaded = load_for_inference(args.model, "cpu")
+    plain = loaded.model.to(dtype).eval()
     prepared = prepare_model(copy.deepcopy(plain), "cpu", args.precision)
     inputs = step_inputs(plain, args.rows, args.length, args.source_length, dtype)
     import torch._inductor.config as inductor
@@ -104,6 +161,8 @@ def main() -> None:
             first_call_s=round(first, 2),
             max_abs_diff=round(float((logits.float() - reference).abs().max()), 4))),
             flush=True)
+    if args.source is not None:
+        measure_search(args, plain, prepared, loaded.vocab)
 
 
 if __name__ == "__main__":
