@@ -19,9 +19,10 @@ import random
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
+
+from serve_load import wait_ready
 
 
 def translate(url: str, line: str) -> tuple[str, tuple[float, ...]]:
@@ -53,18 +54,6 @@ def at_once(url: str, lines: list[str], order: list[int]
     return found
 
 
-def wait_ready(url: str, server: subprocess.Popen) -> None:
-    for _ in range(1200):
-        if server.poll() is not None:
-            raise SystemExit("the server exited before it was ready")
-        try:
-            with urllib.request.urlopen(url + "/ready", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit("the server did not become ready")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True)
@@ -79,7 +68,7 @@ def main() -> None:
     server = subprocess.Popen(
         [sys.executable, "-m", "transformer_nmt.cli", "serve", "--model", str(args.model),
          "--port", str(args.port), "--precision", args.precision, "--log-level", "warning",
-         *args.server_flag], stderr=subprocess.DEVNULL)
+         *args.server_flag], stderr=subprocess.PIPE)  # as serve_load.py: warnings only
     try:
         wait_ready(url, server)
         alone = {index: translate(url, line) for index, line in enumerate(lines)}
