@@ -28,6 +28,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from compiled_decoding import decoder_layer_shapes
 from transformer_nmt.config import get_preset
 from transformer_nmt.decode.device.layout import PackedProduct
 from transformer_nmt.runtime import bf16_supported
@@ -36,9 +37,8 @@ from transformer_nmt.runtime import bf16_supported
 def step_shapes(preset: str, vocab: int) -> list[tuple[int, int]]:
     """(out, in) of every product of one decoder step of `preset`."""
     cfg = get_preset(preset).model
-    d, ff = cfg.d_model, cfg.d_ff
-    layer = [(3 * d, d), (d, d), (d, d), (d, d), (ff, d), (d, ff)]
-    return layer * cfg.decoder_layers + [(vocab, d)]
+    return (decoder_layer_shapes(cfg.d_model, cfg.d_ff) * cfg.decoder_layers
+            + [(vocab, cfg.d_model)])
 
 
 def best_microseconds(apply, inputs: dict[int, torch.Tensor], widths: list[int],

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_nmt.decode.device.threads import torch_threads
 from transformer_nmt.model.attention import (MultiHeadAttention, eq1_kernel,
                                              scaled_dot_product_attention)
 from transformer_nmt.runtime import compiles_per_shape
@@ -114,11 +115,7 @@ def _one_thread_in_float32(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Ten
     than on the first (half the rows of a batch differed from the same row alone at two
     threads, none at one; bench/RESULTS.md, "Products packed once"), so which rows share
     a call would decide a row's numbers. bf16's kernel showed no such difference."""
-    if q.dtype != torch.float32 or q.device.type != "cpu" or torch.get_num_threads() == 1:
+    if q.dtype != torch.float32 or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    finally:
-        torch.set_num_threads(threads)

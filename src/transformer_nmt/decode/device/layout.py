@@ -88,9 +88,9 @@ class PackedLinear(nn.Module):
     oneDNN keeps a kernel for every new number of rows it multiplies, in float32 as in
     bf16 (as transformer_nmt.runtime.compiles_per_shape says of the plain bf16 products
     elsewhere); a decoding step's rows change with every sentence that finishes or joins,
-    so a long run met hundreds of sizes and its memory grew with them. Padded, a run meets a few dozen; the extra rows cost little where a
-    step's few rows leave the product bound by reading the weights (bench/RESULTS.md,
-    "bf16 decoding's kernels").
+    so a long run met hundreds of sizes and its memory grew with them. Padded, a run
+    meets a few dozen; the extra rows cost little where a step's few rows leave the
+    product bound by reading the weights (bench/RESULTS.md, "bf16 decoding's kernels").
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None, multiple: int) -> None:
@@ -104,11 +104,19 @@ class PackedLinear(nn.Module):
         """(..., in) -> (..., out)."""
         rows = x.reshape(-1, self.in_features)  # (positions, in)
         count = rows.size(0)
-        padding = padded_rows(count, self.multiple) - count
+        padding = self._padded(count) - count
         if padding:
             rows = F.pad(rows, (0, 0, 0, padding))  # (positions + padding, in)
-        out = self.product(rows)[:count]  # (positions, out)
+        out = self._multiply(rows)[:count]  # (positions, out)
         return out.view(*x.shape[:-1], self.out_features)  # (..., out)
+
+    def _padded(self, count: int) -> int:
+        """The rows `count` rows are padded to: a few sizes (`padded_rows`)."""
+        return padded_rows(count, self.multiple)
+
+    def _multiply(self, rows: Tensor) -> Tensor:
+        """(padded rows, in) -> (padded rows, out), one product."""
+        return self.product(rows)
 
 
 def pack_linear_layers(model: nn.Module, multiple: int) -> nn.Module:
@@ -129,7 +137,7 @@ ENCODER_TILE = 64
 larger tiles, fewer calls."""
 
 
-class RowTiledLinear(nn.Module):
+class RowTiledLinear(PackedLinear):
     """y = x W^T + b, as nn.Linear, by a PackedProduct of its matrix, on the rows of x
     padded with zeros to a multiple of `tile`, one product of exactly `tile` rows at a time.
 
@@ -143,21 +151,17 @@ class RowTiledLinear(nn.Module):
 
     def __init__(self, weight: Tensor, bias: Tensor | None, tile: int) -> None:
         """weight (out, in) and bias (out,) or None; see PackedProduct."""
-        super().__init__()
-        self.product = PackedProduct(weight, bias)
+        super().__init__(weight, bias, tile)
         self.tile = tile
-        self.out_features, self.in_features = self.product.out_features, self.product.in_features
 
-    def forward(self, x: Tensor) -> Tensor:
-        """(..., in) -> (..., out)."""
-        rows = x.reshape(-1, self.in_features)  # (positions, in)
-        count = rows.size(0)
-        padding = -count % self.tile
-        if padding:
-            rows = F.pad(rows, (0, 0, 0, padding))  # (positions + padding, in)
+    def _padded(self, count: int) -> int:
+        """A multiple of the tile."""
+        return count + -count % self.tile
+
+    def _multiply(self, rows: Tensor) -> Tensor:
+        """(tiles * tile, in) -> (tiles * tile, out), one product per tile."""
         tiles = rows.split(self.tile) or (rows,)  # no rows: one empty product
-        out = torch.cat([self.product(tile) for tile in tiles])[:count]  # (positions, out)
-        return out.view(*x.shape[:-1], self.out_features)  # (..., out)
+        return torch.cat([self.product(tile) for tile in tiles])
 
 
 def tile_linear_rows(model: nn.Module, tile: int, encoder_tile: int) -> nn.Module:
