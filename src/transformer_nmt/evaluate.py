@@ -248,9 +248,13 @@ def evaluate_model(model_path: str | Path | Sequence[str | Path], data_dir: str 
     def note_confidence(found: list[Translation]) -> None:
         confidences.append(found[0].confidence)
 
-    speed = translate_file(translator, read_lines(src_path), hyp_path,
-                           total=count_lines(src_path),
-                           observe=None if translator.confidence is None else note_confidence)
+    try:
+        speed = translate_file(translator, read_lines(src_path), hyp_path,
+                               total=count_lines(src_path),
+                               observe=None if translator.confidence is None
+                               else note_confidence)
+    finally:
+        translator.close()
     hypotheses, references = read_text(hyp_path), read_text(ref_path)
     result = score(hypotheses, references, tgt_lang)
     rated = [i for i, value in enumerate(confidences) if value is not None]

@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 
 
-def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False) -> None:
+def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False,
+                          processes: bool = False) -> None:
     """Search, sampling, batching and precision options shared by translate, evaluate and
-    serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked)."""
+    serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked),
+    --worker-processes only if `processes` (a command that translates files)."""
     groups = {
         "search": parser.add_argument_group(
             "search", "the defaults are the paper's settings (section 6.1), and the search "
@@ -62,6 +64,14 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        "cores, so two half batches translate faster than one whole one, in less "
                        "memory; more workers or larger batches are faster still but hold "
                        "more batches' memory (measurements: bench/RESULTS.md)")
+    if processes:
+        speed.add_argument("--worker-processes", action=argparse.BooleanOptionalAction,
+                           help="on a CPU, translate the --workers batches in worker "
+                           "processes rather than threads, each loading the model: threads "
+                           "share one Python interpreter, which a small model's decoding "
+                           "keeps busy (default: processes for an input of at least "
+                           "decode/text/options.py's PROCESSES_FROM_LINES lines, threads "
+                           "for less, which translates before processes could start)")
     speed.add_argument("--device", choices=["cpu", "cuda"],
                        help="where to run (default: cuda if a GPU is available and the "
                        "precision is not int8, else cpu)")
@@ -101,6 +111,7 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
     return TranslatorOptions(decode=decode, device=args.device, precision=args.precision,
                              batch_size=args.batch_size, max_tokens=args.max_tokens,
                              workers=args.workers, batch_invariant=args.batch_invariant,
+                             worker_processes=getattr(args, "worker_processes", None),
                              **fields)
 
 def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -158,7 +169,7 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
                         "line; refused, with the languages the model has, when it has none "
                         "for LANG (default: each line may start with its own token)")
     add_errors_argument(parser)
-    _add_decode_arguments(parser, nbest=True)
+    _add_decode_arguments(parser, nbest=True, processes=True)
     parser.set_defaults(func=run_translate)
 
 
@@ -190,14 +201,17 @@ def run_translate(args: argparse.Namespace) -> None:
             None if args.constraints is None else read_lines(args.constraints, args.errors),
             args.prefix, args.constraints)
     as_json = args.format == "json"
-    if args.output is None:
-        speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
-                                 flush_each=args.interactive, as_json=as_json,
-                                 language_token=token)
-    else:
-        total = count_lines(args.input) if args.input is not None else None
-        speed = translate_file(translator, lines, args.output, nbest=args.nbest > 1,
-                               total=total, as_json=as_json, language_token=token)
+    try:
+        if args.output is None:
+            speed = translate_stream(translator, lines, sys.stdout, nbest=args.nbest > 1,
+                                     flush_each=args.interactive, as_json=as_json,
+                                     language_token=token)
+        else:
+            total = count_lines(args.input) if args.input is not None else None
+            speed = translate_file(translator, lines, args.output, nbest=args.nbest > 1,
+                                   total=total, as_json=as_json, language_token=token)
+    finally:
+        translator.close()
     if not args.interactive:
         print(speed.summary(args.output), file=sys.stderr)
 
@@ -272,7 +286,7 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="write the scores as JSON here (default with --model: "
                         "MODEL.eval-SPLIT.json; with --hyp: none)")
     add_errors_argument(parser)
-    _add_decode_arguments(parser)
+    _add_decode_arguments(parser, processes=True)
     parser.set_defaults(func=run_evaluate)
 
 

@@ -109,6 +109,12 @@ class TranslationJob:
         return ([self.ids[i] for i in rows], _pick(self.prefixes, rows),
                 [self.numbers[i] for i in rows], _pick(self.constraints, rows))
 
+    def part(self, rows: list[int]) -> "TranslationJob":
+        """A job of lines `rows` of this one, in that order, with these settings: what a
+        worker process is sent of a batch."""
+        ids, prefixes, numbers, constraints = self.pick(rows)
+        return TranslationJob(self.settings, ids, prefixes, constraints, numbers)
+
 
     def in_order(self, found: dict[int, list[Translation]]) -> list[list[Translation]]:
         """Every line's translations, in order: those `found` for it, by line, and an

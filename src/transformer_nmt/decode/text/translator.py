@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -33,18 +33,18 @@ from transformer_nmt.decode.search.ensemble import Ensemble
 from transformer_nmt.decode.continuous.engine import Engine, serves
 from transformer_nmt.decode.quality.guard import (Guarded, checks, fallback_config, guard,
                                                   output_reasons)
+from transformer_nmt.decode.text.options import PROCESSES_FROM_LINES, TranslatorOptions
+from transformer_nmt.decode.text.processes import WorkerProcesses
 from transformer_nmt.decode.text.job import (  # noqa: F401 (Translation is imported from here)
     CallSettings, Translation, TranslationJob, TranslationRequest, constraint_ids, prefix_ids)
-from transformer_nmt.decode.device.policy import batch_size
 from transformer_nmt.decode.device.precision import prepare_model
 from transformer_nmt.decode.search.base import Hypothesis, SpecialIds
 from transformer_nmt.decode.search.searches import search
 from transformer_nmt.decode.search.teacher_forced import attach_details
-from transformer_nmt.decode.device.threads import decoding_threads, default_workers, torch_threads
+from transformer_nmt.decode.device.threads import decoding_threads, torch_threads
 from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model_file import InferenceModel, load_for_inference, model_languages
-from transformer_nmt.runtime import DEFAULT_DEVICE, resolve_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -71,65 +71,6 @@ def word_piece_mask(vocab: Vocab, special: SpecialIds) -> torch.Tensor:
     # By id as well: an imported vocabulary may spell its specials otherwise.
     mask[[special.pad, special.bos, special.eos, vocab.unk_id]] = False
     return mask
-
-
-@dataclass(frozen=True)
-class TranslatorOptions:
-    """How a Translator decodes: the search, where and in which precision, and how lines
-    are batched. Fields left None are decided by `resolved`."""
-
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
-    """The search settings of a call that gives none: beam, length penalty, longest
-    output, n-best, sampling."""
-    device: str | torch.device | None = DEFAULT_DEVICE
-    """'cpu', 'cuda', 'cuda:N', or None for CUDA when present (the CPU for int8), as
-    transformer_nmt.runtime decides."""
-    precision: str = "auto"
-    """auto, fp32, bf16 or int8 (transformer_nmt.runtime.DECODE_PRECISIONS): 'auto' is
-    bf16 where its products measured clearly faster than fp32's, else fp32
-    (transformer_nmt.runtime.auto_decoding_precision)."""
-    batch_size: int | None = None
-    """Most sentences per batch, whatever a call's settings (None:
-    transformer_nmt.decode.device.policy.batch_size of `decode` and the workers)."""
-    max_tokens: int | None = None
-    """Most source tokens per batch as well, padding included (None: no such limit)."""
-    alignments: bool = False
-    """Also align each translation's words with the source's (Translation.alignment),
-    in a call that does not say."""
-    token_scores: bool = False
-    """Also score each translation's tokens (Translation.token_scores), in a call that
-    does not say."""
-    buffer_size: int = 1024
-    """Lines read ahead and sorted by length into batches; 1 translates line by line, as
-    interactive use needs."""
-    workers: int | None = None
-    """Batches translated at once, by that many threads, each on its share of the cores
-    (None: `default_workers`, or 1 with buffer_size 1; see
-    transformer_nmt.decode.device.threads)."""
-    batch_invariant: bool | None = None
-    """fp32 and bf16 on a CPU: every sentence gets the tokens and scores it gets alone, bit
-    for bit, whatever shares its batch (products in fixed tiles of rows, attention over
-    each row's own number of keys, rounded up:
-    transformer_nmt.decode.device.precision.make_batch_invariant). It costs speed: fixed
-    tiles cannot use the kernels' widest blocks (bench/RESULTS.md, "Batch-invariant
-    decoding" and "Products packed once", have the figures). int8 is left as it is. None:
-    on in `nmt serve`, whose sentences share batches with other clients', off elsewhere."""
-
-    def __post_init__(self) -> None:
-        for name in ("batch_size", "max_tokens", "buffer_size", "workers"):
-            value = getattr(self, name)
-            if value is not None and (type(value) is not int or value < 1):
-                raise UserError(f"{name} must be at least 1, not {value!r}")
-
-    def resolved(self) -> "TranslatorOptions":
-        """These options with the device and precision decided (UserError for a device
-        or precision that cannot run well there) and workers and batch_size filled in."""
-        runtime = resolve_runtime(self.device, self.precision)
-        device = runtime.device
-        workers = self.workers or default_workers(device, line_by_line=self.buffer_size == 1)
-        return replace(self, device=device, precision=runtime.precision, workers=workers,
-                       batch_size=self.batch_size or batch_size(self.decode, workers),
-                       batch_invariant=bool(self.batch_invariant))
 
 
 ENCODINGS_KEPT = 4096
@@ -170,6 +111,10 @@ class Translator:
         """What one batch may hold (transformer_nmt.decode.text.batches)."""
         self.confidence = ConfidenceEstimator.of(inference_model, self.model, self.special)
         """Estimates each translation's confidence; None without a calibration."""
+        self.model_paths: tuple[str, ...] | None = None
+        """The model files this Translator was made from (`from_files`), which worker
+        processes load; None for a model given in memory (threads translate then)."""
+        self._processes: WorkerProcesses | None = None
 
     @classmethod
     def from_file(cls, path: str | Path,
@@ -186,7 +131,9 @@ class Translator:
         log-probabilities averaged at every step, see transformer_nmt.decode.search.ensemble);
         UserError unless they share one vocabulary."""
         if len(paths) == 1:
-            return cls.from_file(paths[0], options)
+            translator = cls.from_file(paths[0], options)
+            translator.model_paths = (str(paths[0]),)
+            return translator
         loaded = [load_for_inference(path, "cpu") for path in paths]
         vocab = loaded[0].vocab.to_bytes()
         for other in loaded[1:]:
@@ -199,8 +146,10 @@ class Translator:
                                 "language pairs; an ensemble's models must translate one")
         ensemble = Ensemble([member.model for member in loaded])
         first = loaded[0]
-        return cls(InferenceModel(ensemble, first.vocab, first.path, first.payload_meta),
-                   options)
+        translator = cls(InferenceModel(ensemble, first.vocab, first.path, first.payload_meta),
+                         options)
+        translator.model_paths = tuple(str(path) for path in paths)
+        return translator
 
     def translate(self, lines: Iterable[str], decode: DecodeConfig | None = None
                   ) -> Iterator[str]:
@@ -370,20 +319,50 @@ class Translator:
     def translate_job(self, job: TranslationJob, workers: int, side_by_side: int | None = None
                       ) -> list[list[Translation]]:
         """The translations of `job`'s lines, in order: sorted by length into batches
-        (`budget`) that `workers` threads translate, each on its share of the cores when
+        (`budget`) that `workers` threads (or worker processes: `worker_processes`) translate, each on its share of the cores when
         `side_by_side` batches decode at once (None: as many as this call runs at once)."""
-        settings = job.settings
         batches = length_batches([len(ids) for ids in job.ids], job.searched, self.budget)
 
-        def translate_one(batch: list[int]) -> list[list[Translation]]:
-            # Samples are seeded by line number, so they do not depend on the batching.
-            return self.finish(job, batch, self._search(settings, *job.pick(batch)))
-
+        if self._in_processes(workers, batches):
+            try:
+                return job.in_order(self._worker_processes(workers).run(job, batches))
+            except BaseException:
+                self.close()  # run ended them: the next call starts others
+                raise
         if side_by_side is None:
             side_by_side = min(workers, len(batches))
         # Each batch decoding at once gets its share of the cores, for this call only.
         with torch_threads(decoding_threads(max(side_by_side, 1), self.options.device)):
-            return job.in_order(run_in_order(batches, translate_one, workers))
+            return job.in_order(run_in_order(
+                batches, lambda batch: self.translate_rows(job, batch), workers))
+
+    def translate_rows(self, job: TranslationJob, rows: list[int]) -> list[list[Translation]]:
+        """The translations of lines `rows` of `job`, searched as one batch in the calling
+        thread. Samples are seeded by line number, so they do not depend on the batching."""
+        return self.finish(job, rows, self._search(job.settings, *job.pick(rows)))
+
+    def close(self) -> None:
+        """End the worker processes, if a call started them (`worker_processes`)."""
+        if self._processes is not None:
+            self._processes.close()
+            self._processes = None
+
+    def _in_processes(self, workers: int, batches: list[list[int]]) -> bool:
+        """Whether worker processes translate these batches (`worker_processes`)."""
+        if workers < 2 or len(batches) < 2 or self.model_paths is None:
+            return False
+        if self.options.worker_processes is None:
+            return self._processes is not None or \
+                sum(map(len, batches)) >= PROCESSES_FROM_LINES
+        return self.options.worker_processes
+
+    def _worker_processes(self, workers: int) -> WorkerProcesses:
+        if self._processes is None or self._processes.processes != workers:
+            self.close()
+            self._processes = WorkerProcesses(
+                type(self).from_files, self.model_paths, self.options, workers,
+                decoding_threads(workers, self.options.device))
+        return self._processes
 
     def source_tensor(self, batch: list[list[int]]) -> torch.Tensor:
         """(len(batch), longest + 1) on the translator's device: each sentence's ids, EOS,

@@ -1,0 +1,85 @@
+"""How a Translator decodes: the search, the device and precision, how lines are
+batched and by how many workers (`TranslatorOptions`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.device.policy import batch_size
+from transformer_nmt.decode.device.threads import default_workers
+from transformer_nmt.errors import UserError
+from transformer_nmt.runtime import DEFAULT_DEVICE, resolve_runtime
+
+PROCESSES_FROM_LINES = 512
+"""Lines a call needs before `TranslatorOptions.worker_processes` None starts worker
+processes: fewer translate faster in threads than the processes take to start
+(bench/RESULTS.md, "Worker processes")."""
+
+
+@dataclass(frozen=True)
+class TranslatorOptions:
+    """How a Translator decodes: the search, where and in which precision, and how lines
+    are batched. Fields left None are decided by `resolved`."""
+
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    """The search settings of a call that gives none: beam, length penalty, longest
+    output, n-best, sampling."""
+    device: str | torch.device | None = DEFAULT_DEVICE
+    """'cpu', 'cuda', 'cuda:N', or None for CUDA when present (the CPU for int8), as
+    transformer_nmt.runtime decides."""
+    precision: str = "auto"
+    """auto, fp32, bf16 or int8 (transformer_nmt.runtime.DECODE_PRECISIONS): 'auto' is
+    bf16 where its products measured clearly faster than fp32's, else fp32
+    (transformer_nmt.runtime.auto_decoding_precision)."""
+    batch_size: int | None = None
+    """Most sentences per batch, whatever a call's settings (None:
+    transformer_nmt.decode.device.policy.batch_size of `decode` and the workers)."""
+    max_tokens: int | None = None
+    """Most source tokens per batch as well, padding included (None: no such limit)."""
+    alignments: bool = False
+    """Also align each translation's words with the source's (Translation.alignment),
+    in a call that does not say."""
+    token_scores: bool = False
+    """Also score each translation's tokens (Translation.token_scores), in a call that
+    does not say."""
+    buffer_size: int = 1024
+    """Lines read ahead and sorted by length into batches; 1 translates line by line, as
+    interactive use needs."""
+    workers: int | None = None
+    """Batches translated at once, by that many threads, each on its share of the cores
+    (None: `default_workers`, or 1 with buffer_size 1; see
+    transformer_nmt.decode.device.threads)."""
+    batch_invariant: bool | None = None
+    """fp32 and bf16 on a CPU: every sentence gets the tokens and scores it gets alone, bit
+    for bit, whatever shares its batch (products in fixed tiles of rows, attention over
+    each row's own number of keys, rounded up:
+    transformer_nmt.decode.device.precision.make_batch_invariant). It costs speed: fixed
+    tiles cannot use the kernels' widest blocks (bench/RESULTS.md, "Batch-invariant
+    decoding" and "Products packed once", have the figures). int8 is left as it is. None:
+    on in `nmt serve`, whose sentences share batches with other clients', off elsewhere."""
+
+    worker_processes: bool | None = None
+    """On a CPU with several workers, translate a call's batches in worker processes
+    rather than threads (transformer_nmt.decode.text.processes): faster, as threads share
+    one interpreter, but each process starts and loads the model first (seconds). None:
+    processes for a call of at least PROCESSES_FROM_LINES lines, when the Translator was
+    made from model files, threads otherwise."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_tokens", "buffer_size", "workers"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise UserError(f"{name} must be at least 1, not {value!r}")
+
+    def resolved(self) -> "TranslatorOptions":
+        """These options with the device and precision decided (UserError for a device
+        or precision that cannot run well there) and workers and batch_size filled in."""
+        runtime = resolve_runtime(self.device, self.precision)
+        device = runtime.device
+        workers = self.workers or default_workers(device, line_by_line=self.buffer_size == 1)
+        return replace(self, device=device, precision=runtime.precision, workers=workers,
+                       batch_size=self.batch_size or batch_size(self.decode, workers),
+                       batch_invariant=bool(self.batch_invariant))
