@@ -5,8 +5,9 @@ Each round runs both, alternating which goes first, as `nmt translate --workers 
 be run by a user: a fresh command that loads the model, translates the file and exits.
 Prints per run the seconds of the whole command (what a user waits), the seconds of
 translation that `nmt translate` reports (worker processes' start included, the
-parent's loading of the model not), and the peak of the resident memory of the command
-and its worker processes together (sampled every 50 ms from /proc); then per mode the
+parent's loading of the model not), and the peak resident memory of the command and
+its worker processes (each one's peak, summed; read from /proc once a second); then per
+mode the
 median, and the ratio of the medians (threads' seconds over processes'). The outputs of
 the two modes are compared line by line (in fp32 they are the same: each batch is
 decoded on one thread either way).
@@ -50,14 +51,15 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _tree_rss_mb(root: int) -> float:
-    """The resident memory of process `root` and all its descendants, in MB."""
+def _tree_peak_mb(root: int) -> float:
+    """The peak resident memory of process `root` and all its descendants so far, each
+    process's own peak (VmHWM) summed, in MB."""
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
         try:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+                if line.startswith("VmHWM:"):
                     total += int(line.split()[1])
         except OSError:
             continue
@@ -77,8 +79,8 @@ def run(args: argparse.Namespace, source: Path, output: Path, processes: bool) -
 
     def sample() -> None:
         while process.poll() is None:
-            peak[0] = max(peak[0], _tree_rss_mb(process.pid))
-            time.sleep(0.05)
+            peak[0] = max(peak[0], _tree_peak_mb(process.pid))
+            time.sleep(1.0)  # seldom: a scan of /proc takes CPU from the timed run
 
     sampler = threading.Thread(target=sample)
     sampler.start()

@@ -55,6 +55,14 @@ def test_the_default_takes_processes_only_for_a_long_enough_call(model_file, mon
         translator.close()
 
 
+def test_the_default_keeps_a_large_model_in_threads(model_file, monkeypatch):
+    translator = Translator.from_files([model_file], OPTIONS)
+    monkeypatch.setattr(translator_module, "PROCESSES_FROM_LINES", 12)
+    monkeypatch.setattr(translator_module, "PROCESSES_MOST_PARAMETERS", translator.parameters - 1)
+    list(translator.translate(sentences(12)))
+    assert translator._processes is None
+
+
 def test_a_model_given_in_memory_or_one_worker_is_translated_in_threads(model_file):
     in_memory = Translator(load_for_inference(model_file, "cpu"),
                            replace(OPTIONS, worker_processes=True))

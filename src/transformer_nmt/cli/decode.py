@@ -70,8 +70,10 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                            "processes rather than threads, each loading the model: threads "
                            "share one Python interpreter, which a small model's decoding "
                            "keeps busy (default: processes for an input of at least "
-                           "decode/text/options.py's PROCESSES_FROM_LINES lines, threads "
-                           "for less, which translates before processes could start)")
+                           "decode/text/options.py's PROCESSES_FROM_LINES lines of a model "
+                           "of at most PROCESSES_MOST_PARAMETERS, threads otherwise: a "
+                           "short input is done before processes could start, and a large "
+                           "model's steps are its products, which threads share well)")
     speed.add_argument("--device", choices=["cpu", "cuda"],
                        help="where to run (default: cuda if a GPU is available and the "
                        "precision is not int8, else cpu)")

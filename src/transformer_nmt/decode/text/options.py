@@ -17,6 +17,11 @@ PROCESSES_FROM_LINES = 512
 """Lines a call needs before `TranslatorOptions.worker_processes` None starts worker
 processes: fewer translate faster in threads than the processes take to start
 (bench/RESULTS.md, "Worker processes")."""
+PROCESSES_MOST_PARAMETERS = 20_000_000
+"""The largest model (parameters) that `TranslatorOptions.worker_processes` None
+translates in worker processes: a small model's steps are mostly Python, which threads
+share, a base model's mostly products, which they do not; there processes gained nothing
+and held the model once per process (bench/RESULTS.md, "Worker processes")."""
 
 
 @dataclass(frozen=True)
@@ -64,9 +69,12 @@ class TranslatorOptions:
     worker_processes: bool | None = None
     """On a CPU with several workers, translate a call's batches in worker processes
     rather than threads (transformer_nmt.decode.text.processes): faster, as threads share
-    one interpreter, but each process starts and loads the model first (seconds). None:
-    processes for a call of at least PROCESSES_FROM_LINES lines, when the Translator was
-    made from model files, threads otherwise."""
+    one interpreter, but each process starts and loads the model first (seconds) and holds
+    its own copy. None: processes for a call of at least PROCESSES_FROM_LINES lines of a
+    model of at most PROCESSES_MOST_PARAMETERS, when the Translator was made from model
+    files; threads otherwise. A script that translates through worker processes must
+    guard its main code with `if __name__ == "__main__":`, as Python's spawned
+    processes need."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_tokens", "buffer_size", "workers"):

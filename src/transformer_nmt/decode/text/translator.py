@@ -33,7 +33,8 @@ from transformer_nmt.decode.search.ensemble import Ensemble
 from transformer_nmt.decode.continuous.engine import Engine, serves
 from transformer_nmt.decode.quality.guard import (Guarded, checks, fallback_config, guard,
                                                   output_reasons)
-from transformer_nmt.decode.text.options import PROCESSES_FROM_LINES, TranslatorOptions
+from transformer_nmt.decode.text.options import (PROCESSES_FROM_LINES, PROCESSES_MOST_PARAMETERS,
+                                                 TranslatorOptions)
 from transformer_nmt.decode.text.processes import WorkerProcesses
 from transformer_nmt.decode.text.job import (  # noqa: F401 (Translation is imported from here)
     CallSettings, Translation, TranslationJob, TranslationRequest, constraint_ids, prefix_ids)
@@ -92,6 +93,8 @@ class Translator:
         its share of the cores (transformer_nmt.decode.device.threads), and gives the calling
         thread its own count back when it is done."""
         self.options = options = options.resolved()
+        self.parameters = sum(p.numel() for p in inference_model.model.parameters())
+        """The model's parameters, counted before decoding's layout replaces its layers."""
         self.vocab = inference_model.vocab
         self.languages = model_languages(inference_model.payload_meta)
         """(source, target) languages the model was trained on, where its file says."""
@@ -352,8 +355,9 @@ class Translator:
         if workers < 2 or len(batches) < 2 or self.model_paths is None:
             return False
         if self.options.worker_processes is None:
-            return self._processes is not None or \
+            return self._processes is not None or (
                 sum(map(len, batches)) >= PROCESSES_FROM_LINES
+                and self.parameters <= PROCESSES_MOST_PARAMETERS)
         return self.options.worker_processes
 
     def _worker_processes(self, workers: int) -> WorkerProcesses:
