@@ -39,7 +39,8 @@ def test_processes_give_the_translations_threads_give(model_file):
     assert translator._processes is None  # closed
 
 
-def test_the_default_takes_processes_only_for_a_long_enough_call(model_file, monkeypatch):
+def test_the_default_takes_processes_for_a_long_enough_call_until_one_dies(model_file,
+                                                                          monkeypatch):
     translator = Translator.from_files([model_file], OPTIONS)
     try:
         monkeypatch.setattr(translator_module, "PROCESSES_FROM_LINES", 12)
@@ -51,6 +52,12 @@ def test_the_default_takes_processes_only_for_a_long_enough_call(model_file, mon
         started = translator._processes
         list(translator.translate(sentences(8)))
         assert translator._processes is started
+        # A process that dies (killed, out of memory) is one clear error.
+        for process in started._pool._processes.values():
+            process.kill()
+        with pytest.raises(UserError, match="decoding worker process ended"):
+            list(translator.translate(sentences(12)))
+        assert translator._processes is None
     finally:
         translator.close()
 
@@ -80,16 +87,6 @@ def test_workers_that_cannot_load_the_model_give_its_error(model_file, tmp_path)
     translator = Translator.from_files([copy], replace(OPTIONS, worker_processes=True))
     copy.unlink()  # the workers load the file after the parent did
     with pytest.raises(UserError, match=str(copy)):
-        list(translator.translate(sentences(12)))
-    assert translator._processes is None
-
-
-def test_a_worker_that_dies_is_one_clear_error(model_file):
-    translator = Translator.from_files([model_file], replace(OPTIONS, worker_processes=True))
-    list(translator.translate(sentences(12)))
-    for process in translator._processes._pool._processes.values():
-        process.kill()
-    with pytest.raises(UserError, match="decoding worker process ended"):
         list(translator.translate(sentences(12)))
     assert translator._processes is None
 
