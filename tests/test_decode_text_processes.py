@@ -91,7 +91,7 @@ def test_workers_that_cannot_load_the_model_give_its_error(model_file, tmp_path)
     assert translator._processes is None
 
 
-def test_nmt_translate_with_and_without_worker_processes(model_file, tmp_path, capsys):
+def test_nmt_translate_with_and_without_worker_processes(model_file, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("\n".join(sentences(16, seed=5)) + "\n", encoding="utf-8")
     outputs = []

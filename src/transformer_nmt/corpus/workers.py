@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import multiprocessing
 import queue
-import signal
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
@@ -17,7 +16,8 @@ from typing import Any
 from transformer_nmt.corpus.manifest import read_manifest
 from transformer_nmt.corpus.options import CorpusOptions
 from transformer_nmt.corpus.shards import ShardTask, describe_shard, translate_shard
-from transformer_nmt.decode.device.threads import decoding_threads, use_cores
+from transformer_nmt.decode.device.threads import decoding_threads
+from transformer_nmt.decode.text.processes import enter_worker_process, terminate_processes
 from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.interrupts import stop_signals_held
@@ -28,9 +28,7 @@ _WORKER: dict[str, Any] = {}
 
 def _start_worker(models: tuple[str, ...], options: TranslatorOptions, cores: int,
                   as_json: bool, errors: str, started: Any) -> None:
-    # Ctrl-C reaches the whole process group: the parent alone answers it, stopping us.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    use_cores(cores)
+    enter_worker_process(cores)
     _WORKER.update(translator=Translator.from_files(models, options), as_json=as_json,
                    errors=errors, started=started)
 
@@ -115,6 +113,5 @@ def _drain(started: Any) -> list[int]:
 def _stop(pool: ProcessPoolExecutor) -> None:
     """End the pool's workers at once (an interrupt, an error): their shards' temporary
     files are left for the next run's writer to remove."""
-    for process in list((pool._processes or {}).values()):  # no public handle on them
-        process.terminate()
+    terminate_processes(pool)
     pool.shutdown(wait=True, cancel_futures=True)

@@ -115,7 +115,6 @@ class TranslationJob:
         ids, prefixes, numbers, constraints = self.pick(rows)
         return TranslationJob(self.settings, ids, prefixes, constraints, numbers)
 
-
     def in_order(self, found: dict[int, list[Translation]]) -> list[list[Translation]]:
         """Every line's translations, in order: those `found` for it, by line, and an
         empty translation for each line not searched (an empty line)."""

@@ -41,11 +41,22 @@ _WORKER: dict[str, Any] = {}
 """A worker process's translator, made by `_start_worker`."""
 
 
-def _start_worker(make: Make, paths: tuple[str, ...], options: TranslatorOptions,
-                  cores: int) -> None:
-    # Ctrl-C reaches the whole process group: the parent alone answers it, stopping us.
+def enter_worker_process(cores: int) -> None:
+    """Begin a worker process of a pool that decodes on `cores` cores: Ctrl-C, which
+    reaches the whole process group, is left to the parent, which stops the workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     use_cores(cores)
+
+
+def terminate_processes(pool: ProcessPoolExecutor) -> None:
+    """End `pool`'s worker processes now (an interrupt, an error), whatever they do."""
+    for process in list((pool._processes or {}).values()):  # no public handle on them
+        process.terminate()
+
+
+def _start_worker(make: Make, paths: tuple[str, ...], options: TranslatorOptions,
+                  cores: int) -> None:
+    enter_worker_process(cores)
     try:
         _WORKER["translator"] = make(paths, options)
     except UserError as error:
@@ -101,8 +112,7 @@ class WorkerProcesses:
     def close(self, at_once: bool = False) -> None:
         """End the processes: when their batches are done, or `at_once`."""
         if at_once:
-            for process in list((self._pool._processes or {}).values()):  # no public handle
-                process.terminate()
+            terminate_processes(self._pool)
         self._closing()
 
 

@@ -322,8 +322,9 @@ class Translator:
     def translate_job(self, job: TranslationJob, workers: int, side_by_side: int | None = None
                       ) -> list[list[Translation]]:
         """The translations of `job`'s lines, in order: sorted by length into batches
-        (`budget`) that `workers` threads (or worker processes: `worker_processes`) translate, each on its share of the cores when
-        `side_by_side` batches decode at once (None: as many as this call runs at once)."""
+        (`budget`) that `workers` threads (or worker processes: `worker_processes`)
+        translate, each on its share of the cores when `side_by_side` batches decode at
+        once (None: as many as this call runs at once)."""
         batches = length_batches([len(ids) for ids in job.ids], job.searched, self.budget)
 
         if self._in_processes(workers, batches):
