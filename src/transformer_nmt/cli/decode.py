@@ -21,7 +21,7 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                           processes: bool = False) -> None:
     """Search, sampling, batching and precision options shared by translate, evaluate and
     serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked),
-    --worker-processes only if `processes` (a command that translates files)."""
+    --worker-processes only if `processes` (translate, evaluate and serve)."""
     groups = {
         "search": parser.add_argument_group(
             "search", "the defaults are the paper's settings (section 6.1), and the search "
@@ -45,8 +45,7 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        help="auto (default): bf16 on a GPU that computes it natively and on "
                        "a CPU whose bf16 matrix products measured faster than fp32's by "
                        "runtime.BF16_MARGIN (a CPU with AMX; measured once and cached), else "
-                       "fp32; fp32: "
-                       "the reference output; bf16: bfloat16 weights and activations, for "
+                       "fp32; fp32: the reference output; bf16: bfloat16 weights and activations, for "
                        "GPUs and CPUs with AVX-512 BF16 or AMX; int8: dynamic int8 "
                        "quantization of the linear layers, CPU only, the fastest on CPUs with "
                        "AVX-512 VNNI. Reduced precision may change a few words.")
@@ -60,10 +59,10 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        help="translate N batches at once, each on its share of the cores "
                        "(default: decode/device/threads.py's default_workers: more than one "
                        "only on a CPU with several cores, one with --interactive). A decoding "
-                       "step's thin products split poorly across "
-                       "cores, so two half batches translate faster than one whole one, in less "
-                       "memory; more workers or larger batches are faster still but hold "
-                       "more batches' memory (measurements: bench/RESULTS.md)")
+                       "step's thin products split poorly across cores, so two half batches "
+                       "translate faster than one whole one, in less memory; more workers "
+                       "or larger batches are faster still but hold more batches' memory "
+                       "(measurements: bench/RESULTS.md)")
     if processes:
         speed.add_argument("--worker-processes", action=argparse.BooleanOptionalAction,
                            help="on a CPU, translate the --workers batches in worker "
@@ -73,7 +72,8 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                            "decode/text/options.py's PROCESSES_FROM_LINES lines of a model "
                            "of at most PROCESSES_MOST_PARAMETERS, threads otherwise: a "
                            "short input is done before processes could start, and a large "
-                           "model's steps are its products, which threads share well)")
+                           "model's steps are its products, which threads share well; nmt serve: "
+                           "each slot a process, default threads)")
     speed.add_argument("--device", choices=["cpu", "cuda"],
                        help="where to run (default: cuda if a GPU is available and the "
                        "precision is not int8, else cpu)")

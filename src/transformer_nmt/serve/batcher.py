@@ -15,7 +15,10 @@ a slot is free and the queue is short, a sentence waits at most `max_wait_s` for
 A request is cut into pieces by the same rule, so that a long one goes to several slots.
 
 There are as many slots as the Translator has workers, each a thread on its share of
-the cores (a lone one gets them all). Decoding never runs on the event loop, so the
+the cores (a lone one gets them all); with worker processes
+(transformer_nmt.decode.continuous.remote), each slot's thread hands its engines' steps
+and its batches to a process of its own, so that decoding's Python never waits for the
+event loop's or another slot's. Decoding never runs on the event loop, so the
 server keeps answering while it decodes. A sentence's translation does not depend on
 what else was decoded beside it; a sampled one is seeded by its position in its own
 request.
@@ -30,10 +33,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.continuous.engine import Engine
+from transformer_nmt.decode.continuous.remote import RemoteEngine, SlotProcess
 from transformer_nmt.decode.text.batches import BatchBudget, length_batches
-from transformer_nmt.decode.text.job import CallSettings, join_jobs
+from transformer_nmt.decode.search.base import Hypothesis
+from transformer_nmt.decode.text.job import CallSettings, TranslationJob, join_jobs
 from transformer_nmt.decode.device.policy import decodes_alone, deep_queue
-from transformer_nmt.decode.device.threads import decoding_threads
+from transformer_nmt.decode.device.threads import all_cores, decoding_threads
 from transformer_nmt.decode.text.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.serve.driver import Driver, Piece, Queue
 from transformer_nmt.serve.metrics import ServerMetrics
@@ -74,6 +81,8 @@ class Batcher:
         self._slot_threads = [ThreadPoolExecutor(1, thread_name_prefix=f"nmt-slot{slot}")
                               for slot in range(self.slots)]
         self._side_thread = ThreadPoolExecutor(1, thread_name_prefix="nmt-side")
+        self._processes = _slot_processes(translator, self.slots)
+        """Each slot's process, where slots decode in processes; else None."""
         self._free_slots = list(range(self.slots))
         self._drivers: dict[int, Driver] = {}
         self._deep = False
@@ -118,6 +127,8 @@ class Batcher:
             await asyncio.gather(self._task, return_exceptions=True)
         for thread in self._slot_threads + [self._side_thread]:
             thread.shutdown(wait=True)
+        for process in self._processes or []:
+            process.close()
 
     async def translate(self, lines: list[str | TranslationRequest], tokens: list[int],
                         key: CallSettings) -> list[list[Translation]]:
@@ -199,7 +210,7 @@ class Batcher:
 
     def _start_driver(self) -> None:
         slot = self._free_slots.pop(0)
-        driver = Driver(self, asyncio.get_running_loop())
+        driver = Driver(self, asyncio.get_running_loop(), slot)
         self._drivers[slot] = driver
 
         async def drive() -> None:
@@ -216,6 +227,21 @@ class Batcher:
         batcher's and the other models'."""
         return decoding_threads(max(self.busy_slots + self.busy_elsewhere(self), 1),
                                 self.translator.options.device)
+
+    def new_engine(self, slot: int, decode: DecodeConfig) -> Engine | RemoteEngine:
+        """A continuous-batching engine for slot `slot`'s driver: in the slot's process,
+        where slots are processes."""
+        if self._processes is None:
+            return self.translator.new_engine(decode)
+        return self._processes[slot].engine(decode)
+
+    def finish(self, slot: int, job: TranslationJob, rows: list[int],
+               found: list[list[Hypothesis]]) -> list[list[Translation]]:
+        """Translator.finish for slot `slot`'s driver: in the slot's process, where slots
+        are processes (the guard's second searches decode there too)."""
+        if self._processes is None:
+            return self.translator.finish(job, rows, found)
+        return self._processes[slot].finish(job, rows, found)
 
     def observe_step(self, sentences: int) -> None:
         """A driver decoded a step of `sentences` sentences."""
@@ -284,8 +310,10 @@ class Batcher:
         job, starts = join_jobs([piece.job for piece in batch])
         alone = decodes_alone(slot, self.busy_slots, bool(self.queue), self.busy_elsewhere(self))
         # A batch decoding alone gets every core; batches side by side share them.
-        translate = functools.partial(self.translator.translate_job, job, 1,
-                                      1 if alone else self.slots)
+        side_by_side = 1 if alone else self.slots
+        translate = functools.partial(self.translator.translate_job, job, 1, side_by_side) \
+            if self._processes is None else \
+            functools.partial(self._processes[slot].translate_job, job, side_by_side)
         started = time.perf_counter()
         try:
             results = await asyncio.get_running_loop().run_in_executor(
@@ -304,3 +332,13 @@ class Batcher:
         for piece, start in zip(batch, starts):
             if not piece.future.done():
                 piece.future.set_result(results[start:start + piece.size])
+
+
+def _slot_processes(translator: Translator, slots: int) -> list[SlotProcess] | None:
+    """A process per slot, each with every core (a slot's steps and batches then take
+    their share, as threads would), where the options ask for worker processes and the
+    Translator was made from model files; else None."""
+    if not translator.options.worker_processes or translator.model_paths is None:
+        return None
+    return [SlotProcess(type(translator).from_files, translator.model_paths,
+                        translator.options, all_cores()) for _ in range(slots)]

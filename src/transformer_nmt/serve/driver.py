@@ -21,9 +21,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.text.batches import BatchBudget
 from transformer_nmt.decode.continuous.engine import Engine
-from transformer_nmt.decode.text.job import CallSettings, TranslationJob, join_jobs
+from transformer_nmt.decode.text.job import CallSettings, Translation, TranslationJob, join_jobs
 from transformer_nmt.decode.search.base import Hypothesis
 from transformer_nmt.decode.device.threads import torch_threads
 from transformer_nmt.decode.text.translator import Translator
@@ -168,9 +169,18 @@ class Host(Protocol):
     def threads(self) -> int:
         """The torch threads for the next step: its share of the cores."""
 
+    def new_engine(self, slot: int, decode: DecodeConfig) -> Engine:
+        """A continuous-batching engine of slot `slot` searching with `decode` (in the
+        slot's process, where slots are processes)."""
+
     def deep(self) -> bool:
         """Whether the queue is deep: the batcher then decodes it in batches, and drivers
         take no more."""
+
+    def finish(self, slot: int, job: TranslationJob, rows: list[int],
+               found: list[list[Hypothesis]]) -> list[list[Translation]]:
+        """Translator.finish of slot `slot`: the guard's second searches, alignments and
+        confidence, in the slot's process where slots are processes."""
 
     def observe_step(self, sentences: int) -> None:
         """A step of `sentences` sentences was decoded (in the driver's thread)."""
@@ -187,10 +197,10 @@ class Host(Protocol):
 class Driver:
     """The engines of one decoding slot, and the pieces they are decoding."""
 
-    def __init__(self, host: Host, loop: asyncio.AbstractEventLoop) -> None:
-        """A driver taking pieces from host.queue, decoding them with host.translator,
-        and handing them back to `host` through `loop`."""
-        self.host, self.loop = host, loop
+    def __init__(self, host: Host, loop: asyncio.AbstractEventLoop, slot: int = 0) -> None:
+        """A driver of slot `slot` taking pieces from host.queue, decoding them with
+        host's engines, and handing them back to `host` through `loop`."""
+        self.host, self.loop, self.slot = host, loop, slot
         self.translator, self.queue = host.translator, host.queue
         self.max_sentences = host.max_batch_sentences
         self.engines: dict[CallSettings, Engine] = {}
@@ -246,7 +256,7 @@ class Driver:
                 continue
             engine = self.engines.get(key)
             if engine is None:
-                engine = self.engines[key] = self.translator.new_engine(key.decode)
+                engine = self.engines[key] = self.host.new_engine(self.slot, key.decode)
             engine.add(self.translator.source_tensor([piece.job.ids[line]
                                                       for piece, line in lines]),
                        [(id(piece), line) for piece, line in lines])
@@ -286,7 +296,8 @@ class Driver:
             rows = [start + line for piece, start in zip(pieces, starts)
                     for line in piece.job.searched]
             found = [piece.found[line] for piece in pieces for line in piece.job.searched]
-            results = job.in_order(dict(zip(rows, self.translator.finish(job, rows, found))))
+            results = job.in_order(dict(zip(rows, self.host.finish(self.slot, job, rows,
+                                                                   found))))
             for piece, start in zip(pieces, starts):
                 self._deliver(piece, results[start:start + piece.size])
 

@@ -31,6 +31,11 @@ def use_cores(count: int) -> None:
     torch.set_num_threads(_PROCESS_THREADS)
 
 
+def all_cores() -> int:
+    """The cores decoding shares out in this process."""
+    return _PROCESS_THREADS
+
+
 def default_workers(device: str | torch.device, line_by_line: bool = False) -> int:
     """Batches decoded at once by default: two on a CPU with two or more cores, else one;
     one `line_by_line` (interactive use), whose only batch should have every core.
