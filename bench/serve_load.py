@@ -6,7 +6,7 @@ clients (each level bounded by --max-seconds; the script stops by itself), once 
 --hogs count: with that many busy-loop processes running beside the server (a shared
 machine). Prints one JSON line per level: sentences/s, target tokens/s, p50/p95/p99
 latency, errors, the server's CPU seconds (user + system) per answered sentence, and its
-peak RSS; before that, in the same run, the offline throughput of the same
+peak RSS (both with its slot processes'); before that, in the same run, the offline throughput of the same
 sentences through the Translator with the same settings (what `nmt translate` does), and
 each sentence's latency decoded alone (batch of one), for the one-client comparison.
 With --paired N, the server's added latency is measured without the machine's drift
@@ -130,21 +130,46 @@ def paired_level(url: str, translator: Translator, lines: list[str]) -> None:
            extra_p25_p75_ms=[round(percentile(extra, 0.25), 1), round(percentile(extra, 0.75), 1)])
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process under it (a server's slot processes)."""
+    tree, index = [pid], 0
+    while index < len(tree):
+        try:
+            with open(f"/proc/{tree[index]}/task/{tree[index]}/children", encoding="ascii") as f:
+                tree += [int(child) for child in f.read().split()]
+        except OSError:
+            pass
+        index += 1
+    return tree
+
+
 def server_rss_mb(pid: int) -> dict:
-    fields = {}
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            name, _, value = line.partition(":")
-            if name in ("VmRSS", "VmHWM"):
-                fields[name] = round(int(value.split()[0]) / 1024)
-    return {"rss_mb": fields.get("VmRSS"), "peak_rss_mb": fields.get("VmHWM")}
+    """The resident memory of the server and its slot processes, summed (the peak: the
+    sum of each one's peak, an upper bound)."""
+    totals = {"VmRSS": 0, "VmHWM": 0}
+    for member in process_tree(pid):
+        try:
+            with open(f"/proc/{member}/status", encoding="ascii") as status:
+                for line in status:
+                    name, _, value = line.partition(":")
+                    if name in totals:
+                        totals[name] += int(value.split()[0])
+        except OSError:
+            pass
+    return {"rss_mb": round(totals["VmRSS"] / 1024), "peak_rss_mb": round(totals["VmHWM"] / 1024)}
 
 
 def server_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds the process `pid` has used so far."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds the server and its slot processes have used so far."""
+    seconds = 0.0
+    for member in process_tree(pid):
+        try:
+            with open(f"/proc/{member}/stat", encoding="ascii") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        seconds += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return seconds
 
 
 def batch_sentences(url: str) -> tuple[float, float]:

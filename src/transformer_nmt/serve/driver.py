@@ -216,7 +216,11 @@ class Driver:
         """Admit, step and finish until the engines are empty and nothing waits."""
         try:
             while True:
-                self._admit()
+                # Admissions (the encoder) and finishing (the guard's second searches) on
+                # the slot's share of the cores too, as the steps: a slot's threads beyond
+                # its share stall the parallel regions of the slots beside it.
+                with torch_threads(self.host.threads()):
+                    self._admit()
                 if not self.pieces:
                     release_free_memory()
                     return

@@ -29,7 +29,6 @@ import torch
 from torch import Tensor
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.device.threads import torch_threads
 from transformer_nmt.decode.search.base import Hypothesis
 from transformer_nmt.decode.text.job import Translation, TranslationJob
 from transformer_nmt.decode.text.options import TranslatorOptions
@@ -63,14 +62,15 @@ class SlotProcess:
         self._closing = weakref.finalize(self, _end, self._connection, self._process)
 
     def call(self, kind: str, *args: Any) -> Any:
-        """The process's answer to one request; its error raised here (UserError if the
-        process is gone)."""
+        """The process's answer to one request, worked out on as many threads as the
+        calling thread's torch has (its share of the cores); its error raised here
+        (UserError if the process is gone)."""
         with self._lock:
             forgotten = []
             while self.forgotten:  # pop, not a copy and clear: a finalizer may append
                 forgotten.append(self.forgotten.pop())
             try:
-                self._connection.send((kind, args, forgotten))
+                self._connection.send((kind, args, forgotten, torch.get_num_threads()))
                 ok, value = self._connection.recv()
             except (EOFError, OSError):
                 raise UserError("a decoding slot's process ended (out of memory? its error, "
@@ -103,8 +103,8 @@ class SlotProcess:
 
 class RemoteEngine:
     """An Engine that lives in a SlotProcess: the same `rows`, `k`, `add`, `step` and
-    `drop`. A step runs on as many threads as the calling thread's torch has then (the
-    driver's share of the cores)."""
+    `drop`, each on as many threads as the calling thread's torch has then (the driver's
+    share of the cores)."""
 
     def __init__(self, process: SlotProcess, number: int, k: int) -> None:
         self.process, self.number, self.k = process, number, k
@@ -124,7 +124,7 @@ class RemoteEngine:
         hypotheses."""
         if not self.rows:
             return []
-        ended, self.rows = self.process.call("step", self.number, torch.get_num_threads())
+        ended, self.rows = self.process.call("step", self.number)
         return ended
 
     def drop(self, tickets: set[Hashable]) -> None:
@@ -134,7 +134,7 @@ class RemoteEngine:
 
 def _end(connection: Connection, process: multiprocessing.Process) -> None:
     try:
-        connection.send(("close", (), []))
+        connection.send(("close", (), [], 1))
     except OSError:
         pass
     process.join(timeout=10)
@@ -154,13 +154,17 @@ def _slot_main(connection: Connection, make: Make, paths: tuple[str, ...],
     engines: dict[int, Any] = {}
     while True:
         try:
-            kind, args, forgotten = connection.recv()
+            kind, args, forgotten, threads = connection.recv()
         except (EOFError, OSError):
             return
         if kind == "close":
             return
         for number in forgotten:
             engines.pop(number, None)
+        if torch.get_num_threads() != threads:
+            # Changed only when the share changes: every thread beyond the cores' share
+            # stalls the parallel regions of the slots beside this one.
+            torch.set_num_threads(threads)
         try:
             if failure is not None:
                 raise failure
@@ -188,9 +192,7 @@ def _answer(translator: Any, engines: dict[int, Any], kind: str, args: tuple) ->
     if kind == "add":
         engine.add(torch.tensor(args[1], device=translator.options.device), args[2])
     elif kind == "step":
-        with torch_threads(args[1]):
-            ended = engine.step()
-        return ended, engine.rows
+        return engine.step(), engine.rows
     elif kind == "drop":
         engine.drop(args[1])
     else:
