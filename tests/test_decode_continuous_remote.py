@@ -27,33 +27,34 @@ def translator(model_file) -> Translator:
     return Translator.from_files([model_file], FAST)
 
 
-def _run(engine, translator, schedule):
-    """Sentences of `schedule` (step → lines) joining `engine` at those steps, every
-    step on one thread (fp32: the same kernels in both processes, to the last bit);
-    what each line ended with, by line."""
-    found, step = {}, 0
-    while step in schedule or engine.rows or step <= max(schedule):
-        if step in schedule:
-            lines = schedule[step]
+def _run(engine, translator, schedule, drop=()):
+    """Sentences of `schedule` (call → lines) joining `engine` at those calls of its
+    `step`, `drop` leaving as soon as they joined; what each line ended with, by line
+    (tokens, score to 5 places: fp32's last bits depend on the rows decoded beside, and
+    a process steps at its own pace)."""
+    found, call = {}, 0
+    while call in schedule or engine.rows or call <= max(schedule):
+        if call in schedule:
+            lines = schedule[call]
             ids = [translator.source_ids([line], SHORT, [0])[0] for line in lines]
             engine.add(translator.source_tensor(ids), lines)
-        with torch_threads(1):
-            found.update((line, [(h.tokens, h.score, h.features) for h in hyps])
-                         for line, hyps in engine.step())
-        if step == 2:
-            engine.drop({schedule[0][1]})
-        step += 1
+            engine.drop(set(drop) & set(lines))
+        found.update((line, [(h.tokens, round(h.score, 5)) for h in hyps])
+                     for line, hyps in engine.step())
+        call += 1
     return found
 
 
 def test_a_slot_process_engine_gives_the_hypotheses_of_one_here_and_a_dead_one_is_one_line(
         translator, model_file, monkeypatch):
     schedule = {0: sentences(3, seed=5), 1: sentences(2, seed=6), 4: sentences(2, seed=7)}
+    dropped = schedule[0][1]
     process = SlotProcess(Translator.from_files, [str(model_file)], FAST, 1)
     try:
-        remote = _run(process.engine(SHORT), translator, schedule)
-        assert remote == _run(translator.new_engine(SHORT), translator, schedule)
-        assert schedule[0][1] not in remote and len(remote) == 6  # the dropped one left
+        with torch_threads(1):  # the process then steps on one thread too
+            remote = _run(process.engine(SHORT), translator, schedule, [dropped])
+            assert remote == _run(translator.new_engine(SHORT), translator, schedule, [dropped])
+        assert dropped not in remote and len(remote) == 6
         # A job of lines, as a batch of the server's deep queue goes to the process: here
         # on one core too, as the process.
         monkeypatch.setattr(threads, "_PROCESS_THREADS", 1)
@@ -67,7 +68,7 @@ def test_a_slot_process_engine_gives_the_hypotheses_of_one_here_and_a_dead_one_i
             while engine.rows:
                 found.update(engine.step())
             here = translator.finish(job, rows, [found[row] for row in rows])
-        assert process.finish(job, rows, [found[row] for row in rows]) == here
+            assert process.finish(job, rows, [found[row] for row in rows]) == here
         process._process.kill()
         process._process.join()
         with pytest.raises(UserError, match="a decoding slot's process ended"):

@@ -33,6 +33,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
+import torch
+
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.continuous.engine import Engine
 from transformer_nmt.decode.continuous.remote import RemoteEngine, SlotProcess
@@ -336,9 +338,11 @@ class Batcher:
 
 def _slot_processes(translator: Translator, slots: int) -> list[SlotProcess] | None:
     """A process per slot, each with every core (a slot's steps and batches then take
-    their share, as threads would), where the options ask for worker processes and the
-    Translator was made from model files; else None."""
-    if not translator.options.worker_processes or translator.model_paths is None:
+    their share, as threads would), where the options ask for worker processes on a CPU
+    and the Translator was made from model files; else None."""
+    options = translator.options
+    if (not options.worker_processes or translator.model_paths is None
+            or torch.device(options.device).type != "cpu"):
         return None
     return [SlotProcess(type(translator).from_files, translator.model_paths,
                         translator.options, all_cores()) for _ in range(slots)]
