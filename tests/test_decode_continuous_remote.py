@@ -1,7 +1,8 @@
 """A decoding slot in its own process (decode/continuous/remote.py): its engine gives the
 hypotheses the engine gives in this process, sentences joining and leaving between steps;
 the server's batcher with slot processes translates as with threads, continuously and in
-batches; a process that cannot load the model or that dies is one clear error."""
+batches (tests/test_serve_server.py's SIGTERM test serves through one); a process that
+cannot load the model or that dies is one clear error."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def test_a_slot_process_that_cannot_load_the_model_says_why_at_each_call(tmp_pat
 
 
 def test_slots_as_processes_translate_as_threads_do_continuously_and_in_batches(model_file):
-    options = replace(FAST, workers=2, batch_size=2, worker_processes=True)
+    options = replace(FAST, workers=2, batch_size=2, worker_processes=None)
     lines = sentences(12, seed=17)
     key = CallSettings(SHORT, alignments=False)
 
@@ -101,7 +102,9 @@ def test_slots_as_processes_translate_as_threads_do_continuously_and_in_batches(
                           max_queue=1000)
         batcher.start()
         try:
-            assert (batcher._processes is not None) == translator.options.worker_processes
+            # The default (None) takes processes for a small model.
+            assert (batcher._processes is not None) == \
+                (translator.options.worker_processes is not False)
             return [found[0][0].text for found in await together(batcher)]
         finally:
             await batcher.stop()
@@ -111,3 +114,4 @@ def test_slots_as_processes_translate_as_threads_do_continuously_and_in_batches(
     # Twelve sentences at once in two slots of two: the queue is deep, and part of it goes
     # to batches; the rest to the engines.
     assert asyncio.run(run(Translator.from_files([model_file], options))) == in_threads
+

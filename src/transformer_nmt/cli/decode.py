@@ -73,7 +73,7 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                            "of at most PROCESSES_MOST_PARAMETERS, threads otherwise: a "
                            "short input is done before processes could start, and a large "
                            "model's steps are its products, which threads share well; nmt serve: "
-                           "each slot a process, default threads)")
+                           "each slot a process, by default for such a model whatever the input)")
     speed.add_argument("--device", choices=["cpu", "cuda"],
                        help="where to run (default: cuda if a GPU is available and the "
                        "precision is not int8, else cpu)")

@@ -41,6 +41,7 @@ from transformer_nmt.decode.continuous.remote import RemoteEngine, SlotProcess
 from transformer_nmt.decode.text.batches import BatchBudget, length_batches
 from transformer_nmt.decode.search.base import Hypothesis
 from transformer_nmt.decode.text.job import CallSettings, TranslationJob, join_jobs
+from transformer_nmt.decode.text.options import PROCESSES_MOST_PARAMETERS
 from transformer_nmt.decode.device.policy import decodes_alone, deep_queue
 from transformer_nmt.decode.device.threads import all_cores, decoding_threads
 from transformer_nmt.decode.text.translator import Translation, TranslationRequest, Translator
@@ -338,10 +339,17 @@ class Batcher:
 
 def _slot_processes(translator: Translator, slots: int) -> list[SlotProcess] | None:
     """A process per slot, each with every core (a slot's steps and batches then take
-    their share, as threads would), where the options ask for worker processes on a CPU
-    and the Translator was made from model files; else None."""
+    their share, as threads would), on a CPU for a Translator made from model files,
+    where the options ask for worker processes, or leave it open (None) and the model
+    has at most PROCESSES_MOST_PARAMETERS: on the small model they answered 1.06-1.30x
+    the threads' sentences per second from 8 to 128 clients and a lone sentence no
+    slower, at about twice the memory; on the base shape they gained less for three times
+    it (bench/RESULTS.md, "Slot processes in nmt serve"). Else None."""
     options = translator.options
-    if (not options.worker_processes or translator.model_paths is None
+    wanted = options.worker_processes
+    if wanted is None:
+        wanted = translator.parameters <= PROCESSES_MOST_PARAMETERS
+    if (not wanted or translator.model_paths is None
             or torch.device(options.device).type != "cpu"):
         return None
     return [SlotProcess(type(translator).from_files, translator.model_paths,

@@ -72,8 +72,9 @@ class TranslatorOptions:
     one interpreter, but each process starts and loads the model first (seconds) and holds
     its own copy. None: processes for a call of at least PROCESSES_FROM_LINES lines of a
     model of at most PROCESSES_MOST_PARAMETERS, when the Translator was made from model
-    files; threads otherwise. In `nmt serve`, True makes each decoding slot a process
-    (transformer_nmt.decode.continuous.remote); None and False keep them threads. A script that translates through worker processes must
+    files; threads otherwise. In `nmt serve`, each decoding slot a process
+    (transformer_nmt.decode.continuous.remote), None: for a model of at most
+    PROCESSES_MOST_PARAMETERS. A script that translates through worker processes must
     guard its main code with `if __name__ == "__main__":`, as Python's spawned
     processes need."""
 
