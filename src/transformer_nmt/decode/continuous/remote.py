@@ -219,10 +219,13 @@ def _slot_main(connection: Connection, make: Make, paths: tuple[str, ...],
     engines: dict[int, Any] = {}
     while True:
         stepping = [number for number, engine in engines.items() if engine.rows]
-        if stepping and not connection.poll():
-            for number in stepping:
-                connection.send(("report", number, *_step(engines, number)))
-            continue
+        try:
+            if stepping and not connection.poll():
+                for number in stepping:
+                    connection.send(("report", number, *_step(engines, number)))
+                continue
+        except OSError:  # the server has gone
+            return
         try:
             kind, args, forgotten, threads = connection.recv()
         except (EOFError, OSError):
@@ -243,6 +246,8 @@ def _slot_main(connection: Connection, make: Make, paths: tuple[str, ...],
             answer = ("answer", False, error)
         try:
             connection.send(answer)
+        except OSError:  # the server has gone
+            return
         except Exception as error:  # noqa: BLE001 - an error that does not pickle
             connection.send(("answer", False, RuntimeError(f"{type(error).__name__}: {error}")))
 
