@@ -53,14 +53,14 @@ def test_a_slot_process_engine_gives_the_hypotheses_of_one_here_and_a_dead_one_i
     process = SlotProcess(Translator.from_files, [str(model_file)], FAST, 1)
     try:
         with torch_threads(1):  # the process then steps on one thread too
-            remote = _run(process.engine(SHORT), translator, schedule, [dropped])
+            remote = _run(process.new_engine(SHORT), translator, schedule, [dropped])
             assert remote == _run(translator.new_engine(SHORT), translator, schedule, [dropped])
         assert dropped not in remote and len(remote) == 6
         # A job of lines, as a batch of the server's deep queue goes to the process: here
         # on one core too, as the process.
         monkeypatch.setattr(threads, "_PROCESS_THREADS", 1)
         job = translator.begin(sentences(3, seed=8), translator.settings(SHORT))
-        assert process.translate_job(job, 1) == translator.translate_job(job, 1, 1)
+        assert process.translate_job(job, 1, 1) == translator.translate_job(job, 1, 1)
         # A piece's hypotheses finished there (the guard may search again) as here.
         engine, rows = translator.new_engine(SHORT), list(range(3))
         engine.add(translator.source_tensor(job.ids), rows)
@@ -73,7 +73,7 @@ def test_a_slot_process_engine_gives_the_hypotheses_of_one_here_and_a_dead_one_i
         process._process.kill()
         process._process.join()
         with pytest.raises(UserError, match="a decoding slot's process ended"):
-            process.engine(SHORT)
+            process.new_engine(SHORT)
     finally:
         process.close()
 
@@ -83,7 +83,7 @@ def test_a_slot_process_that_cannot_load_the_model_says_why_at_each_call(tmp_pat
     try:
         for _ in range(2):
             with pytest.raises(UserError, match="gone.pt"):
-                process.engine(SHORT)
+                process.new_engine(SHORT)
     finally:
         process.close()
 

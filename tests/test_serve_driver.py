@@ -37,11 +37,6 @@ class Host:
     def threads(self) -> int:
         return 1
 
-    def new_engine(self, slot, decode):
-        return self.translator.new_engine(decode)
-
-    def finish(self, slot, job, rows, found):
-        return self.translator.finish(job, rows, found)
 
     def deep(self) -> bool:
         return False

@@ -35,12 +35,9 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
-from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.continuous.engine import Engine
-from transformer_nmt.decode.continuous.remote import RemoteEngine, SlotProcess
+from transformer_nmt.decode.continuous.remote import SlotProcess
 from transformer_nmt.decode.text.batches import BatchBudget, length_batches
-from transformer_nmt.decode.search.base import Hypothesis
-from transformer_nmt.decode.text.job import CallSettings, TranslationJob, join_jobs
+from transformer_nmt.decode.text.job import CallSettings, join_jobs
 from transformer_nmt.decode.text.options import PROCESSES_MOST_PARAMETERS
 from transformer_nmt.decode.device.policy import decodes_alone, deep_queue
 from transformer_nmt.decode.device.threads import all_cores, decoding_threads
@@ -86,6 +83,8 @@ class Batcher:
         self._side_thread = ThreadPoolExecutor(1, thread_name_prefix="nmt-side")
         self._processes = _slot_processes(translator, self.slots)
         """Each slot's process, where slots decode in processes; else None."""
+        self._decoders = self._processes or [translator] * self.slots
+        """What each slot's engines, finishing and batches run in."""
         self._free_slots = list(range(self.slots))
         self._drivers: dict[int, Driver] = {}
         self._deep = False
@@ -213,7 +212,7 @@ class Batcher:
 
     def _start_driver(self) -> None:
         slot = self._free_slots.pop(0)
-        driver = Driver(self, asyncio.get_running_loop(), slot)
+        driver = Driver(self, asyncio.get_running_loop(), self._decoders[slot])
         self._drivers[slot] = driver
 
         async def drive() -> None:
@@ -230,21 +229,6 @@ class Batcher:
         batcher's and the other models'."""
         return decoding_threads(max(self.busy_slots + self.busy_elsewhere(self), 1),
                                 self.translator.options.device)
-
-    def new_engine(self, slot: int, decode: DecodeConfig) -> Engine | RemoteEngine:
-        """A continuous-batching engine for slot `slot`'s driver: in the slot's process,
-        where slots are processes."""
-        if self._processes is None:
-            return self.translator.new_engine(decode)
-        return self._processes[slot].engine(decode)
-
-    def finish(self, slot: int, job: TranslationJob, rows: list[int],
-               found: list[list[Hypothesis]]) -> list[list[Translation]]:
-        """Translator.finish for slot `slot`'s driver: in the slot's process, where slots
-        are processes (the guard's second searches decode there too)."""
-        if self._processes is None:
-            return self.translator.finish(job, rows, found)
-        return self._processes[slot].finish(job, rows, found)
 
     def observe_step(self, sentences: int) -> None:
         """A driver decoded a step of `sentences` sentences."""
@@ -313,10 +297,8 @@ class Batcher:
         job, starts = join_jobs([piece.job for piece in batch])
         alone = decodes_alone(slot, self.busy_slots, bool(self.queue), self.busy_elsewhere(self))
         # A batch decoding alone gets every core; batches side by side share them.
-        side_by_side = 1 if alone else self.slots
-        translate = functools.partial(self.translator.translate_job, job, 1, side_by_side) \
-            if self._processes is None else \
-            functools.partial(self._processes[slot].translate_job, job, side_by_side)
+        translate = functools.partial(self._decoders[slot].translate_job, job, 1,
+                                      1 if alone else self.slots)
         started = time.perf_counter()
         try:
             results = await asyncio.get_running_loop().run_in_executor(

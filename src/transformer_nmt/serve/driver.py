@@ -158,6 +158,18 @@ class Queue:
                        if piece.continuous and not piece.future.done())
 
 
+class Decoder(Protocol):
+    """Where a slot's engines live and its pieces are finished: the Translator, or the
+    slot's process (transformer_nmt.decode.continuous.remote.SlotProcess)."""
+
+    def new_engine(self, decode: DecodeConfig) -> Engine:
+        """A continuous-batching engine searching with `decode`."""
+
+    def finish(self, job: TranslationJob, rows: list[int], found: list[list[Hypothesis]]
+               ) -> list[list[Translation]]:
+        """Translator.finish: the guard's second searches, alignments, confidence."""
+
+
 class Host(Protocol):
     """What a driver needs of the batcher that runs it."""
 
@@ -169,18 +181,9 @@ class Host(Protocol):
     def threads(self) -> int:
         """The torch threads for the next step: its share of the cores."""
 
-    def new_engine(self, slot: int, decode: DecodeConfig) -> Engine:
-        """A continuous-batching engine of slot `slot` searching with `decode` (in the
-        slot's process, where slots are processes)."""
-
     def deep(self) -> bool:
         """Whether the queue is deep: the batcher then decodes it in batches, and drivers
         take no more."""
-
-    def finish(self, slot: int, job: TranslationJob, rows: list[int],
-               found: list[list[Hypothesis]]) -> list[list[Translation]]:
-        """Translator.finish of slot `slot`: the guard's second searches, alignments and
-        confidence, in the slot's process where slots are processes."""
 
     def observe_step(self, sentences: int) -> None:
         """A step of `sentences` sentences was decoded (in the driver's thread)."""
@@ -197,11 +200,14 @@ class Host(Protocol):
 class Driver:
     """The engines of one decoding slot, and the pieces they are decoding."""
 
-    def __init__(self, host: Host, loop: asyncio.AbstractEventLoop, slot: int = 0) -> None:
-        """A driver of slot `slot` taking pieces from host.queue, decoding them with
-        host's engines, and handing them back to `host` through `loop`."""
-        self.host, self.loop, self.slot = host, loop, slot
+    def __init__(self, host: Host, loop: asyncio.AbstractEventLoop,
+                 decoder: Decoder | None = None) -> None:
+        """A driver taking pieces from host.queue, decoding them with the engines of
+        `decoder` (None: host.translator; else the slot's process), and handing them
+        back to `host` through `loop`."""
+        self.host, self.loop = host, loop
         self.translator, self.queue = host.translator, host.queue
+        self.decoder = host.translator if decoder is None else decoder
         self.max_sentences = host.max_batch_sentences
         self.engines: dict[CallSettings, Engine] = {}
         self.pieces: list[Piece] = []
@@ -260,7 +266,7 @@ class Driver:
                 continue
             engine = self.engines.get(key)
             if engine is None:
-                engine = self.engines[key] = self.host.new_engine(self.slot, key.decode)
+                engine = self.engines[key] = self.decoder.new_engine(key.decode)
             engine.add(self.translator.source_tensor([piece.job.ids[line]
                                                       for piece, line in lines]),
                        [(id(piece), line) for piece, line in lines])
@@ -300,8 +306,7 @@ class Driver:
             rows = [start + line for piece, start in zip(pieces, starts)
                     for line in piece.job.searched]
             found = [piece.found[line] for piece in pieces for line in piece.job.searched]
-            results = job.in_order(dict(zip(rows, self.host.finish(self.slot, job, rows,
-                                                                   found))))
+            results = job.in_order(dict(zip(rows, self.decoder.finish(job, rows, found))))
             for piece, start in zip(pieces, starts):
                 self._deliver(piece, results[start:start + piece.size])
 

@@ -11,7 +11,8 @@ without waiting to be asked (a round trip per step made a lone sentence 1.18x as
 answering requests between two steps; the slot's thread in the parent waits on the pipe
 without holding the interpreter.
 
-`SlotProcess` is the process; `RemoteEngine` speaks the Engine's interface
+`SlotProcess` is the process, with the Translator's `new_engine`, `finish` and
+`translate_job`; `RemoteEngine` speaks the Engine's interface
 (transformer_nmt.decode.continuous.engine) through it, so that a driver cannot tell the
 two apart.
 """
@@ -110,15 +111,16 @@ class SlotProcess:
                     ended[:] = [(ticket, found) for ticket, found in ended
                                 if ticket not in tickets]
 
-    def engine(self, decode: DecodeConfig) -> "RemoteEngine":
+    def new_engine(self, decode: DecodeConfig) -> "RemoteEngine":
         """A new continuous-batching engine in the process searching with `decode`."""
         number = next(self._numbers)
         self.call("new_engine", number, decode)
         return RemoteEngine(self, number, decode.beam)
 
-    def translate_job(self, job: TranslationJob, side_by_side: int) -> list[list[Translation]]:
-        """Translator.translate_job(job, 1, side_by_side) in the process."""
-        return self.call("translate_job", job, side_by_side)
+    def translate_job(self, job: TranslationJob, workers: int, side_by_side: int
+                      ) -> list[list[Translation]]:
+        """Translator.translate_job(job, workers, side_by_side) in the process."""
+        return self.call("translate_job", job, workers, side_by_side)
 
     def finish(self, job: TranslationJob, rows: list[int], found: list[list[Hypothesis]]
                ) -> list[list[Translation]]:
@@ -269,8 +271,7 @@ def _answer(translator: Any, engines: dict[int, Any], kind: str, args: tuple) ->
         engines[number] = translator.new_engine(decode)
         return None
     if kind == "translate_job":
-        job, side_by_side = args
-        return translator.translate_job(job, 1, side_by_side)
+        return translator.translate_job(*args)
     if kind == "finish":
         return translator.finish(*args)
     engine = engines[args[0]]
