@@ -59,6 +59,7 @@ def ours(args: argparse.Namespace, alpha: float, work: Path) -> tuple[Path, dict
     hyp, scores = work / f"ours-{alpha}.hyp", work / f"ours-{alpha}.json"
     done = nmt("evaluate", "--model", str(args.model), "--data", str(args.data), "--split",
                args.split, "--beam", "4", "--alpha", str(alpha), "--workers", str(WORKERS),
+               "--engine", args.engine,
                "--precision", args.ours_precision or args.precision,
                *(["--no-guard"] if args.no_guard else []),
                *([] if args.worker_processes is None else
@@ -120,6 +121,8 @@ def main() -> None:
     parser.add_argument("--ours-precision", choices=("auto", "fp32", "bf16", "int8"),
                         help="ours in another precision than --precision (e.g. our best, "
                         "bf16, against CTranslate2's, int8)")
+    parser.add_argument("--engine", choices=("auto", "ctranslate2", "torch"), default="auto",
+                        help="ours on this runtime (nmt evaluate --engine)")
     parser.add_argument("--no-guard", action="store_true",
                         help="ours without the guard's second searches, which CTranslate2 "
                         "does not have")

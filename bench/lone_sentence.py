@@ -11,7 +11,8 @@ moment of the machine falls on all of them; the medians over rounds are printed 
 with each case's median latency against CTranslate2's faster compute type.
 
 Ours: `Translator` with batch_size 1, one worker, line by line (what `nmt translate
---buffer-size 1` and the server do with a lone request), in each --precisions value.
+--batch-size 1` and the server do with a lone request), for each ENGINE/PRECISION of
+--ours (the default engine and precision, and the PyTorch search's default).
 CTranslate2: `nmt export --to ctranslate2`, one translator with intra_threads = --threads,
 in each --compute-types value. Both: beam 4, length penalty --alpha (ours GNMT's form,
 CTranslate2's |Y|^alpha), at most source length + 50 tokens.
@@ -65,7 +66,7 @@ def timed(translate_one, lines: list[str]) -> dict:
                 cpu_ms=round(cpu / len(seconds) * 1000, 1), output_tokens=tokens)
 
 
-def ours(args: argparse.Namespace, precision: str) -> dict:
+def ours(args: argparse.Namespace, engine: str, precision: str) -> dict:
     import torch
 
     from transformer_nmt.config import DecodeConfig
@@ -74,7 +75,8 @@ def ours(args: argparse.Namespace, precision: str) -> dict:
     torch.set_num_threads(args.threads)
     decode = DecodeConfig(beam=4, alpha=args.alpha)
     translator = Translator.from_file(args.model, TranslatorOptions(
-        decode=decode, precision=precision, batch_size=1, workers=1, buffer_size=1))
+        decode=decode, engine=engine, precision=precision, batch_size=1, workers=1,
+        buffer_size=1))
 
     def translate_one(line: str) -> int:
         (best,) = translator.translate_batch([line])
@@ -130,8 +132,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--alpha", type=float, default=0.6)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--precisions", default="fp32,bf16,int8",
-                        help="ours, comma-separated (auto, fp32, bf16, int8)")
+    parser.add_argument("--ours", default="auto/auto,torch/auto",
+                        help="ours, comma-separated ENGINE/PRECISION pairs")
     parser.add_argument("--compute-types", default="float32,int8",
                         help="CTranslate2's, comma-separated")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # SYSTEM:PRECISION, in a child
@@ -139,10 +141,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.case:
         system, precision = args.case.split(":")
-        result = ours(args, precision) if system == "ours" else ctranslate2_side(args, precision)
+        result = (ours(args, *precision.split("/")) if system == "ours"
+                  else ctranslate2_side(args, precision))
         print(json.dumps(result), flush=True)
         return
-    cases = ([f"ours:{p}" for p in args.precisions.split(",") if p]
+    cases = ([f"ours:{pair}" for pair in args.ours.split(",") if pair]
              + [f"ctranslate2:{c}" for c in args.compute_types.split(",") if c])
     with tempfile.TemporaryDirectory() as workdir:
         ct2_dir = Path(workdir) / "ct2"

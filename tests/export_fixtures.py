@@ -24,7 +24,7 @@ def our_tokens(model_path: Path, lines: list[str], decode: DecodeConfig) -> list
     search alone: the runtimes compared with it have no guard against degenerate output."""
     translator = Translator(load_for_inference(model_path),
                             TranslatorOptions(decode=replace(decode, guard=False), device="cpu",
-                                              workers=1, precision="fp32"))
+                                              workers=1, precision="fp32", engine="torch"))
     return [found[0].tokens for found in translator.translate_nbest(lines)]
 
 

@@ -22,9 +22,12 @@ from transformer_nmt.model_file import read_model_file, save_model_file
 from transformer_nmt.serve.server import build_app
 from transformer_nmt.serve.settings import ServeSettings
 
-FAST = TranslatorOptions(SHORT, workers=1, precision="fp32", worker_processes=False)
-"""Beam 2, short outputs, one worker, a thread: quick searches that still use the beam
-(a slot process would take seconds to start in every test's app)."""
+FAST = TranslatorOptions(SHORT, engine="torch", workers=1, precision="fp32",
+                         worker_processes=False)
+"""Beam 2, short outputs, one worker, a thread, the PyTorch search: quick searches that
+still use the beam (a slot process would take seconds to start in every test's app),
+continuously batched, and on the random test models the same whatever the batching
+(CTranslate2's server path has tests of its own)."""
 
 
 def with_languages(model_file: Path, directory: Path, source: str = "en",

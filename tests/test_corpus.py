@@ -17,7 +17,7 @@ from transformer_nmt.cli import main
 from transformer_nmt.corpus.manifest import MANIFEST
 from transformer_nmt.corpus.shards import KILL_HOOK, SHARDS
 
-FAST = ["--beam", "2", "--max-len-b", "5", "--precision", "fp32"]
+FAST = ["--beam", "2", "--max-len-b", "5", "--precision", "fp32", "--engine", "torch"]
 
 
 @pytest.fixture(scope="module")

@@ -104,8 +104,8 @@ def test_a_calibrated_translator_takes_the_confidence_from_its_search(model_file
     # The tiny model's outputs are mostly degenerate, whose confidence is 0 whatever their
     # features; the features are what this compares.
     monkeypatch.setattr(confidence, "output_reasons", lambda *arguments: [])
-    translator = Translator.from_file(calibrated, TranslatorOptions(SHORT, workers=1,
-                                                                    precision="fp32"))
+    translator = Translator.from_file(calibrated, TranslatorOptions(
+        SHORT, engine="torch", workers=1, precision="fp32"))
     for engine in (False, True):  # the lockstep batches, then one engine
         monkeypatch.setattr(confidence, "sentence_features", no_second_pass)
         if engine:

@@ -94,7 +94,8 @@ def test_the_guard_checks_searches_it_is_on_for_but_not_samples():
 # outputs loop more often than not: most lines are decoded again.
 
 def translator_for(model_file, decode: DecodeConfig, **fields) -> Translator:
-    return Translator(load_for_inference(model_file), TranslatorOptions(decode, **{"precision": "fp32", **fields}))
+    return Translator(load_for_inference(model_file), TranslatorOptions(
+        decode, **{"precision": "fp32", "engine": "torch", **fields}))
 
 
 @pytest.fixture(scope="module")

@@ -86,7 +86,9 @@ def short_model_file(tmp_path_factory):
 
 def test_translator_constraints_appear_and_unfittable_ones_warn(model_file, short_model_file,
                                                                caplog):
-    options = TranslatorOptions(decode=replace(SHORT, beam=4, max_len_b=10), precision="fp32")
+    # The PyTorch search, which alone searches constraints, for the free line alone too.
+    options = TranslatorOptions(decode=replace(SHORT, beam=4, max_len_b=10), precision="fp32",
+                                engine="torch")
     translator = Translator.from_file(model_file, options)
     lines = sentences(4, seed=13)
     requests = [TranslationRequest(lines[0], constraints=("green garden", "cat")),

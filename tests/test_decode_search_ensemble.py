@@ -25,7 +25,7 @@ DECODE = replace(SHORT, beam=3, nbest=3, max_len_b=8)
 def test_an_ensemble_of_a_model_with_itself_is_the_model(model_file):
     lines = sentences(6, seed=12)
     options = TranslatorOptions(decode=DECODE, alignments=True, token_scores=True,
-                                precision="fp32")
+                                precision="fp32", engine="torch")
     alone = list(Translator.from_files([model_file], options).translate_nbest(lines))
     pair = list(Translator.from_files([model_file, model_file], options).translate_nbest(lines))
     for one, two in zip(alone, pair):
@@ -73,7 +73,7 @@ def test_ensembles_from_the_command_line(model_file, tmp_path, capsys):
     source = tmp_path / "in.txt"
     source.write_text("the house is small\na dog runs\n", encoding="utf-8")
     args = ["translate", "--input", str(source), "--beam", "2", "--max-len-b", "6",
-            "--precision", "fp32"]
+            "--precision", "fp32", "--engine", "torch"]
     assert main(args + ["--model", str(model_file)]) == 0
     alone = capsys.readouterr().out
     assert main(args + ["--model", str(model_file), str(copy)]) == 0
@@ -90,7 +90,8 @@ def test_nmt_evaluate_takes_an_ensemble(model_file, tmp_path, capsys):
     copy = tmp_path / "copy.pt"
     shutil.copy(model_file, copy)
     common = ["evaluate", "--data", str(data), "--beam", "2", "--max-len-b", "5",
-              "--precision", "fp32", "--json", str(tmp_path / "scores.json")]
+              "--precision", "fp32", "--engine", "torch", "--json",
+              str(tmp_path / "scores.json")]
     assert main(common + ["--model", str(model_file), "--output", str(tmp_path / "one")]) == 0
     assert main(common + ["--model", str(model_file), str(copy),
                           "--output", str(tmp_path / "two")]) == 0

@@ -18,7 +18,8 @@ DECODE = replace(SHORT, beam=3, nbest=3, max_len_b=8, alpha=0.6)
 
 
 def translator_for(model_file, **fields) -> Translator:
-    return Translator.from_file(model_file, TranslatorOptions(decode=DECODE, **{"precision": "fp32", **fields}))
+    return Translator.from_file(model_file, TranslatorOptions(
+        decode=DECODE, **{"precision": "fp32", "engine": "torch", **fields}))
 
 
 def test_the_score_of_beam_searchs_output_is_the_score_it_reported(model_file):

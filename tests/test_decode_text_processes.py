@@ -17,8 +17,8 @@ from transformer_nmt.model_file import load_for_inference
 
 # fp32: threads and processes then run the same kernels on one thread per batch, so
 # their numbers agree to the last bit on every CPU.
-OPTIONS = TranslatorOptions(decode=SHORT, device="cpu", precision="fp32", workers=2,
-                            batch_size=4)
+OPTIONS = TranslatorOptions(decode=SHORT, engine="torch", device="cpu", precision="fp32",
+                            workers=2, batch_size=4)
 
 
 def _translations(model_file, lines, **options):

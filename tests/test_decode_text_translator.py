@@ -28,7 +28,8 @@ def short_model_file(tmp_path_factory) -> Path:
 
 def translator_for(model_file: Path, decode: DecodeConfig = SHORT, **fields) -> Translator:
     """A Translator of `model_file` with the `decode` settings and option `fields`."""
-    return Translator(load_for_inference(model_file), TranslatorOptions(decode, **{"precision": "fp32", **fields}))
+    return Translator(load_for_inference(model_file), TranslatorOptions(
+        decode, **{"precision": "fp32", "engine": "torch", **fields}))
 
 
 def test_order_kept_and_empty_lines_stay_empty(model_file):
@@ -106,7 +107,8 @@ def test_decoding_precision_auto_is_the_default_and_resolves_to_what_the_rule_ch
 
 def test_a_translator_decodes_with_resolved_options(model_file):
     translator = translator_for(model_file, workers=3)
-    assert translator.options == TranslatorOptions(SHORT, workers=3, precision="fp32").resolved()
+    assert translator.options == TranslatorOptions(SHORT, workers=3, precision="fp32",
+                                                   engine="torch").resolved()
 
 
 def test_too_long_line_is_truncated_with_one_warning(short_model_file, caplog):

@@ -62,8 +62,8 @@ def translate(model_path: Path, lines: list[str], beam: int) -> list[str]:
     some sentences ("nearararar..."), and the pins are the search's own outputs."""
     with one_thread():
         translator = Translator.from_file(
-            model_path, TranslatorOptions(DecodeConfig(beam=beam, guard=False), workers=1,
-                                          precision="fp32"))
+            model_path, TranslatorOptions(DecodeConfig(beam=beam, guard=False), engine="torch",
+                                          workers=1, precision="fp32"))
         return list(translator.translate(lines))
 
 

@@ -58,9 +58,10 @@ def test_the_libretranslate_client_translates_unchanged_with_a_key_from_the_envi
 
 def test_sigterm_answers_every_accepted_request_then_exits_0(served_model):
     # Sentences wait up to 3 s for company, so every request is accepted and queued
-    # when the signal comes; they are decoded in the slot's process, which ends with
-    # the server.
-    with running_server(served_model, "--max-wait-ms", "3000", "--worker-processes") as (
+    # when the signal comes; they are decoded in the slot's process (the PyTorch
+    # search's), which ends with the server.
+    with running_server(served_model, "--max-wait-ms", "3000", "--engine", "torch",
+                        "--worker-processes") as (
             url, process):
         texts = [f"the dog runs . the cat sleeps number {i} ." for i in range(8)]
         with ThreadPoolExecutor(len(texts)) as pool:

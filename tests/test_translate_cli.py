@@ -16,6 +16,7 @@ import torch
 
 from decode_fixtures import (FEATURES_BY_HAND, make_model_file, record_search_threads,
                              sentences, with_calibration)
+from train_fixtures import reversal_pairs
 from transformer_nmt.cli import main
 
 FAST = ["--beam", "2", "--max-len-b", "5"]
@@ -228,3 +229,29 @@ def test_prefix_file_and_sampling_from_the_command_line(model_file, tmp_path, ca
     prefixes.write_text("only one\n", encoding="utf-8")
     assert main(model + ["--prefix", str(prefixes)]) == 2
     assert "prefix.txt has fewer lines than the input (input line 2)" in capsys.readouterr().err
+
+
+def test_the_engines_translate_alike_where_their_searches_rank_alike(trained_model_file,
+                                                                     tmp_path, capsys):
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    source = tmp_path / "in.txt"
+    lines = [line for line, _ in reversal_pairs(3, seed=4, words=(2, 9))]
+    source.write_text("\n".join(lines[:2] + ["", lines[2]]) + "\n", encoding="utf-8")
+    outputs = {}
+    for engine in ("ctranslate2", "torch"):
+        # No length penalty: CTranslate2's |Y|^alpha and GNMT's rank alike only at 0.
+        assert main(["translate", "--model", str(trained_model_file), "--input", str(source),
+                     "--alpha", "0", "--precision", "fp32", "--engine", engine,
+                     "--nbest", "2"]) == 0
+        outputs[engine] = [line.rsplit(" ||| ", 1)[0] for line in
+                           capsys.readouterr().out.splitlines()]
+    # Two translations of each line, one (empty) of the empty line.
+    assert outputs["ctranslate2"] == outputs["torch"] and len(outputs["torch"]) == 7
+
+
+def test_ctranslate2_asked_for_what_only_torch_does_is_one_line(trained_model_file, capsys):
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    assert main(["translate", "--model", str(trained_model_file), "--engine", "ctranslate2",
+                 "--batch-invariant"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "--engine ctranslate2: batch invariance" in error

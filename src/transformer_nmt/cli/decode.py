@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from transformer_nmt.cli.common import add_errors_argument
 from transformer_nmt.cli.flags import add_fields, field_values
-from transformer_nmt.config import DECODE_PRECISIONS, DecodeConfig
+from transformer_nmt.config import DECODE_ENGINES, DECODE_PRECISIONS, DecodeConfig
 from transformer_nmt.errors import UserError
 from transformer_nmt.interrupts import sigterm_unwinds, stop_signals_held
 
@@ -32,48 +32,46 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
             "K samples per line"),
     }
     add_fields(parser, DecodeConfig, exclude=() if nbest else ("nbest",), groups=groups)
-    speed = parser.add_argument_group("speed")
+    speed = parser.add_argument_group(
+        "speed", "how decoding runs: the defaults are the fastest path measured on CPUs")
+    speed.add_argument("--engine", choices=DECODE_ENGINES, default="auto",
+                       help="the runtime that searches. auto (default): CTranslate2 when "
+                       "it is installed and can run the model, device and precision, else "
+                       "PyTorch, saying why once; ctranslate2: the model converted once for "
+                       "CTranslate2 and kept in the cache directory, several times faster "
+                       "than PyTorch on a CPU; torch: the paper's search in PyTorch, the "
+                       "reference, and the only one for --batch-invariant, terminology "
+                       "constraints and sampling (which go to it whatever this says)")
     speed.add_argument("--batch-size", type=int, metavar="N",
                        help="sentences translated together, sorted by length (default: "
-                       "decode/device/policy.py's batch_size: a number of decoder rows, "
-                       "sentences × beam, shared by the workers, so more sentences for greedy "
-                       "search than for beam search)")
+                       "enough to keep the cores busy, fewer for a wider beam)")
     speed.add_argument("--max-tokens", type=int, metavar="N",
                        help="also limit a batch to N source tokens, padding included "
                        "(default: no limit)")
     speed.add_argument("--precision", choices=DECODE_PRECISIONS, default="auto",
-                       help="auto (default): bf16 on a GPU that computes it natively and on "
-                       "a CPU whose bf16 matrix products measured faster than fp32's by "
-                       "runtime.BF16_MARGIN (a CPU with AMX; measured once and cached), else "
-                       "fp32; fp32: the reference output; bf16: bfloat16 weights and activations, for "
-                       "GPUs and CPUs with AVX-512 BF16 or AMX; int8: dynamic int8 "
-                       "quantization of the linear layers, CPU only, the fastest on CPUs with "
-                       "AVX-512 VNNI. Reduced precision may change a few words.")
+                       help="auto (default): on CTranslate2, int8 on a CPU (BLEU within 0.2 "
+                       "of fp32's where measured), its fastest type on a GPU; on PyTorch, "
+                       "bf16 where this CPU's or GPU's bf16 products measured faster than "
+                       "fp32's, else fp32. fp32: the reference output; bf16: PyTorch on a "
+                       "CPU with AVX-512 BF16 or AMX, or a GPU; int8: int8 weights, CPU "
+                       "only. Reduced precision may change a few words")
     speed.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction,
-                       help="fp32 and bf16 on a CPU: give every sentence exactly the "
-                       "translation and score it gets alone, whatever shares its batch "
-                       "(default: on in nmt serve, off elsewhere). It costs speed "
-                       "(bench/RESULTS.md, \"Batch-invariant decoding\" and \"Products "
-                       "packed once\"); int8 is unchanged by it")
+                       help="give every sentence exactly the translation and score it gets "
+                       "alone, whatever shares its batch: decodes with PyTorch in fp32 or "
+                       "bf16, products in fixed tiles, at about half its speed "
+                       "(default: off)")
     speed.add_argument("--workers", type=int, metavar="N",
                        help="translate N batches at once, each on its share of the cores "
-                       "(default: decode/device/threads.py's default_workers: more than one "
-                       "only on a CPU with several cores, one with --interactive). A decoding "
-                       "step's thin products split poorly across cores, so two half batches "
-                       "translate faster than one whole one, in less memory; more workers "
-                       "or larger batches are faster still but hold more batches' memory "
-                       "(measurements: bench/RESULTS.md)")
+                       "(default: two on a CPU with two cores or more, one with "
+                       "--interactive)")
     if processes:
         speed.add_argument("--worker-processes", action=argparse.BooleanOptionalAction,
-                           help="on a CPU, translate the --workers batches in worker "
-                           "processes rather than threads, each loading the model: threads "
-                           "share one Python interpreter, which a small model's decoding "
-                           "keeps busy (default: processes for an input of at least "
-                           "decode/text/options.py's PROCESSES_FROM_LINES lines of a model "
-                           "of at most PROCESSES_MOST_PARAMETERS, threads otherwise: a "
-                           "short input is done before processes could start, and a large "
-                           "model's steps are its products, which threads share well; nmt serve: "
-                           "each slot a process, by default for such a model whatever the input)")
+                           help="PyTorch on a CPU: translate the --workers batches in worker "
+                           "processes rather than threads, each loading the model (default: "
+                           "for a model of at most 20M parameters and an input of at least "
+                           "512 lines; nmt serve: each decoding slot a process for such a "
+                           "model). CTranslate2 decodes in threads, which it runs outside "
+                           "Python")
     speed.add_argument("--device", choices=["cpu", "cuda"],
                        help="where to run (default: cuda if a GPU is available and the "
                        "precision is not int8, else cpu)")
@@ -110,7 +108,8 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
 
     decode = DecodeConfig(**field_values(args, DecodeConfig,
                                          exclude=() if "nbest" in args else ("nbest",)))
-    return TranslatorOptions(decode=decode, device=args.device, precision=args.precision,
+    return TranslatorOptions(decode=decode, engine=args.engine, device=args.device,
+                             precision=args.precision,
                              batch_size=args.batch_size, max_tokens=args.max_tokens,
                              workers=args.workers, batch_invariant=args.batch_invariant,
                              worker_processes=getattr(args, "worker_processes", None),

@@ -8,7 +8,8 @@ architectures are config/presets.py's. Both are imported from here, as
 from transformer_nmt.config.presets import (BASE, PRESETS, Preset, get_preset,
                                             preset_of_architecture, presets_table)
 from transformer_nmt.config.settings import (ALPHA_RANGE, BATCH_SPLIT, CHANGEABLE_ON_RESUME,
-                                             DECODE_PRECISIONS, DEFAULT_SHARD_LINES, MAX_BEAM,
+                                             DECODE_ENGINES, DECODE_PRECISIONS,
+                                             DEFAULT_SHARD_LINES, MAX_BEAM,
                                              NOT_ARCHITECTURE, TRAIN_PRECISIONS, VALID_METRICS,
                                              Activation, DecodeConfig, DecodePrecision,
                                              ModelConfig, Positional, Quantization,
@@ -17,7 +18,8 @@ from transformer_nmt.config.settings import (ALPHA_RANGE, BATCH_SPLIT, CHANGEABL
                                              differences)
 
 __all__ = [
-    "ALPHA_RANGE", "BASE", "BATCH_SPLIT", "CHANGEABLE_ON_RESUME", "DECODE_PRECISIONS",
+    "ALPHA_RANGE", "BASE", "BATCH_SPLIT", "CHANGEABLE_ON_RESUME", "DECODE_ENGINES",
+    "DECODE_PRECISIONS",
     "DEFAULT_SHARD_LINES", "MAX_BEAM", "NOT_ARCHITECTURE", "PRESETS", "TRAIN_PRECISIONS",
     "VALID_METRICS", "Activation", "DecodeConfig", "DecodePrecision", "ModelConfig",
     "Positional", "Preset", "Quantization", "TieEmbeddings", "TrainConfig", "TrainPrecision",

@@ -29,6 +29,9 @@ natively; a CPU where bf16 products measured faster than fp32 by a margin), else
 (runtime.auto_decoding_precision); fp32; bf16 weights and activations (CPUs with AVX-512
 BF16 or AMX, and GPUs), the search's log-probabilities staying float32; int8 dynamic
 quantization of the linear layers (CPU only)."""
+DecodeEngine = Literal["auto", "ctranslate2", "torch"]
+"""The runtime a search runs on: CTranslate2, the paper's search in PyTorch, or 'auto'
+(transformer_nmt.decode.runtime.choice)."""
 ValidMetric = Literal["loss", "bleu", "chrf"]
 """What validation can rank checkpoints by (TrainConfig.valid_metric)."""
 Utf8Errors = Literal["strict", "replace"]
@@ -41,6 +44,7 @@ Quantization = Literal["float32", "int8", "int8_float32", "int8_float16", "int8_
 
 TRAIN_PRECISIONS = get_args(TrainPrecision)
 DECODE_PRECISIONS = get_args(DecodePrecision)
+DECODE_ENGINES = get_args(DecodeEngine)
 VALID_METRICS = get_args(ValidMetric)
 DEFAULT_SHARD_LINES = 2000
 """Input lines per shard of a corpus translation unless told (`nmt translate-corpus`,

@@ -273,7 +273,12 @@ class Batcher:
 
     async def _wait_for_company(self, oldest: Piece) -> None:
         """Until the oldest sentence's settings fill a batch, it has waited max_wait_s, or
-        its request went away (then the next oldest leads)."""
+        its request went away (then the next oldest leads). On CTranslate2, whose every
+        sentence goes to a batch, a sentence goes at once while nothing decodes: a lone
+        client never waits, and under load the slots' work is what company gathers in."""
+        if (self.translator.ctranslate2 is not None and not self.busy_slots
+                and not self.busy_elsewhere(self)):
+            return
         while not oldest.future.done():
             left = oldest.arrived + self.max_wait_s - time.monotonic()
             same = self.queue.waiting(
@@ -328,6 +333,8 @@ def _slot_processes(translator: Translator, slots: int) -> list[SlotProcess] | N
     slower, at about twice the memory; on the base shape they gained less for three times
     it (bench/RESULTS.md, "Slot processes in nmt serve"). Else None."""
     options = translator.options
+    if translator.ctranslate2 is not None:
+        return None  # CTranslate2's threads decode outside Python
     wanted = options.worker_processes
     if wanted is None:
         wanted = translator.parameters <= PROCESSES_MOST_PARAMETERS

@@ -6,7 +6,6 @@ chunk of body over the limit is refused at once."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import errno
 import logging
 import resource
@@ -185,12 +184,7 @@ class HeadersDeadlineProtocol(H11Protocol):
 def build_app(models: str | Path | Sequence[str | Path], options: TranslatorOptions,
               settings: ServeSettings, directories: Sequence[str | Path] = ()):
     """The app serving the model files `models` and those in `directories` (UserError
-    naming the first that is not a model, or two of one pair), the first ones loaded;
-    batch-invariant unless `options` say otherwise."""
-    if options.batch_invariant is None:
-        # A server's sentences share batches with whoever else is asking: the same
-        # request should get the same answer under any load.
-        options = dataclasses.replace(options, batch_invariant=True)
+    naming the first that is not a model, or two of one pair), the first ones loaded."""
     paths = model_paths([models] if isinstance(models, (str, Path)) else models, directories)
     pool = ModelPool(scan_models(paths, keep=settings.max_models_loaded), options, settings,
                      ServerMetrics())

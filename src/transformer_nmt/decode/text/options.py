@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from transformer_nmt.config import DecodeConfig
+from transformer_nmt.config import DECODE_ENGINES, DecodeConfig
 from transformer_nmt.decode.device.policy import batch_size
 from transformer_nmt.decode.device.threads import default_workers
 from transformer_nmt.errors import UserError
@@ -32,12 +32,19 @@ class TranslatorOptions:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     """The search settings of a call that gives none: beam, length penalty, longest
     output, n-best, sampling."""
+    engine: str = "auto"
+    """The runtime that searches: 'ctranslate2' (the model converted once and cached),
+    'torch' (the paper's search, the reference), or 'auto': CTranslate2 where it can run
+    the model, the device and the precision, and batch invariance is not asked for
+    (transformer_nmt.decode.runtime.choice). Terminology constraints and sampling always
+    run on torch."""
     device: str | torch.device | None = DEFAULT_DEVICE
     """'cpu', 'cuda', 'cuda:N', or None for CUDA when present (the CPU for int8), as
     transformer_nmt.runtime decides."""
     precision: str = "auto"
-    """auto, fp32, bf16 or int8 (transformer_nmt.runtime.DECODE_PRECISIONS): 'auto' is
-    bf16 where its products measured clearly faster than fp32's, else fp32
+    """auto, fp32, bf16 or int8 (transformer_nmt.runtime.DECODE_PRECISIONS). On
+    CTranslate2, 'auto' is its int8 on a CPU (transformer_nmt.decode.runtime.choice); on
+    torch, bf16 where its products measured clearly faster than fp32's, else fp32
     (transformer_nmt.runtime.auto_decoding_precision)."""
     batch_size: int | None = None
     """Most sentences per batch, whatever a call's settings (None:
@@ -61,10 +68,9 @@ class TranslatorOptions:
     """fp32 and bf16 on a CPU: every sentence gets the tokens and scores it gets alone, bit
     for bit, whatever shares its batch (products in fixed tiles of rows, attention over
     each row's own number of keys, rounded up:
-    transformer_nmt.decode.device.precision.make_batch_invariant). It costs speed: fixed
-    tiles cannot use the kernels' widest blocks (bench/RESULTS.md, "Batch-invariant
-    decoding" and "Products packed once", have the figures). int8 is left as it is. None:
-    on in `nmt serve`, whose sentences share batches with other clients', off elsewhere."""
+    transformer_nmt.decode.device.precision.make_batch_invariant). Only the torch search
+    does it, at a cost in speed: fixed tiles cannot use the kernels' widest blocks. int8
+    is left as it is. None: off."""
 
     worker_processes: bool | None = None
     """On a CPU with several workers, translate a call's batches in worker processes
@@ -79,6 +85,9 @@ class TranslatorOptions:
     processes need."""
 
     def __post_init__(self) -> None:
+        if self.engine not in DECODE_ENGINES:
+            raise UserError(f"engine must be one of {', '.join(DECODE_ENGINES)}, "
+                            f"not {self.engine!r}")
         for name in ("batch_size", "max_tokens", "buffer_size", "workers"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):

@@ -39,6 +39,8 @@ from transformer_nmt.decode.text.processes import WorkerProcesses
 from transformer_nmt.decode.text.job import (  # noqa: F401 (Translation is imported from here)
     CallSettings, Translation, TranslationJob, TranslationRequest, constraint_ids, prefix_ids)
 from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.runtime.choice import choose_engine
+from transformer_nmt.decode.runtime.ctranslate2_search import CTranslate2Search, open_ctranslate2
 from transformer_nmt.decode.search.base import Hypothesis, SpecialIds
 from transformer_nmt.decode.search.searches import search
 from transformer_nmt.decode.search.teacher_forced import attach_details
@@ -92,12 +94,22 @@ class Translator:
         Each call sets the thread count of its decoding, each batch decoding at once on
         its share of the cores (transformer_nmt.decode.device.threads), and gives the calling
         thread its own count back when it is done."""
+        asked_precision = options.precision
         self.options = options = options.resolved()
+        engine = choose_engine(options.engine, inference_model.model,
+                               torch.device(options.device), asked_precision,
+                               options.batch_invariant)
+        self.options = options = replace(options, engine=engine)
         self.parameters = sum(p.numel() for p in inference_model.model.parameters())
         """The model's parameters, counted before decoding's layout replaces its layers."""
         self.vocab = inference_model.vocab
         self.languages = model_languages(inference_model.payload_meta)
         """(source, target) languages the model was trained on, where its file says."""
+        self.ctranslate2: CTranslate2Search | None = None
+        """The CTranslate2 runtime, where the options chose it; None: torch searches."""
+        if engine == "ctranslate2":
+            self.ctranslate2 = open_ctranslate2(inference_model, torch.device(options.device),
+                                                asked_precision)
         self.model = prepare_model(inference_model.model, options.device, options.precision,
                                    batch_invariant=options.batch_invariant)
         max_positions = inference_model.model.cfg.max_positions
@@ -114,6 +126,8 @@ class Translator:
         """What one batch may hold (transformer_nmt.decode.text.batches)."""
         self.confidence = ConfidenceEstimator.of(inference_model, self.model, self.special)
         """Estimates each translation's confidence; None without a calibration."""
+        self._side_by_side = threading.local()
+        """The batches the calling thread's call decodes at once (`translate_job`)."""
         self.model_paths: tuple[str, ...] | None = None
         """The model files this Translator was made from (`from_files`), which worker
         processes load; None for a model given in memory (threads translate then)."""
@@ -271,6 +285,8 @@ class Translator:
     def continuous(self, job: TranslationJob) -> bool:
         """Whether the continuous-batching engine can search `job`'s lines
         (transformer_nmt.decode.continuous.engine; the lockstep searches serve the rest)."""
+        if self._on_ctranslate2(job.settings.decode, job.constraints):
+            return False  # CTranslate2 searches whole batches
         return serves(self.model, job.settings.decode, job.prefixes is not None,
                       job.constraints is not None)
 
@@ -335,10 +351,15 @@ class Translator:
                 raise
         if side_by_side is None:
             side_by_side = min(workers, len(batches))
+        side_by_side = max(side_by_side, 1)
+
+        def translate_rows(rows: list[int]) -> list[list[Translation]]:
+            self._side_by_side.count = side_by_side
+            return self.translate_rows(job, rows)
+
         # Each batch decoding at once gets its share of the cores, for this call only.
-        with torch_threads(decoding_threads(max(side_by_side, 1), self.options.device)):
-            return job.in_order(run_in_order(
-                batches, lambda batch: self.translate_rows(job, batch), workers))
+        with torch_threads(decoding_threads(side_by_side, self.options.device)):
+            return job.in_order(run_in_order(batches, translate_rows, workers))
 
     def translate_rows(self, job: TranslationJob, rows: list[int]) -> list[list[Translation]]:
         """The translations of lines `rows` of `job`, searched as one batch in the calling
@@ -353,7 +374,8 @@ class Translator:
 
     def _in_processes(self, workers: int, batches: list[list[int]]) -> bool:
         """Whether worker processes translate these batches (`worker_processes`)."""
-        if workers < 2 or len(batches) < 2 or self.model_paths is None:
+        if (workers < 2 or len(batches) < 2 or self.model_paths is None
+                or self.ctranslate2 is not None):  # its threads release the GIL
             return False
         if self.options.worker_processes is None:
             return self._processes is not None or (
@@ -382,7 +404,13 @@ class Translator:
     def _search(self, settings: CallSettings, batch: list[list[int]],
                 prefixes: list[list[int]] | None, seeds: list[int],
                 constraints: list[list[list[int]]] | None) -> list[list[Hypothesis]]:
-        """The lockstep search's hypotheses for the sources `batch`, in one batch."""
+        """The hypotheses of the sources `batch`, searched as one batch: by CTranslate2
+        where it runs this call, else by the lockstep search."""
+        if self._on_ctranslate2(settings.decode, constraints):
+            decode = settings.decode
+            return self.ctranslate2.search(
+                decode, batch, [self.longest_output(len(ids), decode) for ids in batch],
+                prefixes, getattr(self._side_by_side, "count", 1))
         src = self.source_tensor(batch)
         if constraints is not None and any(constraints):
             found = constrained_beam_search(self.model, src, constraints, settings.decode,
@@ -395,6 +423,14 @@ class Translator:
                            features=self.confidence is not None)
         release_free_memory()
         return found
+
+    def _on_ctranslate2(self, decode: DecodeConfig,
+                        constraints: list[list[list[int]]] | None) -> bool:
+        """Whether CTranslate2 searches a call of these settings: it is the runtime, and
+        the call neither samples (seeded per line, whatever the batching, by the torch
+        search only) nor requires phrases."""
+        return (self.ctranslate2 is not None and not decode.sampling
+                and not (constraints is not None and any(constraints)))
 
     def _translation(self, src_ids: list[int], hyp: Hypothesis, guarded: Guarded
                      ) -> Translation:

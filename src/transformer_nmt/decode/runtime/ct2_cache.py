@@ -1,0 +1,53 @@
+"""A model's CTranslate2 form, converted once and kept: in the cache directory
+(transformer_nmt.runtime.cache_dir), under the checksum of the model's weights, the
+weights' storage type and the decoder layer its attention output reads, so that a model
+changed, quantized otherwise or read at another layer is converted anew.
+
+Its vocabulary is the token ids themselves written as decimal strings ('0', '1', ...):
+the runtime hands CTranslate2 our ids and reads ids back, whatever the pieces are (an
+imported model's joined vocabularies may spell two ids alike)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from torch import nn
+
+from transformer_nmt.checksum import CHECKSUM_KEY, weights_checksum
+from transformer_nmt.decode.attention.probe import probe_layer
+from transformer_nmt.decode.runtime.ct2_spec import convert
+from transformer_nmt.decode.search.base import SpecialIds
+from transformer_nmt.files import temporary_directory
+from transformer_nmt.runtime import cache_dir
+
+MODEL_FILE = "model.bin"
+"""CTranslate2's weights file: a directory holding it is a finished conversion."""
+
+
+def model_key(model: nn.Module, meta: dict) -> str:
+    """The hex digest of `model`'s weights: the one its model file recorded (verified when
+    read), else computed now (a model built in memory)."""
+    checksum = meta.get(CHECKSUM_KEY) or weights_checksum(model.state_dict())
+    return checksum.split(":", 1)[-1]
+
+
+def converted_model(model: nn.Module, meta: dict, special: SpecialIds, unk: int,
+                    vocab_size: int, storage: str) -> Path:
+    """The directory of `model` (a Transformer; `meta` its file's payload without the
+    weights) as a CTranslate2 model whose weights are stored as `storage`, converted now
+    unless an earlier call kept it. Built aside and renamed into place, so that a
+    reader never sees half a model and two processes converting at once both succeed."""
+    layer = probe_layer(model.cfg.decoder_layers)
+    target = cache_dir() / "ctranslate2" / f"{model_key(model, meta)[:32]}-{storage}-layer{layer}"
+    if (target / MODEL_FILE).exists():
+        return target
+    with temporary_directory(target) as building:
+        convert(model, [str(i) for i in range(vocab_size)], special.bos, special.eos, unk,
+                str(building), storage)
+        try:
+            os.rename(building, target)
+        except OSError:
+            if not (target / MODEL_FILE).exists():  # not another process's finished one
+                raise
+    return target

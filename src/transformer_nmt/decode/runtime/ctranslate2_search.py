@@ -1,0 +1,114 @@
+"""The CTranslate2 runtime: a batch of token ids searched by `ctranslate2.Translator`
+(beam or greedy search, n-best, a forced prefix, no repeated n-grams, a minimum length),
+its hypotheses given back as the PyTorch searches give them.
+
+What differs from the paper's search (transformer_nmt.decode.search.searches): beams are
+ranked by CTranslate2's length penalty, log P / |Y|^alpha, rather than GNMT's; the score
+each Hypothesis reports is still GNMT's, log P / lp(|Y|), from the same log P. One batch
+has one longest output, its longest sentence's; a shorter sentence's output that runs
+past its own is cut there, as the paper's search would have ended it. PAD and BOS are
+left to the model, which gives them next to nothing once trained: CTranslate2 suppresses
+a token by renormalizing the rest, which would change every log P it reports, where the
+paper's search only never picks them. Greedy search's score leaves out EOS's log P.
+
+CTranslate2 keeps `replicas` copies of the model's state, each decoding one batch at a
+time on its share of the cores; calls from several threads run side by side, the GIL
+released. A call that decodes alone gets a translator whose one replica has every core.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import torch
+
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.device.threads import all_cores
+from transformer_nmt.decode.runtime.choice import compute_type, storage_type
+from transformer_nmt.decode.runtime.ct2_cache import converted_model
+from transformer_nmt.decode.search.base import Hypothesis, SpecialIds, length_penalty
+from transformer_nmt.model_file import InferenceModel
+
+
+class CTranslate2Search:
+    """Searches with the CTranslate2 model in `directory` on `device` ('cpu' or 'cuda';
+    GPU number `device_index`), computing in `compute_type`, on `cores` threads in all."""
+
+    def __init__(self, directory: Path, device: str, compute_type: str, cores: int,
+                 device_index: int = 0) -> None:
+        self.directory = directory
+        self.device = device
+        self.device_index = device_index
+        self.compute_type = compute_type
+        self.cores = cores
+        self._translators: dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def translator(self, side_by_side: int) -> object:
+        """The ctranslate2.Translator for `side_by_side` batches decoded at once: that many
+        replicas, each on its share of the cores; made on first use and kept."""
+        import ctranslate2
+
+        replicas = max(min(side_by_side, self.cores), 1)
+        with self._lock:
+            if replicas not in self._translators:
+                # CTranslate2 sets the OpenMP thread count it shares with torch: the
+                # calling thread gets its own back.
+                threads = torch.get_num_threads()
+                self._translators[replicas] = ctranslate2.Translator(
+                    str(self.directory), device=self.device, device_index=self.device_index,
+                    compute_type=self.compute_type,
+                    inter_threads=replicas, intra_threads=max(self.cores // replicas, 1))
+                torch.set_num_threads(threads)
+            return self._translators[replicas]
+
+    def search(self, decode: DecodeConfig, batch: list[list[int]], limits: list[int],
+               prefixes: list[list[int]] | None, side_by_side: int = 1
+               ) -> list[list[Hypothesis]]:
+        """decode.nbest hypotheses of each source in `batch` (token ids without EOS), best
+        first, each at most limits[i] tokens before EOS, starting with prefixes[i] where
+        given; `side_by_side`: batches decoded at once by the caller's threads."""
+        source = [[str(token) for token in sentence] for sentence in batch]
+        target_prefix = None
+        if prefixes is not None:
+            target_prefix = [[str(token) for token in prefix] or None for prefix in prefixes]
+        results = self.translator(side_by_side).translate_batch(
+            source, target_prefix, beam_size=decode.beam, num_hypotheses=decode.nbest,
+            length_penalty=decode.alpha, no_repeat_ngram_size=decode.no_repeat_ngram,
+            min_decoding_length=decode.min_len, max_decoding_length=max(limits) + 1,
+            max_input_length=0, return_scores=True)
+        # Best first by GNMT's score, as the paper's search orders its n-best.
+        return [sorted((_hypothesis(tokens, score, decode.alpha, limit)
+                        for tokens, score in zip(result.hypotheses, result.scores)),
+                       key=lambda hypothesis: -hypothesis.score)
+                for result, limit in zip(results, limits)]
+
+    def close(self) -> None:
+        """Let the translators go (their memory with them)."""
+        with self._lock:
+            self._translators.clear()
+
+
+def _hypothesis(pieces: list[str], score: float, alpha: float, limit: int) -> Hypothesis:
+    """Our Hypothesis of CTranslate2's output `pieces` (ids as strings, without EOS) and
+    `score`, log P / |Y|^alpha with |Y| counting EOS."""
+    tokens = [int(piece) for piece in pieces]
+    log_prob = score * (len(tokens) + 1) ** alpha
+    tokens = tokens[:limit]
+    return Hypothesis(tokens, log_prob / length_penalty(len(tokens) + 1, alpha), log_prob)
+
+
+def open_ctranslate2(model: InferenceModel, device: torch.device, precision: str
+                     ) -> CTranslate2Search:
+    """The CTranslate2 runtime of `model` (as read, before decoding's layout changes it)
+    on `device` in the precision asked for (see transformer_nmt.decode.runtime.choice),
+    converted now unless the cache holds it."""
+    compute = compute_type(device, precision)
+    vocab = model.vocab
+    special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    directory = converted_model(model.model, model.payload_meta, special, vocab.unk_id,
+                                len(vocab), storage_type(compute))
+    on_gpu = device.type == "cuda"
+    return CTranslate2Search(directory, "cuda" if on_gpu else "cpu", compute,
+                             1 if on_gpu else all_cores(), device.index or 0)

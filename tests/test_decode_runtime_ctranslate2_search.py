@@ -1,0 +1,59 @@
+"""The CTranslate2 runtime (decode/runtime/ctranslate2_search.py): in float32 it finds the
+paper's search's hypotheses where the two rank alike (no length penalty; greedy search),
+reports GNMT's score of the same log P, forces prefixes, blocks n-grams, cuts a sentence
+at its own longest output, and leaves torch's thread count as it was."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from train_fixtures import reversal_pairs
+from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.search.scoring import score_ids
+from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
+
+pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+
+LINES = [source for source, _ in reversal_pairs(24, seed=3, words=(2, 9))]
+
+
+def _translator(model_file, engine: str, decode: DecodeConfig) -> Translator:
+    return Translator.from_file(model_file, TranslatorOptions(decode, engine=engine,
+                                                              precision="fp32", workers=1))
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_fp32_without_length_penalty_finds_the_papers_hypotheses(trained_model_file, beam):
+    decode = DecodeConfig(beam=beam, alpha=0.0, nbest=min(beam, 2), guard=False)
+    ours = _translator(trained_model_file, "torch", decode)
+    theirs = _translator(trained_model_file, "ctranslate2", decode)
+    assert theirs.options.engine == "ctranslate2" and ours.options.engine == "torch"
+    found = list(theirs.translate_nbest(LINES))
+    assert [[t.tokens for t in nbest] for nbest in found] == \
+        [[t.tokens for t in nbest] for nbest in ours.translate_nbest(LINES)]
+    if beam > 1:  # greedy search's score leaves EOS's log P out (the module's docstring)
+        scored = score_ids(ours, ours.source_ids(LINES), [nbest[0].tokens for nbest in found])
+        assert [nbest[0].score for nbest in found] == pytest.approx(
+            [pair.score for pair in scored], abs=1e-4)
+
+
+def test_prefixes_n_grams_and_lengths_are_the_searchs(trained_model_file):
+    decode = DecodeConfig(beam=4, guard=False, no_repeat_ngram=2, max_len_a=0.0, max_len_b=3)
+    translator = _translator(trained_model_file, "ctranslate2", decode)
+    ids = translator.source_ids(LINES)
+    prefix = ids[0][:2]
+    found = translator.ctranslate2.search(decode, ids[:2], [3, 3], [prefix, []])
+    assert found[0][0].tokens[:2] == prefix
+    for nbest in found:
+        tokens = nbest[0].tokens
+        assert len(tokens) <= 3
+        bigrams = list(zip(tokens, tokens[1:]))
+        assert len(bigrams) == len(set(bigrams))
+
+
+def test_torchs_thread_count_is_left_as_it_was(trained_model_file):
+    before = torch.get_num_threads()
+    translator = _translator(trained_model_file, "ctranslate2", DecodeConfig(guard=False))
+    list(translator.translate(LINES[:2]))
+    assert torch.get_num_threads() == before
