@@ -158,7 +158,10 @@ async def _translate_chunk(translate: TranslateTexts, chunk: list[str]) -> list[
     the service halves, comes back joined); the chunk halved and sent again where the
     service finds it too large."""
     try:
-        results = await translate(chunk, Search(alignments=True, already_split=True))
+        # A sentence the model cannot read stays as it is, as LibreTranslate's /translate
+        # gives it back.
+        results = await translate(chunk, Search(alignments=True, already_split=True,
+                                                keep_unreadable=True))
     except TooLarge:
         if len(chunk) == 1:
             raise

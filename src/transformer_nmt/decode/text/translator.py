@@ -33,6 +33,7 @@ from transformer_nmt.decode.search.ensemble import Ensemble
 from transformer_nmt.decode.continuous.engine import Engine, serves
 from transformer_nmt.decode.quality.guard import (Guarded, checks, fallback_config, guard,
                                                   output_reasons)
+from transformer_nmt.decode.quality.unknown import mark_unreadable, unreadable
 from transformer_nmt.decode.text.options import (PROCESSES_FROM_LINES, PROCESSES_MOST_PARAMETERS,
                                                  TranslatorOptions)
 from transformer_nmt.decode.text.processes import WorkerProcesses
@@ -262,11 +263,27 @@ class Translator:
         numbers = list(range(len(items))) if numbers is None else numbers
         requests = [item if isinstance(item, TranslationRequest) else TranslationRequest(item)
                     for item in items]
-        ids = self.source_ids([request.text for request in requests], settings.decode, numbers)
+        texts = [request.text for request in requests]
+        ids = self.source_ids(texts, settings.decode, numbers)
         return TranslationJob(
             settings, ids, prefix_ids(self.vocab, requests, self.max_len_limit),
             constraint_ids(self.vocab, requests, settings.decode, numbers, self.max_len_limit),
-            numbers)
+            numbers, self.unreadable_lines(texts, ids))
+
+    def unreadable_lines(self, texts: list[str], ids: list[list[int]]) -> list[bool] | None:
+        """Whether the vocabulary cannot read each of `texts` (encoded, perhaps cut, as
+        `ids`; transformer_nmt.decode.quality.unknown); None when none has an unknown
+        piece, as most lines have none."""
+        rows = [row for row, sentence in enumerate(ids) if self.vocab.unk_id in sentence]
+        if not rows:
+            return None
+        # The whole encoding, not the one cut to the model's length: the cut pieces spell
+        # characters of the text as well (kept from source_ids' encoding, mostly).
+        texts = [normalize(texts[row]) for row in rows]
+        flags = [False] * len(ids)
+        for row, text, whole in zip(rows, texts, self.encode_batch(texts)):
+            flags[row] = unreadable(text, whole, self.vocab)
+        return flags
 
     def continuous(self, job: TranslationJob) -> bool:
         """Whether the continuous-batching engine can search `job`'s lines
@@ -294,7 +311,7 @@ class Translator:
                ) -> list[list[Translation]]:
         """The translations of lines `rows` of `job` from what a search `found` for them:
         the guard (decoding degenerate ones again), alignments and token scores, the
-        confidence."""
+        confidence (0 for a source the vocabulary cannot read)."""
         if not rows:
             return []
         settings = job.settings
@@ -317,6 +334,8 @@ class Translator:
             self.confidence.attach(ids, translations, self.source_tensor, self.vocab.marked_pieces,
                                    [[hyp.features for hyp in result.hypotheses]
                                     for result in guarded])
+        if job.unreadable is not None:  # any model: it needs no calibration
+            mark_unreadable(translations, [job.unreadable[row] for row in rows])
         return translations
 
     def translate_job(self, job: TranslationJob, workers: int, side_by_side: int | None = None
