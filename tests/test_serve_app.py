@@ -378,6 +378,33 @@ def test_a_degenerate_sentence_gets_confidence_0_in_our_api_and_libretranslates(
     assert libre == {"translatedText": "", "confidence": 0.0}
 
 
+def test_plain_text_reaches_the_model_without_bidi_controls_and_html_keeps_them(
+        client, monkeypatch):
+    """An embedding or isolate was an unknown piece to the model, which also cut the word
+    it opened: plain text is now translated as the reader sees it, without them."""
+    [model] = client.app.state.pool.loaded.values()
+    translator = model.service.translator
+    begin, seen = translator.begin, []
+
+    def recording_begin(items, *arguments, **options):
+        job = begin(items, *arguments, **options)
+        seen.extend(job.ids)
+        return job
+
+    monkeypatch.setattr(translator, "begin", recording_begin)
+    clean = "the dog runs in the garden"
+    marked = "\u2067the\u2069 \u202bdog\u202c runs \u200fin the \u2068garden\u2069"
+    [expected] = translate(client, text=clean).json()["translations"]
+    [result] = translate(client, text=marked).json()["translations"]
+    libre = client.post("/translate", json={"q": marked, "source": "en", "target": "de"})
+    assert seen == [seen[0]] * 3 and translator.vocab.unk_id not in seen[0]
+    assert result["text"] == expected["text"] == libre.json()["translatedText"]
+    assert result["sentences"][0]["source"] == marked and "warnings" not in result
+    html = client.post("/translate", json={"q": f"<p>{marked}</p>", "source": "en",
+                                           "target": "de", "format": "html"})
+    assert html.json()["translatedText"].count("\u2069") == 2  # kept in place
+
+
 def test_a_sentence_the_vocabulary_cannot_read_is_warned_of_and_libretranslate_sends_it_back(
         client):
     """18,900 characters of Japanese sent to a German model came back as one fluent

@@ -1,4 +1,5 @@
-"""Text in, text out: normalize → sentencepiece encode → search → decode, in input order.
+"""Text in, text out: normalize (bidi controls left out) → sentencepiece encode → search →
+decode, in input order.
 
 A Translator's resources are fixed when it is built (the model, its precision and
 device, the batching, the workers and their threads); the search settings are each
@@ -22,7 +23,7 @@ from typing import Iterable, Iterator, Sequence
 import torch
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.data.text import normalize
+from transformer_nmt.data.text import model_input
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.data.words import continues_word
 from transformer_nmt.decode.text.alignment import word_alignment
@@ -207,12 +208,13 @@ class Translator:
 
     def source_ids(self, lines: list[str], decode: DecodeConfig | None = None,
                    numbers: list[int] | None = None) -> list[list[int]]:
-        """Subword ids of each line (normalized, without EOS), cut to what the model can
-        translate with `decode` (None: the options'), with a warning the first time that
-        names the line by its number in `numbers` (None: 0, 1, ...)."""
+        """Subword ids of each line (`model_input`: normalized, without bidi controls;
+        without EOS), cut to what the model can translate with `decode` (None: the
+        options'), with a warning the first time that names the line by its number in
+        `numbers` (None: 0, 1, ...)."""
         decode = self.options.decode if decode is None else decode
         limit = source_limit(self.max_len_limit + 1, decode)
-        ids = self.encode_batch([normalize(line) for line in lines])
+        ids = self.encode_batch([model_input(line) for line in lines])
         for offset, sentence in enumerate(ids):
             if len(sentence) > limit:
                 if not self._warned_long:
@@ -228,7 +230,7 @@ class Translator:
         return ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Each (normalized) text's subword ids, without EOS, each a list of its own: those
+        """Each text's (`model_input`'s) subword ids, without EOS, each a list of its own: those
         of texts encoded lately as they were kept (ENCODINGS_KEPT), the others encoded
         together now and kept."""
         with self._encodings_lock:
@@ -279,7 +281,7 @@ class Translator:
             return None
         # The whole encoding, not the one cut to the model's length: the cut pieces spell
         # characters of the text as well (kept from source_ids' encoding, mostly).
-        texts = [normalize(texts[row]) for row in rows]
+        texts = [model_input(texts[row]) for row in rows]
         flags = [False] * len(ids)
         for row, text, whole in zip(rows, texts, self.encode_batch(texts)):
             flags[row] = unreadable(text, whole, self.vocab)
