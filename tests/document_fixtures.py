@@ -4,7 +4,10 @@ fake translator, and what a document's structure is, read back by the same libra
 
 from __future__ import annotations
 
+import io
 import struct
+import warnings
+import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +28,19 @@ def shout(texts: list[str]) -> list[Fake]:
     """A translator that upper-cases every word, each aligned with itself."""
     return [Fake(" ".join(word.upper() for word in text.split()),
                  [(i, i) for i in range(len(text.split()))]) for text in texts]
+
+
+def with_member(package: Path, member: str, content: bytes = b"<x/>") -> bytes:
+    """The zip package at `package` with one more member `member` (perhaps one of its own
+    names again: zipfile's warning about it is silenced here, where it is meant)."""
+    output = io.BytesIO()
+    with zipfile.ZipFile(package) as source, zipfile.ZipFile(output, "w") as target:
+        for info in source.infolist():
+            target.writestr(info, source.read(info))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            target.writestr(member, content)
+    return output.getvalue()
 
 
 def png() -> bytes:

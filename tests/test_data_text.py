@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from transformer_nmt.data.text import (MAX_LINE_BYTES, CleaningFilters, LineWriter, count_lines,
-                                       line_offsets, normalize, read_lines, read_parallel,
-                                       read_tsv)
+                                       line_offsets, model_input, normalize, read_lines,
+                                       read_parallel, read_tsv, without_bidi_controls)
 from transformer_nmt.errors import UserError
 
 
@@ -21,6 +21,14 @@ def test_normalize_turns_every_control_and_space_run_into_one_space():
 def test_normalize_keeps_everything_else():
     text = "Ça, c'est «déjà» 10 € — 日本語 ‌ZWNJ"
     assert normalize(text) == text
+
+
+def test_a_model_s_input_has_no_bidi_control_and_is_normalized():
+    controls = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    assert without_bidi_controls(f"a {controls}b{controls} c") == "a b c"
+    assert model_input(f" \u2067the\u2069 \u200f dog\t") == "the dog"
+    kept = "the d\u00f6g \u200b\u00a0runs"  # other format characters and spaces stay theirs
+    assert without_bidi_controls(kept) == kept
 
 
 def test_read_lines_splits_on_newline_only(tmp_path):

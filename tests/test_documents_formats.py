@@ -5,14 +5,15 @@ files, PDF and files over the limits refused in one line naming the file."""
 from __future__ import annotations
 
 import io
+import warnings
 import zipfile
 
 import pytest
 
 from document_fixtures import (docx_structure, make_docx, make_odt, make_pptx,
-                               odt_structure, pptx_structure, shout)
-from transformer_nmt.documents.formats import (FileLimits, read_document, translate_document,
-                                               translate_file)
+                               odt_structure, pptx_structure, shout, with_member)
+from transformer_nmt.documents.formats import (FileLimits, UnsafeFile, read_document,
+                                               translate_document, translate_file)
 from transformer_nmt.errors import UserError
 
 pytest.importorskip("docx")
@@ -196,6 +197,32 @@ def test_a_broken_office_file_is_named_with_its_kind_in_a_sentence(tmp_path, mak
     assert message.startswith(f"{name}: the file is {kind}, but a broken one: its part "
                               f"{part} is not readable XML (")
     assert message.endswith("); open and save it again in its application")
+
+
+@pytest.mark.parametrize("member, says", [
+    ("../../evil.txt", "its member '../../evil.txt' climbs out of the package with '..'"),
+    ("word\\..\\..\\evil.txt", "climbs out of the package"),
+    ("/x/abs.txt", "its member '/x/abs.txt' has an absolute path"),
+    ("C:/abs.txt", "its member 'C:/abs.txt' has an absolute path"),
+    ("word/document.xml", "it has two members named 'word/document.xml'"),
+    ("Word/Document.xml", "it has two members named 'Word/Document.xml'"),
+])
+def test_a_package_with_a_member_outside_it_or_named_twice_is_refused_before_writing(
+        tmp_path, member, says):
+    """Such a .docx was translated with its names carried on into the output, and
+    zipfile's "Duplicate name" warning printed."""
+    source = tmp_path / "hostile.docx"
+    source.write_bytes(with_member(make_docx(tmp_path / "in.docx"), member))
+    target = tmp_path / "out.docx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing written on with a warning
+        with pytest.raises(UnsafeFile) as refused:
+            translate_file(source, target, shout)
+    message = str(refused.value)
+    assert message.startswith(f"{source}: refused: ") and says in message
+    assert message.endswith(", which no office application writes; open and save the file "
+                            "again in its application")
+    assert "\n" not in message and not target.exists()
 
 
 def test_size_paragraph_and_unpacked_limits(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 
 from transformer_nmt.config import ALPHA_RANGE
 from transformer_nmt.decode.quality import confidence
+from transformer_nmt.decode.quality.unknown import UNKNOWN_SOURCE
 from fastapi.testclient import TestClient
 
 from decode_fixtures import sentences, with_calibration
@@ -360,10 +361,13 @@ def sound_outputs(monkeypatch):
 def test_a_degenerate_sentence_gets_confidence_0_in_our_api_and_libretranslates(
         calibrated_model):
     """An empty output for a source of digits was degenerate in /v1 while LibreTranslate
-    gave it the calibration's 0.5; both now read the one confidence, 0 with its reasons."""
+    gave it the calibration's 0.5; both now read the one confidence, 0 with its reasons.
+    (Words with the digits: the test vocabulary has no digits, and a source mostly unknown
+    to it would come back from LibreTranslate as it was sent.)"""
+    source = "12345 the dog runs"
     with TestClient(make_app(calibrated_model)) as calibrated:
-        ours = translate(calibrated, text="12345 67890").json()
-        libre = calibrated.post("/translate", json={"q": "12345 67890", "source": "en",
+        ours = translate(calibrated, text=source).json()
+        libre = calibrated.post("/translate", json={"q": source, "source": "en",
                                                     "target": "de"}).json()
     [sentence] = ours["translations"][0]["sentences"]
     assert sentence["text"] == "" and sentence["fallback"] is False
@@ -372,6 +376,55 @@ def test_a_degenerate_sentence_gets_confidence_0_in_our_api_and_libretranslates(
     assert "has no letter or digit, though the source has some" in \
         sentence["confidence_reasons"]
     assert libre == {"translatedText": "", "confidence": 0.0}
+
+
+def test_plain_text_reaches_the_model_without_bidi_controls_and_html_keeps_them(
+        client, monkeypatch):
+    """An embedding or isolate was an unknown piece to the model, which also cut the word
+    it opened: plain text is now translated as the reader sees it, without them."""
+    [model] = client.app.state.pool.loaded.values()
+    translator = model.service.translator
+    begin, seen = translator.begin, []
+
+    def recording_begin(items, *arguments, **options):
+        job = begin(items, *arguments, **options)
+        seen.extend(job.ids)
+        return job
+
+    monkeypatch.setattr(translator, "begin", recording_begin)
+    clean = "the dog runs in the garden"
+    marked = "\u2067the\u2069 \u202bdog\u202c runs \u200fin the \u2068garden\u2069"
+    [expected] = translate(client, text=clean).json()["translations"]
+    [result] = translate(client, text=marked).json()["translations"]
+    libre = client.post("/translate", json={"q": marked, "source": "en", "target": "de"})
+    assert seen == [seen[0]] * 3 and translator.vocab.unk_id not in seen[0]
+    assert result["text"] == expected["text"] == libre.json()["translatedText"]
+    assert result["sentences"][0]["source"] == marked and "warnings" not in result
+    html = client.post("/translate", json={"q": f"<p>{marked}</p>", "source": "en",
+                                           "target": "de", "format": "html"})
+    assert html.json()["translatedText"].count("\u2069") == 2  # kept in place
+
+
+def test_a_sentence_the_vocabulary_cannot_read_is_warned_of_and_libretranslate_sends_it_back(
+        client):
+    """18,900 characters of Japanese sent to a German model came back as one fluent
+    unrelated sentence; now /v1 says so, and LibreTranslate's API gives the text back
+    as it was sent, as LibreTranslate does for a language it does not have."""
+    japanese = "日本語の文章をドイツ語のモデルに送りました。"
+    text = f"the dog runs. {japanese}"
+    [result] = translate(client, text=text).json()["translations"]
+    known, unknown = result["sentences"]
+    assert unknown["source"] == japanese and unknown["text"] != japanese
+    assert unknown["confidence"] == 0.0 and unknown["confidence_reasons"] == [UNKNOWN_SOURCE]
+    assert known["confidence"] is None and known["confidence_reasons"] == []
+    assert result["warnings"] == [f"sentence 2: {UNKNOWN_SOURCE}; its translation is "
+                                  "invented, not translated"]
+    assert "warnings" not in translate(client, text="the dog runs.").json()["translations"][0]
+    libre = client.post("/translate", json={"q": japanese, "source": "en",
+                                            "target": "de"}).json()
+    assert libre == {"translatedText": japanese, "confidence": 0.0}
+    both = client.post("/translate", json={"q": text, "source": "en", "target": "de"}).json()
+    assert both == {"translatedText": f"{known['text']} {japanese}"}
 
 
 @pytest.mark.usefixtures("sound_outputs")

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import pytest
 from fastapi.testclient import TestClient
 
-from document_fixtures import docx_structure, make_docx
+from document_fixtures import docx_structure, make_docx, with_member
 from serve_fixtures import make_app
 from transformer_nmt.locks import LOCK_FILE
 from transformer_nmt.serve.file_store import FileStore, StoreFull, client_key, safe_name
@@ -74,6 +74,20 @@ def test_text_files_and_sentences_over_the_servers_chunk_limits(client):
 def test_refusals_are_one_line_errors(client, name, content, fields, status, says):
     answer = upload(client, name, content, **fields)
     assert answer.status_code == status and says in answer.json()["error"]
+
+
+@pytest.mark.parametrize("member", ["../../evil.txt", "/x/abs.txt", "word/document.xml"])
+def test_a_package_with_a_member_outside_it_or_named_twice_is_422_naming_it(
+        client, tmp_path, member):
+    pytest.importorskip("docx")
+    data = with_member(make_docx(tmp_path / "report.docx"), member)
+    directory = Path(client.app.state.file_store.directory)
+    stored = sorted(directory.iterdir())
+    answer = upload(client, "report.docx", data)
+    assert answer.status_code == 422
+    error = answer.json()["error"]
+    assert error.startswith("report.docx: refused: ") and repr(member) in error
+    assert "\n" not in error and sorted(directory.iterdir()) == stored  # nothing written
 
 
 def test_a_form_without_a_file_or_not_multipart(client):

@@ -170,6 +170,16 @@ def test_v1_translate_chooses_by_source_and_target_and_says_which_models(client)
     assert attention.status_code == 422 and "through en" in attention.json()["error"]
 
 
+def test_a_text_the_first_model_cannot_read_is_warned_of_or_sent_back_through_a_pivot(
+        client):
+    japanese = "日本語の文章です。"
+    [result] = client.post("/v1/translate", json={"text": japanese, "source": "de",
+                                                  "target": "fr"}).json()["translations"]
+    assert result["warnings"][0].startswith("into en: sentence 1: most of the source is "
+                                            "unknown to the model's vocabulary")
+    assert lt_translate(client, japanese, "de", "fr").json()["translatedText"] == japanese
+
+
 def test_a_file_is_translated_through_a_pivot(client):
     answer = client.post("/translate_file", files={"file": ("note.txt", GERMAN.encode())},
                          data={"source": "de", "target": "fr"})

@@ -40,7 +40,8 @@ def post_json(url: str, body: dict, headers: dict | None = None) -> tuple[int, d
 
 def test_the_libretranslate_client_translates_unchanged_with_a_key_from_the_environment(
         served_model):
-    with running_server(served_model, env={"NMT_API_KEY": KEY}) as (url, _):
+    with running_server(served_model, "--log-level", "info",
+                        env={"NMT_API_KEY": KEY}) as (url, process):
         client = LibreTranslateAPI(url, api_key=KEY)
         assert client.languages() == [{"code": "en", "name": "English", "targets": ["de"]},
                                       {"code": "de", "name": "German", "targets": []}]
@@ -54,6 +55,28 @@ def test_the_libretranslate_client_translates_unchanged_with_a_key_from_the_envi
         with pytest.raises(urllib.error.HTTPError) as unsupported:
             client.translate(text, "fr", "de")
         assert unsupported.value.code == 400
+        assert_keys_in_urls_stay_out_of_the_log(url, process)
+
+
+def assert_keys_in_urls_stay_out_of_the_log(url: str, process: subprocess.Popen) -> None:
+    """LibreTranslate's clients may send api_key in the query string, which uvicorn's
+    access log wrote in clear: the right key and a wrong one go there, then the server
+    stops and nothing it wrote holds either."""
+    wrong = "wr0ng-k3y-in-the-url"
+    for key, status in ((KEY, 200), (wrong, 403)):
+        request = urllib.request.Request(
+            f"{url}/translate?api_key={key}&q=the+dog&source=en&target=de", data=b"")
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                answered, body = response.status, response.read()
+        except urllib.error.HTTPError as error:
+            answered, body = error.code, error.read()
+        assert answered == status and key.encode() not in body
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=30)
+    log = (stdout + stderr).decode()
+    assert log.count("/translate?api_key=***&q=the+dog&source=en&target=de") == 2, log
+    assert KEY not in log and wrong not in log
 
 
 def test_sigterm_answers_every_accepted_request_then_exits_0(served_model):

@@ -196,6 +196,28 @@ def test_json_output_one_object_per_line_with_token_scores(model_file, tmp_path)
                                                                 abs=1e-4)
 
 
+def test_lines_the_vocabulary_cannot_read_are_warned_of_and_get_confidence_0(
+        model_file, tmp_path, caplog):
+    source = tmp_path / "in.txt"
+    source.write_text("the house\n日本語の文章です。\na dog runs\nこれも日本語です。\n",
+                      encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+    assert main(["translate", "--model", str(model_file), "--input", str(source),
+                 "--output", str(output), "--format", "json", *FAST]) == 0
+    objects = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert [obj["confidence"] for obj in objects] == [None, 0.0, None, 0.0]
+    assert "confidence_reasons" not in objects[0]
+    assert objects[1]["confidence_reasons"] == [
+        "most of the source is unknown to the model's vocabulary (another language or "
+        "script?)"]
+    warnings = [record.getMessage() for record in caplog.records]
+    assert warnings == [
+        "input line 2: most of the source is unknown to the model's vocabulary (another "
+        "language or script?); its translation is invented, not translated (confidence 0)",
+        "2 input lines in all are mostly unknown to the model's vocabulary; their "
+        "translations are invented (confidence 0)"]
+
+
 def test_the_guard_is_on_by_default_and_off_with_no_guard(model_file, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("the house\na dog runs in the green garden\n", encoding="utf-8")

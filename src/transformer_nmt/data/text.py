@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import re
 import unicodedata
 import zlib
 from dataclasses import dataclass
@@ -42,6 +43,29 @@ def normalize(text: str) -> str:
     if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
         return text
     return " ".join(text.translate(_CONTROL_TO_SPACE).split())
+
+
+BIDI_CONTROL_CHARACTERS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+"""Unicode's Bidi_Control characters (the Arabic letter mark, LRM and RLM, embeddings,
+overrides and isolates), as the inside of a regular expression's character class. They
+order text for display and are zero-width; no vocabulary holds them: sentencepiece makes
+an unknown piece of each embedding or isolate, cutting the word it opens."""
+_BIDI_CONTROLS = re.compile(f"[{BIDI_CONTROL_CHARACTERS}]+")
+
+
+def without_bidi_controls(text: str) -> str:
+    """`text` with its bidi controls left out, as a reader sees it."""
+    if text.isprintable():  # a bidi control is a format character, never printable
+        return text
+    return _BIDI_CONTROLS.sub("", text)
+
+
+def model_input(text: str) -> str:
+    """What a model is given of a source line to translate: its bidi controls left out,
+    then normalized (`normalize`). The HTML path keeps them in the markup around the
+    text nodes it translates (serve/html_text.py); plain text drops them, so that a
+    sentence is translated whole rather than cut at each."""
+    return normalize(without_bidi_controls(text))
 
 
 def open_binary(path: str | Path) -> BinaryIO:

@@ -14,7 +14,7 @@ from typing import Callable, Protocol
 from transformer_nmt.documents.html import Html
 from transformer_nmt.documents.markdown import Markdown
 from transformer_nmt.documents.office import FORMATS, BrokenPackage, OfficePackage, \
-    package_format
+    UnsafePackage, package_format
 from transformer_nmt.documents.plain import BadText, PlainText, SubRip, WebVTT
 from transformer_nmt.documents.runs import Run, Translate, pending, translate_paragraphs
 from transformer_nmt.errors import UserError
@@ -34,6 +34,11 @@ PDF_REFUSAL = ("PDF is not supported: a PDF holds positioned glyphs, not paragra
                "it to .docx or .odt (e.g. with LibreOffice) and translate that")
 KIND_NAMES = {"docx": "a Word document", "pptx": "a PowerPoint presentation",
               "odt": "an OpenDocument text"}
+
+
+class UnsafeFile(UserError):
+    """A file refused for what it could do rather than for being broken: an office
+    package with a member named outside it or twice (HTTP 422 on the server)."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,9 @@ def _office_kind(data: bytes, name: str) -> str | None:
 def _office(data: bytes, name: str, kind: str, limits: FileLimits) -> Document:
     try:
         package = OfficePackage(data, FORMATS[kind], limits.max_unpacked_bytes)
+    except UnsafePackage as error:
+        raise UnsafeFile(f"{name}: refused: {error}, which no office application writes; "
+                         "open and save the file again in its application") from None
     except (BrokenPackage, zipfile.BadZipFile, OSError, ValueError) as error:
         # KIND_NAMES carry their article: "a Word document", "an OpenDocument text".
         raise UserError(f"{name}: the file is {KIND_NAMES[kind]}, but a broken one: {error}; "

@@ -36,6 +36,33 @@ class BrokenPackage(Exception):
     """A zip package whose parts cannot be read; the message says which and why."""
 
 
+class UnsafePackage(BrokenPackage):
+    """A zip package with a member name that no office application writes and that an
+    unzip tool would act on: an absolute path, a climb out of the package (..), or a name
+    given twice (Python's zipfile would write both on, with a warning, and readers
+    disagree on which one counts). The message names the member."""
+
+
+_DRIVE = re.compile(r"[A-Za-z]:")
+"""A Windows drive at the start of a member's name: an absolute path there."""
+
+
+def check_member_names(package: zipfile.ZipFile) -> None:
+    """UnsafePackage naming the first member of `package` whose name is absolute, climbs
+    out with .., or repeats another's. Repeats are compared without case: OOXML compares
+    part names so, and an unzip onto a Windows or macOS disk writes one over the other."""
+    seen: set[str] = set()
+    for member in package.namelist():
+        steps = re.split(r"[/\\]", member)
+        if member.startswith(("/", "\\")) or _DRIVE.match(member):
+            raise UnsafePackage(f"its member {member!r} has an absolute path")
+        if ".." in steps:
+            raise UnsafePackage(f"its member {member!r} climbs out of the package with '..'")
+        if member.lower() in seen:
+            raise UnsafePackage(f"it has two members named {member!r}")
+        seen.add(member.lower())
+
+
 @dataclass(frozen=True)
 class OfficeFormat:
     """Where one format keeps its text, and how its paragraphs hold their runs."""
@@ -104,6 +131,7 @@ class OfficePackage:
         parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
                                  huge_tree=False)
         with zipfile.ZipFile(io.BytesIO(data)) as package:
+            check_member_names(package)  # before a name is used to read or write
             unpacked = sum(info.file_size for info in package.infolist())
             if unpacked > max_unpacked:
                 raise BrokenPackage(f"it unpacks to {unpacked} bytes, more than the limit "

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 from tqdm import tqdm
 
 from transformer_nmt.data.sentences import Fitting, split_paragraph
-from transformer_nmt.data.text import normalize
+from transformer_nmt.data.text import model_input
 from transformer_nmt.data.words import text_words
 from transformer_nmt.decode.text.target_language import with_language_token
 from transformer_nmt.documents.runs import Result, Translate
@@ -35,7 +35,7 @@ class Joined:
 
 def model_fitting(translator: Translator, language_token: str | None = None) -> Fitting:
     """The splitter's length rule for `translator`'s model: a sentence's ids as the
-    Translator encodes it (normalized, after a multilingual model's `language_token`),
+    Translator encodes it (`model_input`, after a multilingual model's `language_token`),
     cached so that they are computed once, and the most it takes (`Translator.src_limit`,
     the one limit of the rule)."""
 
@@ -43,7 +43,7 @@ def model_fitting(translator: Translator, language_token: str | None = None) -> 
     def encode(sentence: str) -> list[int]:
         text = sentence if language_token is None else with_language_token(
             sentence, language_token)
-        return translator.encode_batch([normalize(text)])[0]
+        return translator.encode_batch([model_input(text)])[0]
     return Fitting(encode, translator.src_limit)
 
 

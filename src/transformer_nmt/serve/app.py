@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from transformer_nmt.config import ALPHA_RANGE
 from transformer_nmt.errors import UserError
 from transformer_nmt.version import __version__
-from transformer_nmt.serve.access import presented_key, require_key
+from transformer_nmt.serve.access import presented_key, redact_credentials, require_key
 from transformer_nmt.serve.batcher import QueueFull
 from transformer_nmt.serve.file_store import FileStore
 from transformer_nmt.serve.detect import LanguageDetector
@@ -65,8 +65,9 @@ mimetypes.add_type("text/javascript", ".js")
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The one-line JSON error every refusal gets."""
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    """The one-line JSON error every refusal gets, any credential it quotes redacted."""
+    return JSONResponse({"error": redact_credentials(message)}, status_code=status,
+                        headers=headers)
 
 
 def validation_error(exc: RequestValidationError) -> tuple[int, str]:

@@ -21,7 +21,7 @@ from starlette.datastructures import UploadFile
 
 from transformer_nmt.data.sentences import sentences_of
 from transformer_nmt.documents.formats import (EXTENSIONS, SUPPORTED, Document, FileLimits,
-                                               read_document)
+                                               UnsafeFile, read_document)
 from transformer_nmt.documents.runs import Run, pending, put_back, source_text
 from transformer_nmt.documents.sentences import Joined, join_sentences
 from transformer_nmt.errors import UserError
@@ -70,7 +70,8 @@ def file_routes(translate: Translate, settings: ServeSettings, routes: PairRoute
         try:
             document = await asyncio.to_thread(read_document, data, name, FILE_LIMITS)
         except UserError as error:
-            status = 413 if len(data) > FILE_LIMITS.max_bytes else 400
+            status = (413 if len(data) > FILE_LIMITS.max_bytes
+                      else 422 if isinstance(error, UnsafeFile) else 400)
             raise HTTPException(status, str(error)) from None
         wanted = pending(document.paragraphs)
         sources = [source_text(runs) for runs in wanted]
@@ -158,7 +159,10 @@ async def _translate_chunk(translate: TranslateTexts, chunk: list[str]) -> list[
     the service halves, comes back joined); the chunk halved and sent again where the
     service finds it too large."""
     try:
-        results = await translate(chunk, Search(alignments=True, already_split=True))
+        # A sentence the model cannot read stays as it is, as LibreTranslate's /translate
+        # gives it back.
+        results = await translate(chunk, Search(alignments=True, already_split=True,
+                                                keep_unreadable=True))
     except TooLarge:
         if len(chunk) == 1:
             raise

@@ -12,10 +12,12 @@ import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from transformer_nmt.data.text import BIDI_CONTROL_CHARACTERS
+
 UNTRANSLATED = {"script", "style", "code", "pre", "kbd", "samp", "var", "textarea"}
 """Elements whose text is code or raw data, kept as written."""
 _TAG_START = re.compile("<")
-BIDI_CONTROLS = re.compile("([\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]+)")
+BIDI_CONTROLS = re.compile(f"([{BIDI_CONTROL_CHARACTERS}]+)")
 """Runs of Unicode's Bidi_Control characters (marks, embeddings, overrides, isolates).
 They order the text around them for display, and no model's vocabulary holds them: a
 text is cut at them and they are kept where they are, so that what they enclose stays

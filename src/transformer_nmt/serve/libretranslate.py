@@ -79,7 +79,9 @@ def _add_text_routes(router: APIRouter, translate: Translate, settings: ServeSet
             _check_characters(texts, settings)  # before detection reads them all
         route, detected = await pair_route(routes, detector, fields.get("source"),
                                            fields.get("target"), texts, text_format == "html")
-        results = await translate(texts, Search(nbest=alternatives + 1),
+        # A text in a language the model has not learned comes back as it was sent, as
+        # LibreTranslate answers one in a language it does not have.
+        results = await translate(texts, Search(nbest=alternatives + 1, keep_unreadable=True),
                                   text_format == "html", route)
         answer = _translation_answer(isinstance(q, str), results, settings, alternatives)
         if detected is not None:

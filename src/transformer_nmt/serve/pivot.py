@@ -36,10 +36,12 @@ async def translate_through(first: TranslationService, second: TranslationServic
     with check_pivot_search, before loading the models."""
     first_search = Search(beam=search.beam, alpha=search.alpha,
                           alignments=search.alignments and not html,
-                          already_split=search.already_split)
+                          already_split=search.already_split,
+                          keep_unreadable=search.keep_unreadable)
     through = await first.translate_texts(texts, first_search, html, tokens[0])
     second_search = Search(beam=search.beam, alpha=search.alpha, nbest=search.nbest,
-                           alignments=search.alignments and not html)
+                           alignments=search.alignments and not html,
+                           keep_unreadable=search.keep_unreadable)
     results = await second.translate_texts([result["text"] for result in through],
                                            second_search, html, tokens[1])
     return [_joined(first_hop, second_hop, pivot, search.alignments and not html)
@@ -57,6 +59,10 @@ def _joined(first: dict[str, Any], second: dict[str, Any], pivot: str,
         "confidence": min(confidences) if confidences and None not in confidences else None,
         "withheld": any(sentence.get("withheld") for sentence in sentences),
     }}
+    # What the first model could not read, the second got as the first invented it.
+    warnings = [f"into {pivot}: {warning}" for warning in first.get("warnings", [])]
+    if warnings:
+        result["warnings"] = warnings + second.get("warnings", [])
     if alignments:
         result["alignment"] = composed(sentences_joined(first).alignment,
                                        sentences_joined(second).alignment)

@@ -21,6 +21,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from transformer_nmt.decode.device.threads import EVENT_LOOP_THREADS
 from transformer_nmt.decode.text.translator import TranslatorOptions
 from transformer_nmt.errors import UserError
+from transformer_nmt.serve.access import RedactCredentials
 from transformer_nmt.serve.app import create_app
 from transformer_nmt.serve.metrics import ServerMetrics
 from transformer_nmt.serve.middleware import CHUNK_LEFT
@@ -119,6 +120,16 @@ class DeadlineConfig(uvicorn.Config):
         # server reads odd framing the one way its tests check.
         super().__init__(app, http=HeadersDeadlineProtocol, **options)
         self.headers_timeout_s = headers_timeout_s
+
+    def configure_logging(self) -> None:
+        """uvicorn's logging, each of its handlers redacting credentials: its access log
+        writes a request's whole URL, and LibreTranslate's clients may put api_key there.
+        On the handlers, not the loggers, so that every uvicorn logger's records pass
+        through it (a logger's filter sees only what is logged on that very logger)."""
+        super().configure_logging()
+        for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+            for handler in logging.getLogger(name).handlers:
+                handler.addFilter(RedactCredentials())
 
 
 class HeadersDeadlineProtocol(H11Protocol):

@@ -13,6 +13,7 @@ from transformer_nmt.attention_plot import compute_attention_of_ids
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.sentences import Document, Fitting, split_sentence, split_text
 from transformer_nmt.data.text import normalize
+from transformer_nmt.decode.quality.unknown import UNKNOWN_SOURCE, is_unreadable
 from transformer_nmt.decode.text.job import CallSettings
 from transformer_nmt.decode.text.target_language import with_language_token
 from transformer_nmt.documents.sentences import model_fitting
@@ -30,8 +31,10 @@ CONFIDENCE_MEANING = (
     "bilingual reader would accept it, measured by a proxy computed without people (that "
     "its sentence chrF2 against a reference reaches the threshold `nmt calibrate` fitted on "
     "validation data, by default the model's median there); null for a model without "
-    "calibration; 0 for a degenerate translation (see `degenerate`); `confidence_reasons` "
-    "say why when it is low; below the server's "
+    "calibration; 0 for a degenerate translation (see `degenerate`) and, calibrated or "
+    "not, for a sentence most of whose characters the model's vocabulary does not know "
+    "(another language or script: its translation is invented; the text's `warnings` say "
+    "so); `confidence_reasons` say why when it is low; below the server's "
     "min_confidence a sentence comes back empty with `withheld: true` and a `reason`.")
 """What the confidence of an answer means, for the API's documentation."""
 ATTENTION_DECIMALS = 3
@@ -64,6 +67,10 @@ class Search:
     already_split: bool = False
     """Each text is one sentence the splitter cut already (a file's paragraph, cut by the
     files API): only the length rule applies, so that no sentence is cut twice."""
+    keep_unreadable: bool = False
+    """A sentence the model's vocabulary cannot read comes back as it was sent, rather
+    than as the sentence the model invents for it: what LibreTranslate answers for a text
+    in a language it does not have."""
 
 
 class TranslationService:
@@ -161,14 +168,18 @@ class TranslationService:
             for document in text_documents:
                 count = len(document.sentences)
                 mine = range(offset, offset + count)
-                withheld = [self.withheld(found[i][0]) for i in mine]
-                joined.append(document.join(["" if hidden else found[i][0].text
-                                             for i, hidden in zip(mine, withheld)]))
-                described += [_describe(sentences[i], found[i], attention[i], hidden)
-                              for i, hidden in zip(mine, withheld)]
+                kept = [search.keep_unreadable and is_unreadable(found[i][0]) for i in mine]
+                withheld = [None if keep else self.withheld(found[i][0])
+                            for i, keep in zip(mine, kept)]
+                joined.append(document.join([
+                    sentences[i] if keep else "" if hidden else found[i][0].text
+                    for i, keep, hidden in zip(mine, kept, withheld)]))
+                described += [_describe(sentences[i], found[i], attention[i], hidden, keep)
+                              for i, keep, hidden in zip(mine, kept, withheld)]
                 offset += count
             text = markup.join(joined) if markup else joined[0]
-            results.append({"text": text, "sentences": described})
+            results.append({"text": text, "sentences": described,
+                            **_warnings(described, search.keep_unreadable)})
         return results
 
     def withheld(self, translation: Translation) -> str | None:
@@ -269,10 +280,23 @@ def _quoted(text: str, most: int = 40) -> str:
     return repr(text if len(text) <= most else text[:most - 1] + "…")
 
 
+def _warnings(described: list[dict[str, Any]], kept: bool) -> dict[str, list[str]]:
+    """{"warnings": [...]}, one line per sentence of a text (`described`) whose source the
+    model could not read (`kept`: given back as it was sent); {} when there is none, so
+    that a sound answer keeps its shape."""
+    outcome = ("it is given back untranslated" if kept
+               else "its translation is invented, not translated")
+    found = [f"sentence {number}: {UNKNOWN_SOURCE}; {outcome}"
+             for number, sentence in enumerate(described, 1)
+             if UNKNOWN_SOURCE in sentence["confidence_reasons"]]
+    return {"warnings": found} if found else {}
+
+
 def _describe(source: str, translations: list[Translation], attention: dict[str, Any] | None,
-              withheld: str | None = None) -> dict[str, Any]:
+              withheld: str | None = None, kept: bool = False) -> dict[str, Any]:
     """One sentence of an answer; a withheld one has no text, alternatives or maps, only
-    why."""
+    why; a `kept` one (its source unreadable) is its source, without alternatives or
+    attention, each word aligned to itself."""
     best = translations[0]
     described: dict[str, Any] = {
         "source": source,
@@ -287,6 +311,11 @@ def _describe(source: str, translations: list[Translation], attention: dict[str,
     }
     if withheld is not None:
         described.update(text="", nbest=[], withheld=True, reason=withheld)
+        return described
+    if kept:
+        described.update(text=source, nbest=[])
+        if best.alignment is not None:  # each word is itself
+            described["alignment"] = [[word, word] for word in range(len(source.split()))]
         return described
     if best.alignment is not None:
         described["alignment"] = [list(pair) for pair in best.alignment]

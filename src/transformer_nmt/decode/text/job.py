@@ -40,7 +40,9 @@ class Translation:
     confidence: float | None = None
     """The probability that a bilingual reader would accept this translation, as the
     model's calibration estimates it (transformer_nmt.decode.quality.confidence); None when the
-    model has no calibration (`nmt calibrate`) or the line is empty."""
+    model has no calibration (`nmt calibrate`) or the line is empty; 0, calibration or
+    not, when the model's vocabulary cannot read the source
+    (transformer_nmt.decode.quality.unknown)."""
     confidence_reasons: list[str] = field(default_factory=list)
     """Why the confidence is low ("repeats a word", ...); empty when it is not."""
     degenerate: list[str] | None = None
@@ -96,6 +98,9 @@ class TranslationJob:
     """Each line's constraint phrases as target token ids; None when no line has any."""
     numbers: list[int]
     """Each line's number, which seeds its samples and names it in warnings."""
+    unreadable: list[bool] | None = None
+    """Whether the model's vocabulary cannot read each line's source
+    (transformer_nmt.decode.quality.unknown); None when no line has an unknown piece."""
 
     @property
     def searched(self) -> list[int]:
@@ -113,7 +118,8 @@ class TranslationJob:
         """A job of lines `rows` of this one, in that order, with these settings: what a
         worker process is sent of a batch."""
         ids, prefixes, numbers, constraints = self.pick(rows)
-        return TranslationJob(self.settings, ids, prefixes, constraints, numbers)
+        return TranslationJob(self.settings, ids, prefixes, constraints, numbers,
+                              _pick(self.unreadable, rows))
 
     def in_order(self, found: dict[int, list[Translation]]) -> list[list[Translation]]:
         """Every line's translations, in order: those `found` for it, by line, and an
@@ -131,7 +137,8 @@ def join_jobs(jobs: list[TranslationJob]) -> tuple[TranslationJob, list[int]]:
     it: a server decodes the lines of several requests at once. A line of a job without
     prefixes or constraints gets none ([]), as `prefix_ids` gives it beside others'."""
     joined = TranslationJob(jobs[0].settings, [], _joined(jobs, "prefixes"),
-                            _joined(jobs, "constraints"), [])
+                            _joined(jobs, "constraints"), [],
+                            _joined(jobs, "unreadable", missing=bool))
     starts = []
     for job in jobs:
         starts.append(len(joined.ids))
@@ -140,12 +147,14 @@ def join_jobs(jobs: list[TranslationJob]) -> tuple[TranslationJob, list[int]]:
     return joined, starts
 
 
-def _joined(jobs: list[TranslationJob], name: str) -> list | None:
+def _joined(jobs: list[TranslationJob], name: str, missing: type = list) -> list | None:
+    """The per-line values `name` of `jobs` in one list, missing() for each line of a job
+    without them; None when no job has them."""
     if all(getattr(job, name) is None for job in jobs):
         return None
     values = [getattr(job, name) for job in jobs]
     return [row for job, value in zip(jobs, values)
-            for row in (value if value is not None else [[] for _ in job.ids])]
+            for row in (value if value is not None else [missing() for _ in job.ids])]
 
 
 def _pick(values: list | None, rows: list[int]) -> list | None:

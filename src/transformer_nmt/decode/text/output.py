@@ -8,6 +8,7 @@ the caller's choice (the `nmt` command passes standard input and output).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from itertools import zip_longest
@@ -18,9 +19,12 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from transformer_nmt.data.text import LineWriter
 from transformer_nmt.data.vocab import Vocab
+from transformer_nmt.decode.quality.unknown import UNKNOWN_SOURCE, is_unreadable
 from transformer_nmt.decode.text.target_language import with_language_token
 from transformer_nmt.decode.text.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 
 def requests(lines: Iterable[str], prefixes: Iterable[str] | None = None,
@@ -129,7 +133,25 @@ def translated(translator: Translator, lines: Iterable[str | TranslationRequest]
     if language_token is not None:
         # The token is no word (transformer_nmt.data.words): alignments count the line's own.
         lines = (with_language_token(line, language_token) for line in lines)
-    yield from translator.translate_nbest(lines)
+    yield from warned_unreadable(translator.translate_nbest(lines))
+
+
+def warned_unreadable(results: Iterator[list[Translation]]) -> Iterator[list[Translation]]:
+    """`results` (each input line's translations) passed through, with a warning at the
+    first line whose source the model's vocabulary cannot read, and how many there were
+    in all at the end when more than one: such a line's translation is invented, and a
+    user who gave a file in the wrong language should know before reading it."""
+    unreadable = 0
+    for number, result in enumerate(results, 1):
+        if result and is_unreadable(result[0]):
+            unreadable += 1
+            if unreadable == 1:
+                logger.warning("input line %d: %s; its translation is invented, not "
+                               "translated (confidence 0)", number, UNKNOWN_SOURCE)
+        yield result
+    if unreadable > 1:
+        logger.warning("%d input lines in all are mostly unknown to the model's vocabulary; "
+                       "their translations are invented (confidence 0)", unreadable)
 
 
 def translate_file(translator: Translator, lines: Iterable[str | TranslationRequest],

@@ -1,4 +1,5 @@
-"""Text in, text out: normalize → sentencepiece encode → search → decode, in input order.
+"""Text in, text out: normalize (bidi controls left out) → sentencepiece encode → search →
+decode, in input order.
 
 A Translator's resources are fixed when it is built (the model, its precision and
 device, the batching, the workers and their threads); the search settings are each
@@ -22,7 +23,7 @@ from typing import Iterable, Iterator, Sequence
 import torch
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.data.text import normalize
+from transformer_nmt.data.text import model_input
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.data.words import continues_word
 from transformer_nmt.decode.text.alignment import word_alignment
@@ -33,6 +34,7 @@ from transformer_nmt.decode.search.ensemble import Ensemble
 from transformer_nmt.decode.continuous.engine import Engine, serves
 from transformer_nmt.decode.quality.guard import (Guarded, checks, fallback_config, guard,
                                                   output_reasons)
+from transformer_nmt.decode.quality.unknown import mark_unreadable, unreadable
 from transformer_nmt.decode.text.options import (PROCESSES_FROM_LINES, PROCESSES_MOST_PARAMETERS,
                                                  TranslatorOptions)
 from transformer_nmt.decode.text.processes import WorkerProcesses
@@ -220,12 +222,13 @@ class Translator:
 
     def source_ids(self, lines: list[str], decode: DecodeConfig | None = None,
                    numbers: list[int] | None = None) -> list[list[int]]:
-        """Subword ids of each line (normalized, without EOS), cut to what the model can
-        translate with `decode` (None: the options'), with a warning the first time that
-        names the line by its number in `numbers` (None: 0, 1, ...)."""
+        """Subword ids of each line (`model_input`: normalized, without bidi controls;
+        without EOS), cut to what the model can translate with `decode` (None: the
+        options'), with a warning the first time that names the line by its number in
+        `numbers` (None: 0, 1, ...)."""
         decode = self.options.decode if decode is None else decode
         limit = source_limit(self.max_len_limit + 1, decode)
-        ids = self.encode_batch([normalize(line) for line in lines])
+        ids = self.encode_batch([model_input(line) for line in lines])
         for offset, sentence in enumerate(ids):
             if len(sentence) > limit:
                 if not self._warned_long:
@@ -241,7 +244,7 @@ class Translator:
         return ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Each (normalized) text's subword ids, without EOS, each a list of its own: those
+        """Each text's (`model_input`'s) subword ids, without EOS, each a list of its own: those
         of texts encoded lately as they were kept (ENCODINGS_KEPT), the others encoded
         together now and kept."""
         with self._encodings_lock:
@@ -276,11 +279,27 @@ class Translator:
         numbers = list(range(len(items))) if numbers is None else numbers
         requests = [item if isinstance(item, TranslationRequest) else TranslationRequest(item)
                     for item in items]
-        ids = self.source_ids([request.text for request in requests], settings.decode, numbers)
+        texts = [request.text for request in requests]
+        ids = self.source_ids(texts, settings.decode, numbers)
         return TranslationJob(
             settings, ids, prefix_ids(self.vocab, requests, self.max_len_limit),
             constraint_ids(self.vocab, requests, settings.decode, numbers, self.max_len_limit),
-            numbers)
+            numbers, self.unreadable_lines(texts, ids))
+
+    def unreadable_lines(self, texts: list[str], ids: list[list[int]]) -> list[bool] | None:
+        """Whether the vocabulary cannot read each of `texts` (encoded, perhaps cut, as
+        `ids`; transformer_nmt.decode.quality.unknown); None when none has an unknown
+        piece, as most lines have none."""
+        rows = [row for row, sentence in enumerate(ids) if self.vocab.unk_id in sentence]
+        if not rows:
+            return None
+        # The whole encoding, not the one cut to the model's length: the cut pieces spell
+        # characters of the text as well (kept from source_ids' encoding, mostly).
+        texts = [model_input(texts[row]) for row in rows]
+        flags = [False] * len(ids)
+        for row, text, whole in zip(rows, texts, self.encode_batch(texts)):
+            flags[row] = unreadable(text, whole, self.vocab)
+        return flags
 
     def continuous(self, job: TranslationJob) -> bool:
         """Whether the continuous-batching engine can search `job`'s lines
@@ -310,7 +329,7 @@ class Translator:
                ) -> list[list[Translation]]:
         """The translations of lines `rows` of `job` from what a search `found` for them:
         the guard (decoding degenerate ones again), alignments and token scores, the
-        confidence."""
+        confidence (0 for a source the vocabulary cannot read)."""
         if not rows:
             return []
         settings = job.settings
@@ -333,6 +352,8 @@ class Translator:
             self.confidence.attach(ids, translations, self.source_tensor, self.vocab.marked_pieces,
                                    [[hyp.features for hyp in result.hypotheses]
                                     for result in guarded])
+        if job.unreadable is not None:  # any model: it needs no calibration
+            mark_unreadable(translations, [job.unreadable[row] for row in rows])
         return translations
 
     def translate_job(self, job: TranslationJob, workers: int, side_by_side: int | None = None
