@@ -1,15 +1,16 @@
-"""A trained model's test BLEU and speed, decoded by us (`nmt evaluate`) and by its
-CTranslate2 export (`nmt export --to ctranslate2`), in one run on one machine.
+"""A trained model's test BLEU and speed, decoded by us (`nmt translate`, scored by `nmt
+evaluate --hyp`) and by its CTranslate2 export (`nmt export --to ctranslate2`), in one run
+on one machine.
 
 Protocol, the same for both: the model file's split (default the quickstart's
 bible-en-de test split), beam 4, one precision (--precision, float32 by default), the
 longest output floor(source subwords + 50) per sentence as `nmt evaluate`'s defaults, two
-batches of 16 sentences decoded at once on one thread each (ours: `nmt evaluate`'s default
---workers 2; CTranslate2: inter_threads 2, intra_threads 1, sentences sorted by length as
+batches of 16 sentences decoded at once on one thread each (ours: `nmt translate
+--workers 2`; CTranslate2: inter_threads 2, intra_threads 1, sentences sorted by length as
 ours are), PAD and BOS never generated. Both sets of translations are scored by the same command,
 `nmt evaluate --hyp ... --ref ...` (sacreBLEU, chrF, tokenized BLEU). Speed is lines and
 subword tokens per second of translation, model loading excluded on both sides (ours:
-the line `nmt evaluate` prints; CTranslate2: around its translate calls). On a machine
+the line `nmt translate` prints; CTranslate2: around its translate calls). On a machine
 shared with other jobs, --repeats pairs (ours, then CTranslate2, back to back) are run
 for each alpha and the median of the pairs' speed ratios is printed with all of them.
 
@@ -55,19 +56,24 @@ def nmt(*args: str) -> subprocess.CompletedProcess:
 
 
 def ours(args: argparse.Namespace, alpha: float, work: Path) -> tuple[Path, dict, dict]:
-    """`nmt evaluate` on the split: (hypotheses, scores, speed)."""
+    """`nmt translate` of the split's source side, scored by `nmt evaluate --hyp`:
+    (hypotheses, scores, speed)."""
+    manifest = json.loads((args.data / "manifest.json").read_text())
+    src_lang, tgt_lang = manifest["src_lang"], manifest["tgt_lang"]
     hyp, scores = work / f"ours-{alpha}.hyp", work / f"ours-{alpha}.json"
-    done = nmt("evaluate", "--model", str(args.model), "--data", str(args.data), "--split",
-               args.split, "--beam", "4", "--alpha", str(alpha), "--workers", str(WORKERS),
-               "--engine", args.engine,
-               "--precision", args.ours_precision or args.precision,
+    done = nmt("translate", "--model", str(args.model), "--input",
+               str(args.data / f"{args.split}.{src_lang}"), "--output", str(hyp),
+               "--beam", "4", "--alpha", str(alpha), "--workers", str(WORKERS),
+               "--engine", args.engine, "--precision", args.ours_precision or args.precision,
                *(["--no-guard"] if args.no_guard else []),
                *([] if args.worker_processes is None else
                  ["--worker-processes" if args.worker_processes else "--no-worker-processes"]),
-               "--batch-size", str(BATCH), "--output", str(hyp), "--json", str(scores))
+               "--batch-size", str(BATCH))
     match = re.search(r"translated (\d+) lines \((\d+) subword tokens\).* in ([\d.]+) s",
                       done.stderr)
     lines, tokens, seconds = int(match[1]), int(match[2]), float(match[3])
+    nmt("evaluate", "--hyp", str(hyp), "--ref", str(args.data / f"{args.split}.{tgt_lang}"),
+        "--tgt-lang", tgt_lang, "--json", str(scores))
     return hyp, json.loads(scores.read_text()), dict(lines=lines, tokens=tokens, seconds=seconds)
 
 

@@ -11,8 +11,9 @@ moment of the machine falls on all of them; the medians over rounds are printed 
 with each case's median latency against CTranslate2's faster compute type.
 
 Ours: `Translator` with batch_size 1, one worker, line by line (what `nmt translate
---batch-size 1` and the server do with a lone request), for each ENGINE/PRECISION of
---ours (the default engine and precision, and the PyTorch search's default).
+--batch-size 1` does with a lone line, its confidence unasked as text output leaves it),
+for each ENGINE/PRECISION of --ours (the default engine and precision, and the PyTorch
+search's default).
 CTranslate2: `nmt export --to ctranslate2`, one translator with intra_threads = --threads,
 in each --compute-types value. Both: beam 4, length penalty --alpha (ours GNMT's form,
 CTranslate2's |Y|^alpha), at most source length + 50 tokens.
@@ -76,7 +77,7 @@ def ours(args: argparse.Namespace, engine: str, precision: str) -> dict:
     decode = DecodeConfig(beam=4, alpha=args.alpha)
     translator = Translator.from_file(args.model, TranslatorOptions(
         decode=decode, engine=engine, precision=precision, batch_size=1, workers=1,
-        buffer_size=1))
+        buffer_size=1, confidence=False))
 
     def translate_one(line: str) -> int:
         (best,) = translator.translate_batch([line])

@@ -57,3 +57,15 @@ def test_torchs_thread_count_is_left_as_it_was(trained_model_file):
     translator = _translator(trained_model_file, "ctranslate2", DecodeConfig(guard=False))
     list(translator.translate(LINES[:2]))
     assert torch.get_num_threads() == before
+
+
+def test_threads_and_the_asked_precision_reach_ctranslate2(trained_model_file):
+    translator = Translator.from_file(trained_model_file, TranslatorOptions(
+        DecodeConfig(guard=False), engine="ctranslate2", threads=1))
+    assert translator.options.threads == 1 and translator.ctranslate2.cores == 1
+    # 'auto' resolves to a torch precision for the PyTorch search, and to CTranslate2's
+    # own choice for its search.
+    assert translator.options.asked_precision == "auto"
+    assert translator.ctranslate2.compute_type == "int8_float32"
+    # One replica per core: two batches side by side get one core each, never more.
+    assert translator.ctranslate2.translator(2).num_translators == 1

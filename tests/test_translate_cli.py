@@ -277,3 +277,26 @@ def test_ctranslate2_asked_for_what_only_torch_does_is_one_line(trained_model_fi
                  "--batch-invariant"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "--engine ctranslate2: batch invariance" in error
+
+
+def test_text_output_skips_the_confidence_json_asks_for(trained_model_file, tmp_path, capsys,
+                                                         monkeypatch):
+    from transformer_nmt.decode.text import translator as translator_module
+
+    calibrated = with_calibration(trained_model_file, tmp_path / "calibrated.pt",
+                                  coefficients=[0.5, 0.3, -0.4, 0.0, -0.2, -0.6, -0.5, -0.3])
+    built = []
+    original = translator_module.Translator.__init__
+
+    def record(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(translator_module.Translator, "__init__", record)
+    source = tmp_path / "in.txt"
+    source.write_text("a b c\n", encoding="utf-8")
+    for output_format in ("text", "json"):
+        assert main(["translate", "--model", str(calibrated), "--input", str(source),
+                     "--format", output_format]) == 0
+    capsys.readouterr()
+    assert [translator.confidence is not None for translator in built] == [False, True]

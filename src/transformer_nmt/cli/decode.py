@@ -60,6 +60,9 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
                        "alone, whatever shares its batch: decodes with PyTorch in fp32 or "
                        "bf16, products in fixed tiles, at about half its speed "
                        "(default: off)")
+    speed.add_argument("--threads", type=int, metavar="N",
+                       help="cores decoding uses in all, shared among the batches decoded "
+                       "at once (default: every core)")
     speed.add_argument("--workers", type=int, metavar="N",
                        help="translate N batches at once, each on its share of the cores "
                        "(default: two on a CPU with two cores or more, one with "
@@ -111,7 +114,8 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
     return TranslatorOptions(decode=decode, engine=args.engine, device=args.device,
                              precision=args.precision,
                              batch_size=args.batch_size, max_tokens=args.max_tokens,
-                             workers=args.workers, batch_invariant=args.batch_invariant,
+                             workers=args.workers, threads=args.threads,
+                             batch_invariant=args.batch_invariant,
                              worker_processes=getattr(args, "worker_processes", None),
                              **fields)
 
@@ -192,7 +196,8 @@ def run_translate(args: argparse.Namespace) -> None:
         translator = Translator.from_files(args.model, _translator_options(
             args, alignments=args.alignments,
             buffer_size=1 if args.interactive else TranslatorOptions.buffer_size,
-            token_scores=args.token_scores or args.format == "json"))
+            token_scores=args.token_scores or args.format == "json",
+            confidence=args.format == "json"))
     token = _language_token(translator, args.target_language)
     lines = (read_lines(args.input, args.errors) if args.input is not None
              else iter_lines(sys.stdin.buffer, "<stdin>", args.errors))

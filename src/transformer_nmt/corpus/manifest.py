@@ -72,6 +72,8 @@ def settings_record(options: CorpusOptions) -> dict[str, Any]:
                 "shard_lines": options.shard_lines}
     if translator.batch_invariant:  # recorded only when set: older manifests lack it
         settings["batch_invariant"] = True
+    if translator.engine != "torch":  # older manifests, which lack it, ran on torch
+        settings["engine"] = translator.engine
     return json.loads(json.dumps(settings))
 
 

@@ -85,7 +85,7 @@ def translate_with_ray(options: CorpusOptions, tasks: list[ShardTask], done) -> 
         raise UserError("--backend ray needs Ray: pip install 'transformer-nmt[ray]'") from None
     resolved = options.translator.resolved()
     actors = min(resolved.workers, len(tasks))
-    cores = decoding_threads(resolved.workers, resolved.device)
+    cores = decoding_threads(resolved.workers, resolved.device, resolved.threads)
     started_here = not ray.is_initialized()
     if started_here:
         if options.ray_address is None:
@@ -103,8 +103,8 @@ def translate_with_ray(options: CorpusOptions, tasks: list[ShardTask], done) -> 
         shards = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
             _RayShardTranslator, batch_size=1, num_cpus=cores,
             compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
-            fn_constructor_args=(options.models, replace(resolved, workers=1), cores,
-                                 options.output_format == "json", options.errors))
+            fn_constructor_args=(options.models, replace(resolved, workers=1, threads=cores),
+                                 cores, options.output_format == "json", options.errors))
         redone = 0
         try:
             for row in shards.iter_rows():

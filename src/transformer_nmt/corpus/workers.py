@@ -56,8 +56,8 @@ def translate_in_workers(options: CorpusOptions, tasks: list[ShardTask], done) -
     processes = min(resolved.workers, len(tasks))
     # Each worker decodes one batch at a time on its share of the cores, the batch as
     # large as `nmt translate` would make it for that many workers.
-    worker_options = replace(resolved, workers=1)
-    cores = decoding_threads(resolved.workers, resolved.device)
+    cores = decoding_threads(resolved.workers, resolved.device, resolved.threads)
+    worker_options = replace(resolved, workers=1, threads=cores)
     context = multiprocessing.get_context("spawn")
     pending = {task.number: task for task in tasks}
     died: set[int] = set()

@@ -40,7 +40,7 @@ from transformer_nmt.decode.text.batches import BatchBudget, length_batches
 from transformer_nmt.decode.text.job import CallSettings, join_jobs
 from transformer_nmt.decode.text.options import PROCESSES_MOST_PARAMETERS
 from transformer_nmt.decode.device.policy import decodes_alone, deep_queue
-from transformer_nmt.decode.device.threads import all_cores, decoding_threads
+from transformer_nmt.decode.device.threads import decoding_threads
 from transformer_nmt.decode.text.translator import Translation, TranslationRequest, Translator
 from transformer_nmt.serve.driver import Driver, Piece, Queue
 from transformer_nmt.serve.metrics import ServerMetrics
@@ -227,8 +227,9 @@ class Batcher:
     def threads(self) -> int:
         """Torch threads for a driver's step: the cores shared by the busy slots, this
         batcher's and the other models'."""
+        options = self.translator.options
         return decoding_threads(max(self.busy_slots + self.busy_elsewhere(self), 1),
-                                self.translator.options.device)
+                                options.device, options.threads)
 
     def observe_step(self, sentences: int) -> None:
         """A driver decoded a step of `sentences` sentences."""
@@ -342,4 +343,4 @@ def _slot_processes(translator: Translator, slots: int) -> list[SlotProcess] | N
             or torch.device(options.device).type != "cpu"):
         return None
     return [SlotProcess(type(translator).from_files, translator.model_paths,
-                        translator.options, all_cores()) for _ in range(slots)]
+                        translator.options, options.threads) for _ in range(slots)]

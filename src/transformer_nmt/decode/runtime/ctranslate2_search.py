@@ -24,7 +24,6 @@ from pathlib import Path
 import torch
 
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.device.threads import all_cores
 from transformer_nmt.decode.runtime.choice import compute_type, storage_type
 from transformer_nmt.decode.runtime.ct2_cache import converted_model
 from transformer_nmt.decode.search.base import Hypothesis, SpecialIds, length_penalty
@@ -99,11 +98,11 @@ def _hypothesis(pieces: list[str], score: float, alpha: float, limit: int) -> Hy
     return Hypothesis(tokens, log_prob / length_penalty(len(tokens) + 1, alpha), log_prob)
 
 
-def open_ctranslate2(model: InferenceModel, device: torch.device, precision: str
-                     ) -> CTranslate2Search:
+def open_ctranslate2(model: InferenceModel, device: torch.device, precision: str,
+                     cores: int) -> CTranslate2Search:
     """The CTranslate2 runtime of `model` (as read, before decoding's layout changes it)
     on `device` in the precision asked for (see transformer_nmt.decode.runtime.choice),
-    converted now unless the cache holds it."""
+    on `cores` threads in all on a CPU, converted now unless the cache holds it."""
     compute = compute_type(device, precision)
     vocab = model.vocab
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
@@ -111,4 +110,4 @@ def open_ctranslate2(model: InferenceModel, device: torch.device, precision: str
                                 len(vocab), storage_type(compute))
     on_gpu = device.type == "cuda"
     return CTranslate2Search(directory, "cuda" if on_gpu else "cpu", compute,
-                             1 if on_gpu else all_cores(), device.index or 0)
+                             1 if on_gpu else cores, device.index or 0)

@@ -9,7 +9,7 @@ import torch
 
 from transformer_nmt.config import DECODE_ENGINES, DecodeConfig
 from transformer_nmt.decode.device.policy import batch_size
-from transformer_nmt.decode.device.threads import default_workers
+from transformer_nmt.decode.device.threads import all_cores, default_workers
 from transformer_nmt.errors import UserError
 from transformer_nmt.runtime import DEFAULT_DEVICE, resolve_runtime
 
@@ -57,9 +57,16 @@ class TranslatorOptions:
     token_scores: bool = False
     """Also score each translation's tokens (Translation.token_scores), in a call that
     does not say."""
+    confidence: bool = True
+    """Estimate each translation's confidence where the model is calibrated
+    (Translation.confidence); off where nothing reads it, as it costs a teacher-forced
+    pass of each output on a runtime that does not gather it while searching."""
     buffer_size: int = 1024
     """Lines read ahead and sorted by length into batches; 1 translates line by line, as
     interactive use needs."""
+    threads: int | None = None
+    """The cores decoding uses in all, shared among what decodes at once (None: every
+    core this process may use)."""
     workers: int | None = None
     """Batches translated at once, by that many threads, each on its share of the cores
     (None: `default_workers`, or 1 with buffer_size 1; see
@@ -84,11 +91,15 @@ class TranslatorOptions:
     guard its main code with `if __name__ == "__main__":`, as Python's spawned
     processes need."""
 
+    asked_precision: str | None = None
+    """The precision asked for, 'auto' included, kept by `resolved` when it decides
+    `precision` for the torch search: CTranslate2's compute type is chosen from it."""
+
     def __post_init__(self) -> None:
         if self.engine not in DECODE_ENGINES:
             raise UserError(f"engine must be one of {', '.join(DECODE_ENGINES)}, "
                             f"not {self.engine!r}")
-        for name in ("batch_size", "max_tokens", "buffer_size", "workers"):
+        for name in ("batch_size", "max_tokens", "buffer_size", "workers", "threads"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
                 raise UserError(f"{name} must be at least 1, not {value!r}")
@@ -100,5 +111,7 @@ class TranslatorOptions:
         device = runtime.device
         workers = self.workers or default_workers(device, line_by_line=self.buffer_size == 1)
         return replace(self, device=device, precision=runtime.precision, workers=workers,
+                       asked_precision=self.asked_precision or self.precision,
+                       threads=self.threads or all_cores(),
                        batch_size=self.batch_size or batch_size(self.decode, workers),
                        batch_invariant=bool(self.batch_invariant))

@@ -96,8 +96,8 @@ class Translator:
         Each call sets the thread count of its decoding, each batch decoding at once on
         its share of the cores (transformer_nmt.decode.device.threads), and gives the calling
         thread its own count back when it is done."""
-        asked_precision = options.precision
         self.options = options = options.resolved()
+        asked_precision = options.asked_precision
         engine = choose_engine(options.engine, inference_model.model,
                                torch.device(options.device), asked_precision,
                                options.batch_invariant)
@@ -111,7 +111,7 @@ class Translator:
         """The CTranslate2 runtime, where the options chose it; None: torch searches."""
         if engine == "ctranslate2":
             self.ctranslate2 = open_ctranslate2(inference_model, torch.device(options.device),
-                                                asked_precision)
+                                                asked_precision, options.threads)
         self.model = prepare_model(inference_model.model, options.device, options.precision,
                                    batch_invariant=options.batch_invariant)
         max_positions = inference_model.model.cfg.max_positions
@@ -126,8 +126,10 @@ class Translator:
         self._encodings_lock = threading.Lock()  # the event loop and the slots encode
         self.budget = BatchBudget(options.batch_size, options.max_tokens)
         """What one batch may hold (transformer_nmt.decode.text.batches)."""
-        self.confidence = ConfidenceEstimator.of(inference_model, self.model, self.special)
-        """Estimates each translation's confidence; None without a calibration."""
+        self.confidence = (ConfidenceEstimator.of(inference_model, self.model, self.special)
+                           if options.confidence else None)
+        """Estimates each translation's confidence; None without a calibration, or where
+        the options do not ask for it."""
         self._side_by_side = threading.local()
         """The batches the calling thread's call decodes at once (`translate_job`)."""
         self.model_paths: tuple[str, ...] | None = None
@@ -379,7 +381,8 @@ class Translator:
             return self.translate_rows(job, rows)
 
         # Each batch decoding at once gets its share of the cores, for this call only.
-        with torch_threads(decoding_threads(side_by_side, self.options.device)):
+        with torch_threads(decoding_threads(side_by_side, self.options.device,
+                                            self.options.threads)):
             return job.in_order(run_in_order(batches, translate_rows, workers))
 
     def translate_rows(self, job: TranslationJob, rows: list[int]) -> list[list[Translation]]:
@@ -388,7 +391,10 @@ class Translator:
         return self.finish(job, rows, self._search(job.settings, *job.pick(rows)))
 
     def close(self) -> None:
-        """End the worker processes, if a call started them (`worker_processes`)."""
+        """End the worker processes, if a call started them (`worker_processes`), and let
+        CTranslate2's translators go."""
+        if self.ctranslate2 is not None:
+            self.ctranslate2.close()
         if self._processes is not None:
             self._processes.close()
             self._processes = None
@@ -409,7 +415,7 @@ class Translator:
             self.close()
             self._processes = WorkerProcesses(
                 type(self).from_files, self.model_paths, self.options, workers,
-                decoding_threads(workers, self.options.device))
+                decoding_threads(workers, self.options.device, self.options.threads))
         return self._processes
 
     def source_tensor(self, batch: list[list[int]]) -> torch.Tensor:
