@@ -96,11 +96,14 @@ def libretranslate_server(python: Path, package: Path, work: Path, port: int
         env=env, stdout=subprocess.DEVNULL, stderr=log(work, "libretranslate"))
 
 
-def our_server(model: Path, work: Path, port: int, flags: list[str]) -> subprocess.Popen:
-    """`nmt serve` on loopback at `port` with the model file and its defaults."""
+def our_server(model: Path, work: Path, port: int, flags: list[str], env: list[str]
+               ) -> subprocess.Popen:
+    """`nmt serve` on loopback at `port` with the model file and its defaults, and the
+    NAME=VALUE variables of `env` in its environment only."""
     return subprocess.Popen(
         [sys.executable, "-m", "transformer_nmt.cli", "serve", "--model", str(model),
          "--port", str(port), "--log-level", "warning", *flags],
+        env={**os.environ, **dict(item.split("=", 1) for item in env)},
         stderr=log(work, "nmt-serve"))
 
 
@@ -206,6 +209,8 @@ def main() -> None:
                         help="the Argos package's CTranslate2 weights (float32 or int8)")
     parser.add_argument("--server-flag", action="append", default=[], metavar="FLAG",
                         help="a flag for `nmt serve` (repeat for several)")
+    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a variable of our server's environment only; repeatable")
     parser.add_argument("--port", type=int, default=18190)
     args = parser.parse_args()
     work = args.work.resolve()
@@ -217,7 +222,8 @@ def main() -> None:
     url = f"http://127.0.0.1:{args.port}"
     theirs = measure("libretranslate", libretranslate_server(python, package, work, args.port),
                      url, lines, args)
-    ours = measure("nmt-serve", our_server(args.model, work, args.port, args.server_flag), url,
+    ours = measure("nmt-serve", our_server(args.model, work, args.port, args.server_flag,
+                                                args.server_env), url,
                    lines, args)
     for clients, mine in ours.items():
         other = theirs[clients]
