@@ -67,7 +67,8 @@ def test_a_last_line_on_stderr_says_how_much_and_how_fast(model_file, tmp_path,
                  "--output", str(output), *FAST]) == 0
     last = capsys.readouterr().err.splitlines()[-1]
     assert re.fullmatch(rf"translated 3 lines \((\d+) subword tokens\) into {re.escape(str(output))}"
-                        r" in [\d.]+ s: [\d.]+ lines/s, \d+ tokens/s", last), last
+                        r" in [\d.]+ s: [\d.]+ lines/s, \d+ tokens/s, on (CTranslate2|PyTorch) \w+",
+                        last), last
     # To stdout, the translations stay alone there and the summary goes to stderr.
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"the house\n")))
     assert main(["translate", "--model", str(model_file), *FAST]) == 0

@@ -253,8 +253,8 @@ def quickstart(options: QuickstartOptions, log: Callable[[str], None] = print) -
     _calibrate(options, data_dir, model_path, log)
 
     decoding = TranslatorOptions(device=options.device).resolved()
-    _stage(log, 4, "evaluating on the test split (beam 4, length penalty 0.6, "
-           f"{decoding.precision}, as decoding's precision 'auto' chose)")
+    _stage(log, 4, "evaluating on the test split (beam 4, length penalty 0.6, on the "
+           "runtime and in the precision 'auto' chose)")
     scores = evaluate_model(model_path, data_dir, "test", decoding)
     log(scores["speed"])
     log(format_table(scores))

@@ -5,7 +5,7 @@ the device in the precision asked, the paper's PyTorch search otherwise, and why
 can use, the model is one Transformer CTranslate2 can represent, and nothing asked for
 needs PyTorch: batch invariance (CTranslate2 cannot promise a sentence the numbers it
 gets alone) or a precision CTranslate2 has not there (bf16 on a CPU). It says once, in
-one line, why it took PyTorch. `ctranslate2` refuses in one line where it cannot run.
+one line, why it took PyTorch (a warning, unless batch invariance was asked for). `ctranslate2` refuses in one line where it cannot run.
 Per call, what only the PyTorch search does (terminology constraints; sampling, whose
 samples are seeded per line whatever the batching) goes to it whichever runtime was
 chosen (transformer_nmt.decode.text.translator).
@@ -95,5 +95,7 @@ def choose_engine(engine: str, model: nn.Module, device: torch.device, precision
     if engine == "ctranslate2":
         raise UserError(f"cannot decode with --engine ctranslate2: {reason}; "
                         "use --engine torch or auto")
-    logger.info("decoding with PyTorch: %s", reason)
+    # Asked-for batch invariance is the user's choice; any other reason they should see.
+    log = logger.info if batch_invariant else logger.warning
+    log("decoding with PyTorch: %s", reason)
     return "torch"

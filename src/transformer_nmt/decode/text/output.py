@@ -114,7 +114,7 @@ def translate_stream(translator: Translator, lines: Iterable[str | TranslationRe
     language_token: a multilingual model's target-language token (>>fra<<) put before
     each line (transformer_nmt.decode.text.target_language).
     """
-    speed = SpeedReport()
+    speed = SpeedReport(translator.runtime)
     vocab = translator.vocab if as_json else None
     for index, result in enumerate(speed.counted(translated(translator, lines,
                                                             language_token))):
@@ -169,7 +169,7 @@ def translate_file(translator: Translator, lines: Iterable[str | TranslationRequ
     given each input line's translations as they are written; `language_token` as for
     `translate_stream`.
     """
-    speed = SpeedReport()
+    speed = SpeedReport(translator.runtime)
     vocab = translator.vocab if as_json else None
     translations = speed.counted(translated(translator, lines, language_token))
     # Warnings (a truncated line) print above the progress bar, not through it.
@@ -184,9 +184,11 @@ def translate_file(translator: Translator, lines: Iterable[str | TranslationRequ
 
 
 class SpeedReport:
-    """Counts lines and output subword tokens as translations pass, and times them."""
+    """Counts lines and output subword tokens as translations pass, and times them;
+    `runtime` says what searched (Translator.runtime)."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: str | None = None) -> None:
+        self.runtime = runtime
         self.start = time.perf_counter()
         self.end: float | None = None
         self.lines = self.tokens = 0
@@ -206,6 +208,7 @@ class SpeedReport:
         seconds = max((self.end or time.perf_counter()) - self.start, 1e-9)
         lines = f"{self.lines} line{'' if self.lines == 1 else 's'}"
         into = f" into {output_path}" if output_path is not None else ""
+        on = f", on {self.runtime}" if self.runtime else ""
         return (f"translated {lines} ({self.tokens} subword tokens){into} in "
                 f"{seconds:.1f} s: {self.lines / seconds:.1f} lines/s, "
-                f"{self.tokens / seconds:.0f} tokens/s")
+                f"{self.tokens / seconds:.0f} tokens/s{on}")

@@ -172,6 +172,13 @@ class Translator:
         translator.model_paths = tuple(str(path) for path in paths)
         return translator
 
+    @property
+    def runtime(self) -> str:
+        """Which runtime searches, in which precision, in words."""
+        if self.ctranslate2 is not None:
+            return f"CTranslate2 {self.ctranslate2.compute_type}"
+        return f"PyTorch {self.options.precision}"
+
     def translate(self, lines: Iterable[str], decode: DecodeConfig | None = None
                   ) -> Iterator[str]:
         """The best translation of each line, in order; an empty line gives an empty line.
