@@ -1,5 +1,6 @@
 """Shared helpers of the server's tests: a model file that records its languages, an app
-built in-process, and a real `nmt serve` process on a free port."""
+built in-process, a batcher started for a test's body, and a real `nmt serve` process on
+a free port."""
 
 from __future__ import annotations
 
@@ -101,3 +102,24 @@ def wait_until_ready(url: str, process: subprocess.Popen, seconds: float = 60) -
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"{url} was not ready within {seconds} s")
+
+
+async def with_batcher(translator, body, **settings):
+    """Run `body(batcher)` with a started Batcher of `translator` and these settings
+    (defaults: a 50 ms wait for company), stopped afterwards: (its result, the metrics)."""
+    from transformer_nmt.serve.batcher import Batcher
+    from transformer_nmt.serve.metrics import ServerMetrics
+
+    metrics = ServerMetrics()
+    fields = {"max_batch_tokens": 4096, "max_wait_s": 0.05, "max_queue": 1000, **settings}
+    batcher = Batcher(translator, metrics, **fields)
+    batcher.start()
+    try:
+        return await body(batcher), metrics
+    finally:
+        await batcher.stop()
+
+
+def tokens_of(translator, lines):
+    """The subword tokens of each of `lines`, as the server counts them for its budget."""
+    return [len(translator.vocab.encode(line)) for line in lines]

@@ -9,12 +9,12 @@ from dataclasses import replace
 import pytest
 
 from decode_fixtures import SHORT, sentences
-from serve_fixtures import FAST
+from serve_fixtures import FAST, tokens_of, with_batcher
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.text.translator import Translator
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.decode.text.job import CallSettings
-from transformer_nmt.serve.batcher import Batcher, QueueFull
+from transformer_nmt.serve.batcher import QueueFull
 from transformer_nmt.serve.metrics import ServerMetrics
 
 
@@ -25,22 +25,6 @@ def translator(model_file) -> Translator:
 
 def sample(metrics: ServerMetrics, name: str) -> float:
     return metrics.registry.get_sample_value(name) or 0.0
-
-
-async def with_batcher(translator, body, **settings):
-    """Run `body(batcher)` with a started Batcher, stopped afterwards."""
-    metrics = ServerMetrics()
-    fields = {"max_batch_tokens": 4096, "max_wait_s": 0.05, "max_queue": 1000, **settings}
-    batcher = Batcher(translator, metrics, **fields)
-    batcher.start()
-    try:
-        return await body(batcher), metrics
-    finally:
-        await batcher.stop()
-
-
-def tokens_of(translator, lines):
-    return [len(translator.vocab.encode(line)) for line in lines]
 
 
 @pytest.mark.parametrize("beam", [1, 2])

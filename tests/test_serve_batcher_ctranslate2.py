@@ -8,12 +8,11 @@ import asyncio
 
 import pytest
 
+from serve_fixtures import tokens_of, with_batcher
 from train_fixtures import reversal_pairs
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.text.job import CallSettings
 from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
-from transformer_nmt.serve.batcher import Batcher
-from transformer_nmt.serve.metrics import ServerMetrics
 
 pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
 
@@ -28,21 +27,6 @@ def translator(trained_model_file) -> Translator:
     assert translator.ctranslate2 is not None and not translator.continuous(
         translator.begin(LINES[:1], KEY))
     return translator
-
-
-async def with_batcher(translator, body, max_wait_s: float):
-    metrics = ServerMetrics()
-    batcher = Batcher(translator, metrics, max_batch_tokens=4096, max_wait_s=max_wait_s,
-                      max_queue=1000)
-    batcher.start()
-    try:
-        return await body(batcher), metrics
-    finally:
-        await batcher.stop()
-
-
-def tokens_of(translator, lines):
-    return [len(translator.vocab.encode(line)) for line in lines]
 
 
 def test_a_lone_sentence_goes_out_at_once_whatever_the_wait(translator):
