@@ -32,6 +32,11 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
             "K samples per line"),
     }
     add_fields(parser, DecodeConfig, exclude=() if nbest else ("nbest",), groups=groups)
+    _add_speed_arguments(parser, processes)
+
+
+def _add_speed_arguments(parser: argparse.ArgumentParser, processes: bool) -> None:
+    """How decoding runs: runtime, precision, batches, threads and device."""
     speed = parser.add_argument_group(
         "speed", "how decoding runs: the defaults are the fastest path measured on CPUs")
     speed.add_argument("--engine", choices=DECODE_ENGINES, default="auto",

@@ -8,12 +8,16 @@ its own encoder output and key/value cache, reordered together.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
 
 from transformer_nmt.decode.attention.kv_cache import decoder_cache
+from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.model_file import InferenceModel, load_for_inference, model_languages
 
 
 @dataclass
@@ -81,3 +85,22 @@ class Ensemble(nn.Module):
             if i == 0:
                 attention = out.cross_attention
         return EnsembleOut(total / len(self.members), attention)
+
+
+def load_ensemble(paths: Sequence[str | Path]) -> InferenceModel:
+    """The model files at `paths` as one InferenceModel whose network is their Ensemble,
+    read onto the CPU, with the first one's vocabulary, path and record; UserError unless
+    they share one vocabulary and translate one language pair."""
+    loaded = [load_for_inference(path, "cpu") for path in paths]
+    vocab = loaded[0].vocab.to_bytes()
+    for other in loaded[1:]:
+        if other.vocab.to_bytes() != vocab:
+            raise UserError(f"{other.path} has another vocabulary than {loaded[0].path}; "
+                            "an ensemble's models must share one (trained on one data "
+                            "directory)")
+        if model_languages(other.payload_meta) != model_languages(loaded[0].payload_meta):
+            raise UserError(f"{other.path} and {loaded[0].path} translate different "
+                            "language pairs; an ensemble's models must translate one")
+    first = loaded[0]
+    return InferenceModel(Ensemble([member.model for member in loaded]), first.vocab,
+                          first.path, first.payload_meta)

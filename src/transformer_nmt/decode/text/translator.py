@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -27,10 +26,11 @@ from transformer_nmt.data.text import model_input
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.data.words import continues_word
 from transformer_nmt.decode.text.alignment import word_alignment
+from transformer_nmt.decode.text.encodings import EncodingCache
 from transformer_nmt.decode.text.batches import BatchBudget, buffers, length_batches, run_in_order
 from transformer_nmt.decode.quality.confidence import ConfidenceEstimator
 from transformer_nmt.decode.search.constrained import constrained_beam_search
-from transformer_nmt.decode.search.ensemble import Ensemble
+from transformer_nmt.decode.search.ensemble import load_ensemble
 from transformer_nmt.decode.continuous.engine import Engine, serves
 from transformer_nmt.decode.quality.guard import (Guarded, checks, fallback_config, guard,
                                                   output_reasons)
@@ -47,7 +47,6 @@ from transformer_nmt.decode.search.base import Hypothesis, SpecialIds
 from transformer_nmt.decode.search.searches import search
 from transformer_nmt.decode.search.teacher_forced import attach_details
 from transformer_nmt.decode.device.threads import decoding_threads, torch_threads
-from transformer_nmt.errors import UserError
 from transformer_nmt.memory import release_free_memory
 from transformer_nmt.model_file import InferenceModel, load_for_inference, model_languages
 
@@ -76,12 +75,6 @@ def word_piece_mask(vocab: Vocab, special: SpecialIds) -> torch.Tensor:
     # By id as well: an imported vocabulary may spell its specials otherwise.
     mask[[special.pad, special.bos, special.eos, vocab.unk_id]] = False
     return mask
-
-
-ENCODINGS_KEPT = 4096
-"""Lines whose subword ids a Translator keeps, the newest: the server encodes each
-sentence for the splitter's length rule (documents/sentences.py, `model_fitting`) just
-before its job begins, which then finds the ids here rather than encoding it again."""
 
 
 class Translator:
@@ -122,8 +115,7 @@ class Translator:
         self.word_pieces = word_piece_mask(self.vocab, self.special).to(options.device)
         """(vocab,) True for pieces that continue a word: constraints end at word ends."""
         self._warned_long = False
-        self._encodings: OrderedDict[str, list[int]] = OrderedDict()  # ENCODINGS_KEPT
-        self._encodings_lock = threading.Lock()  # the event loop and the slots encode
+        self._encodings = EncodingCache(self.vocab)
         self.budget = BatchBudget(options.batch_size, options.max_tokens)
         """What one batch may hold (transformer_nmt.decode.text.batches)."""
         self.confidence = (ConfidenceEstimator.of(inference_model, self.model, self.special)
@@ -155,20 +147,7 @@ class Translator:
             translator = cls.from_file(paths[0], options)
             translator.model_paths = (str(paths[0]),)
             return translator
-        loaded = [load_for_inference(path, "cpu") for path in paths]
-        vocab = loaded[0].vocab.to_bytes()
-        for other in loaded[1:]:
-            if other.vocab.to_bytes() != vocab:
-                raise UserError(f"{other.path} has another vocabulary than {loaded[0].path}; "
-                                "an ensemble's models must share one (trained on one data "
-                                "directory)")
-            if model_languages(other.payload_meta) != model_languages(loaded[0].payload_meta):
-                raise UserError(f"{other.path} and {loaded[0].path} translate different "
-                                "language pairs; an ensemble's models must translate one")
-        ensemble = Ensemble([member.model for member in loaded])
-        first = loaded[0]
-        translator = cls(InferenceModel(ensemble, first.vocab, first.path, first.payload_meta),
-                         options)
+        translator = cls(load_ensemble(paths), options)
         translator.model_paths = tuple(str(path) for path in paths)
         return translator
 
@@ -253,20 +232,9 @@ class Translator:
         return ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Each text's (`model_input`'s) subword ids, without EOS, each a list of its own: those
-        of texts encoded lately as they were kept (ENCODINGS_KEPT), the others encoded
-        together now and kept."""
-        with self._encodings_lock:
-            kept = {text: self._encodings[text] for text in texts if text in self._encodings}
-        missing = list(dict.fromkeys(text for text in texts if text not in kept))
-        if missing:
-            fresh = dict(zip(missing, self.vocab.encode_batch(missing)))
-            with self._encodings_lock:
-                self._encodings.update(fresh)
-                while len(self._encodings) > ENCODINGS_KEPT:
-                    self._encodings.popitem(last=False)
-            kept.update(fresh)
-        return [list(kept[text]) for text in texts]
+        """Each text's (`model_input`'s) subword ids, without EOS, each a list of its
+        own; the ids of texts encoded lately are kept (decode/text/encodings.py)."""
+        return self._encodings.encode(texts)
 
     def longest_output(self, source_tokens: int, decode: DecodeConfig,
                        phrase_tokens: int = 0) -> int:
