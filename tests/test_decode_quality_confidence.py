@@ -125,7 +125,7 @@ def test_a_degenerate_translation_gets_confidence_0_and_says_why(model_file, tmp
     n-best alternatives each by their own output."""
     translator = Translator.from_file(with_calibration(model_file, tmp_path / "c.pt"),
                                       OPTIONS)
-    lines = sentences(8, seed=5) + ["12345 67890"]
+    lines = sentences(8, seed=5) + ["12345 the dog runs"]  # readable: no unknown-source reason
     nbest = OPTIONS.decode.__class__(beam=2, nbest=2, max_len_b=6)
     confidences = set()
     for source, translations in zip(translator.source_ids(lines),

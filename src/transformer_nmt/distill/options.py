@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from transformer_nmt.config import DEFAULT_SHARD_LINES, Quantization
+from transformer_nmt.config import DEFAULT_SHARD_LINES, DecodeEngine, Quantization
 from transformer_nmt.errors import UserError
 from transformer_nmt.fields import check_types, setting
 
@@ -47,6 +47,9 @@ class DistillOptions:
     cross-entropy (Mozilla's translations pipeline drops 5%)."""
     average_last: int = setting(4, metavar="N")
     """The student's last numbered checkpoints averaged into DIR/student.pt."""
+    engine: DecodeEngine = "auto"
+    """The runtime the teacher translates stage 1's shards on (as `nmt translate
+    --engine`; an ensemble of teachers decodes on torch)."""
     workers: int | None = setting(None, metavar="N")
     """Processes translating shards of the training sources in stage 1 (default: as many as
     `nmt translate-corpus` starts; 1 translates in this process)."""

@@ -106,7 +106,8 @@ def _translator(options: DistillOptions) -> TranslatorOptions:
     """The teacher's search: beam with n-best and each token's log-probability, which
     stage 2 chooses and filters by."""
     return TranslatorOptions(decode=DecodeConfig(beam=options.beam, nbest=options.nbest),
-                             device=options.device, token_scores=True, workers=options.workers)
+                             engine=options.engine, device=options.device, token_scores=True,
+                             workers=options.workers)
 
 
 def cluster_command(options: DistillOptions, inputs: list[str], out: Path) -> str:
