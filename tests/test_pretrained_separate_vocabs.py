@@ -18,7 +18,7 @@ pytest.importorskip("transformers", reason="the pretrained extra is not installe
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from pretrained_fixtures import (ENGLISH, make_marian_release,  # noqa: E402
+from pretrained_fixtures import (ENGLISH, GERMAN, make_marian_release,  # noqa: E402
                                  make_separate_vocab_marian_dir, marian_model_and_tokenizer,
                                  sentences, translated)
 from serve_fixtures import make_app  # noqa: E402
@@ -109,7 +109,9 @@ def test_greedy_and_beam_search_find_the_sources_own_translations(imported, mari
         precision="fp32"))
     found = list(translator.translate(lines))
     assert found == tokenizer.batch_decode(generated, skip_special_tokens=True)
-    assert found == translated(lines)
+    # The target side's pieces spell German words; which ones the fixture learned for
+    # each English word depends on the CPU class that trained it, so not the GLOSSARY's.
+    assert all(word in GERMAN for line in found for word in line.split())
 
 
 def test_fine_tuning_data_encodes_targets_with_the_target_sides_model(imported, tmp_path):
@@ -162,20 +164,54 @@ def test_the_imported_model_is_served_scored_and_exported(imported, tmp_path, ca
                                                                               decode)
 
 
-def test_the_marian_release_of_the_model_imports_to_the_same_translations(imported,
-                                                                          marian_dir, tmp_path):
+TIE_MARGIN = 1e-3
+"""How far (in log P) a sentence's best translation must lead its second for two decodings
+of it to be compared: the same model may end a beam near a tie either way on float32's
+last bits (a kernel's order of sums), which says nothing about the import."""
+
+
+@pytest.fixture(scope="module")
+def from_release(marian_dir, tmp_path_factory) -> Path:
     pytest.importorskip("yaml", reason="the pretrained extra is not installed")
-    release = make_marian_release(marian_dir, tmp_path / "opus-2021-02-22")
-    out = tmp_path / "from-release.pt"
+    release = make_marian_release(marian_dir, tmp_path_factory.mktemp("release") /
+                                  "opus-2021-02-22")
+    out = release.parent / "from-release.pt"
     assert main(["import", "--from", "marian", str(release), "--out", str(out)]) == 0
-    ours, theirs = read_model_file(imported), read_model_file(out)
+    return out
+
+
+def test_the_marian_release_of_the_model_imports_to_the_same_tensors(imported, from_release):
+    ours, theirs = read_model_file(imported), read_model_file(from_release)
     assert theirs["model_config"]["tie_embeddings"] == "decoder"
-    assert "target_vocab" in theirs
+    # The same pieces in the same order, on each side: the same vocabulary, byte for byte,
+    # so that the tables' rows need no mapping to be compared.
+    assert theirs["vocab"] == ours["vocab"] and theirs["target_vocab"] == ours["target_vocab"]
+    assert theirs["vocab_size"] == ours["vocab_size"] and theirs["pad_id"] == ours["pad_id"]
+    assert theirs["model"].keys() == ours["model"].keys()
+    different = [name for name, tensor in theirs["model"].items()
+                 if tensor.dtype != ours["model"][name].dtype
+                 or not torch.equal(tensor, ours["model"][name])]
+    assert not different
+    # Training's dropout is config.json's on one side; model.yml does not record it, so
+    # the release's import takes OPUS-MT's. Nothing else of the architecture differs.
+    assert {**theirs["model_config"], "dropout": None} == \
+        {**ours["model_config"], "dropout": None}
+
+
+def test_the_marian_release_of_the_model_imports_to_the_same_translations(imported,
+                                                                          from_release):
+    # Compared with the Hugging Face form's, not with the GLOSSARY: how well the fixture
+    # learned it depends on the CPU class that trained it (one of these sentences ends
+    # in 'während' rather than 'im' after training with AVX-512 kernels, far from a tie).
     lines = sentences(ENGLISH, 8, seed=9)
-    options = TranslatorOptions(DecodeConfig(beam=4, alpha=0.0, guard=False), workers=1,
-                                precision="fp32")
-    assert list(Translator.from_file(out, options).translate(lines)) == \
-        list(Translator.from_file(imported, options).translate(lines)) == translated(lines)
-    # The same pieces, whatever order each import gave them.
-    assert len(load_for_inference(out).vocab) == len(load_for_inference(imported).vocab)
-    assert ours["vocab_size"] == theirs["vocab_size"]
+    options = TranslatorOptions(DecodeConfig(beam=4, nbest=2, alpha=0.0, guard=False),
+                                workers=1, precision="fp32")
+    release, hugging_face = (list(Translator.from_file(path, options).translate_nbest(lines))
+                             for path in (from_release, imported))
+    clear = [i for i in range(len(lines)) if all(
+        nbest[i][0].score - nbest[i][1].score > TIE_MARGIN for nbest in (release, hugging_face))]
+    assert len(clear) >= len(lines) // 2
+    assert [release[i][0].text for i in clear] == [hugging_face[i][0].text for i in clear]
+    assert [release[i][0].score for i in clear] == \
+        pytest.approx([hugging_face[i][0].score for i in clear], abs=1e-5)
+    assert all(word in GERMAN for nbest in release for word in nbest[0].text.split())
