@@ -13,7 +13,10 @@ every process holds its own prepared copy.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
+import threading
+import time
 import weakref
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -41,11 +44,33 @@ _WORKER: dict[str, Any] = {}
 """A worker process's translator, made by `_start_worker`."""
 
 
+PARENT_POLL_S = 1.0
+"""How often a worker process looks whether its parent still lives."""
+
+
 def enter_worker_process(cores: int) -> None:
     """Begin a worker process of a pool that decodes on `cores` cores: Ctrl-C, which
-    reaches the whole process group, is left to the parent, which stops the workers."""
+    reaches the whole process group, is left to the parent, which stops the workers; and
+    the worker ends with its parent (`end_with_parent`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    end_with_parent()
     use_cores(cores)
+
+
+def end_with_parent() -> None:
+    """End this process within about PARENT_POLL_S of its parent's death, however the
+    parent died (SIGKILL, the OOM killer), rather than live on re-parented, holding a
+    model in memory. A daemon thread watches the parent's PID: Linux's parent-death
+    signal would fire when the parent's thread that spawned this process ends, which for
+    a pool may be any thread, not the process."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)  # nothing to clean up that the parent still waits for
+
+    threading.Thread(target=watch, name="nmt-parent-watch", daemon=True).start()
 
 
 def terminate_processes(pool: ProcessPoolExecutor) -> None:
