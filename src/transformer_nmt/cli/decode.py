@@ -43,8 +43,8 @@ def _add_speed_arguments(parser: argparse.ArgumentParser, processes: bool) -> No
                        help="the runtime that searches. auto (default): CTranslate2 when "
                        "it is installed and can run the model, device and precision, else "
                        "PyTorch, saying why once; ctranslate2: the model converted once for "
-                       "CTranslate2 and kept in the cache directory, several times faster "
-                       "than PyTorch on a CPU; torch: the paper's search in PyTorch, the "
+                       "CTranslate2 and kept in the cache directory, about twice as fast "
+                       "as PyTorch on a CPU where measured; torch: the paper's search in PyTorch, the "
                        "reference, and the only one for --batch-invariant, terminology "
                        "constraints and sampling (which go to it whatever this says)")
     speed.add_argument("--batch-size", type=int, metavar="N",
