@@ -7,8 +7,7 @@ fp32) on the CPU, two ways: as prepared by default (products packed, their rows 
 to a few sizes) and batch-invariant
 (prepare_model(batch_invariant=True)). For each, it counts the sentences whose tokens,
 or whose tokens or scores, differ between decoding alone and in shuffled batches of
---batch sentences (and in the continuous-batching engine, sentences joining a few at a
-time), and times the sentences alone, in sorted batches and in the engine, --repeats
+--batch sentences, and times the sentences alone and in sorted batches, --repeats
 times alternating the two ways (the best of each). Prints one JSON line per way.
 
     python bench/batch_invariance.py [--precision bf16] [--sentences 32] [--batch 16]
@@ -26,7 +25,6 @@ from dataclasses import replace
 import torch
 
 from transformer_nmt.config import DecodeConfig, get_preset
-from transformer_nmt.decode.continuous.engine import Engine
 from transformer_nmt.decode.device.precision import prepare_model
 from transformer_nmt.decode.search.searches import search
 from transformer_nmt.model.transformer import Transformer
@@ -50,20 +48,6 @@ def batched(model, sentences, cfg, order, size):
         rows = order[start: start + size]
         for row, hyps in zip(rows, search(model, source([sentences[i] for i in rows]), cfg)):
             found[row] = (tuple(hyps[0].tokens), hyps[0].score)
-    return [found[i] for i in range(len(sentences))]
-
-
-def engine(model, sentences, cfg, rng, most_rows):
-    """(tokens, score) of every sentence through the engine, a few joining at a time."""
-    run, found, waiting = Engine(model, cfg), {}, list(range(len(sentences)))
-    rng.shuffle(waiting)
-    while waiting or run.rows:
-        if waiting and run.rows < most_rows:
-            joining = waiting[: rng.randrange(1, 5)]
-            waiting = waiting[len(joining):]
-            run.add(source([sentences[i] for i in joining]), joining)
-        for ticket, hyps in run.step():
-            found[ticket] = (tuple(hyps[0].tokens), hyps[0].score)
     return [found[i] for i in range(len(sentences))]
 
 
@@ -105,13 +89,9 @@ def main() -> None:
             start = time.perf_counter()
             batched(model, sentences, cfg, by_length, args.batch)
             _best(seconds, "sorted_batches", time.perf_counter() - start)
-            start = time.perf_counter()
-            in_engine = engine(model, sentences, cfg, random.Random(3), args.batch * args.beam)
-            _best(seconds, "engine", time.perf_counter() - start)
             if repeat == 0:
                 report[way]["differ_in_batches"] = differ(
                     batched(model, sentences, cfg, shuffled, args.batch), alone)
-                report[way]["differ_in_engine"] = differ(in_engine, alone)
     for way, found in report.items():
         print(json.dumps({"way": way, "precision": args.precision,
                           "sentences": args.sentences, "batch": args.batch,

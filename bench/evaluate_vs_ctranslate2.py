@@ -66,8 +66,6 @@ def ours(args: argparse.Namespace, alpha: float, work: Path) -> tuple[Path, dict
                "--beam", "4", "--alpha", str(alpha), "--workers", str(WORKERS),
                "--engine", args.engine, "--precision", args.ours_precision or args.precision,
                *(["--no-guard"] if args.no_guard else []),
-               *([] if args.worker_processes is None else
-                 ["--worker-processes" if args.worker_processes else "--no-worker-processes"]),
                "--batch-size", str(BATCH))
     match = re.search(r"translated (\d+) lines \((\d+) subword tokens\).* in ([\d.]+) s",
                       done.stderr)
@@ -132,10 +130,6 @@ def main() -> None:
     parser.add_argument("--no-guard", action="store_true",
                         help="ours without the guard's second searches, which CTranslate2 "
                         "does not have")
-    parser.add_argument("--worker-processes", action=argparse.BooleanOptionalAction,
-                        help="ours with its two workers as processes, or as threads "
-                        "(default: nmt evaluate's own choice; the processes' start is then "
-                        "part of our translation's time)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="back-to-back pairs of runs per alpha (default 3)")
     args = parser.parse_args()

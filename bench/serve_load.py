@@ -6,7 +6,7 @@ clients (each level bounded by --max-seconds; the script stops by itself), once 
 --hogs count: with that many busy-loop processes running beside the server (a shared
 machine). Prints one JSON line per level: sentences/s, target tokens/s, p50/p95/p99
 latency, errors, the server's CPU seconds (user + system) per answered sentence, and its
-peak RSS (both with its slot processes'); before that, in the same run, the offline throughput of the same
+peak RSS (both with any child processes'); before that, in the same run, the offline throughput of the same
 sentences through the Translator with the same settings (what `nmt translate` does), and
 each sentence's latency decoded alone (batch of one), for the one-client comparison.
 With --paired N, the server's added latency is measured without the machine's drift
@@ -131,7 +131,7 @@ def paired_level(url: str, translator: Translator, lines: list[str]) -> None:
 
 
 def process_tree(pid: int) -> list[int]:
-    """`pid` and every process under it (a server's slot processes)."""
+    """`pid` and every process under it."""
     tree, index = [pid], 0
     while index < len(tree):
         try:
@@ -144,7 +144,7 @@ def process_tree(pid: int) -> list[int]:
 
 
 def server_rss_mb(pid: int) -> dict:
-    """The resident memory of the server and its slot processes, summed (the peak: the
+    """The resident memory of the server and its child processes, summed (the peak: the
     sum of each one's peak, an upper bound)."""
     totals = {"VmRSS": 0, "VmHWM": 0}
     for member in process_tree(pid):
@@ -160,7 +160,7 @@ def server_rss_mb(pid: int) -> dict:
 
 
 def server_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds the server and its slot processes have used so far."""
+    """User + system CPU seconds the server and its child processes have used so far."""
     seconds = 0.0
     for member in process_tree(pid):
         try:

@@ -9,7 +9,7 @@ p90 milliseconds per request, and the ratio of B's p50 to A's; then the number o
 whose translations differ (both decode in fp32 or both in bf16: they should not).
 
     python bench/served_pair.py --model MODEL.pt --source test.en \
-        --flags-a="--no-worker-processes" --flags-b="--worker-processes"
+        --flags-a="--engine torch" --flags-b="--engine ctranslate2 --precision fp32"
 """
 
 from __future__ import annotations

@@ -9,16 +9,14 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import train_vocab
 from transformer_nmt.decode.device import threads as threads_module
-from transformer_nmt.decode.continuous.engine import Engine
-from transformer_nmt.decode.search.base import Hypothesis
-from transformer_nmt.decode.text.translator import Translation, Translator
+from transformer_nmt.decode.text.translator import Translator
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.model_file import model_payload, save_model_file
 
@@ -50,36 +48,6 @@ def make_model_file(directory: Path, max_positions: int = 256,
     path = directory / "model.pt"
     save_model_file(model_payload(model, vocab.to_bytes()), path)
     return path
-
-
-def through_engine(engine: Engine, sources: list[list[int]],
-                   source_tensor: Callable[[list[list[int]]], torch.Tensor],
-                   at_once: int) -> list[list[Hypothesis]]:
-    """The engine's hypotheses for every sentence of `sources` (ids without EOS), with at
-    most `at_once` sentences in it: the rest join, a few at a time, as others end, so
-    that rows join and leave at many steps (serve/driver.py's loop, in small).
-    source_tensor pads sources into the model's input (Translator.source_tensor)."""
-    found: list[list[Hypothesis] | None] = [None] * len(sources)
-    waiting = 0  # sources[waiting:] have not joined yet
-    while waiting < len(sources) or engine.rows:
-        room = at_once - engine.rows // engine.k
-        if waiting < len(sources) and room >= min(max(at_once // 4, 1), len(sources) - waiting):
-            end = min(waiting + room, len(sources))
-            engine.add(source_tensor(sources[waiting:end]), list(range(waiting, end)))
-            waiting = end
-        for ticket, hypotheses in engine.step():
-            found[ticket] = hypotheses
-    return found  # type: ignore[return-value]  # every sentence ends by its maximum length
-
-
-def translate_through_engine(translator: Translator, lines: list[str], decode: DecodeConfig,
-                             at_once: int) -> list[list[Translation]]:
-    """`lines` translated by one engine of `translator` (`through_engine`), then finished
-    as the Translator finishes a batch's (guard, confidence, text)."""
-    job = translator.begin(lines, translator.settings(decode))
-    found = through_engine(translator.new_engine(decode), [job.ids[i] for i in job.searched],
-                           translator.source_tensor, at_once)
-    return job.in_order(dict(zip(job.searched, translator.finish(job, job.searched, found))))
 
 
 def save_marian_like_model(path: Path, vocab_bytes: bytes, vocab_size: int, **changes

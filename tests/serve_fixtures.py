@@ -23,12 +23,10 @@ from transformer_nmt.model_file import read_model_file, save_model_file
 from transformer_nmt.serve.server import build_app
 from transformer_nmt.serve.settings import ServeSettings
 
-FAST = TranslatorOptions(SHORT, engine="torch", workers=1, precision="fp32",
-                         worker_processes=False)
-"""Beam 2, short outputs, one worker, a thread, the PyTorch search: quick searches that
-still use the beam (a slot process would take seconds to start in every test's app),
-continuously batched, and on the random test models the same whatever the batching
-(CTranslate2's server path has tests of its own)."""
+FAST = TranslatorOptions(SHORT, engine="torch", workers=1, precision="fp32")
+"""Beam 2, short outputs, one worker, the PyTorch search: quick searches that still use
+the beam, and on the random test models the same whatever the batching (CTranslate2's
+server path has tests of its own)."""
 
 
 def with_languages(model_file: Path, directory: Path, source: str = "en",
@@ -64,13 +62,12 @@ def running_server(model_file: Path, *arguments: str, env: dict[str, str] | None
     """(base URL, process) of `nmt serve` on a free port, ready; stopped afterwards. Its
     stderr goes to the file `stderr` if given (a pipe otherwise), and it may hold at most
     `open_files` file descriptors if given. In fp32, as FAST decodes, so that answers
-    compare exactly on every CPU class; in a thread, as FAST, unless `arguments` say
-    --worker-processes (a slot process takes seconds to start)."""
+    compare exactly on every CPU class."""
     port = free_port()
     command = [sys.executable, "-m", "transformer_nmt.cli", "serve", "--model",
                str(model_file), "--port", str(port), "--beam", "2", "--max-len-b", "6",
                "--workers", "1", "--precision", "fp32", "--log-level", "warning",
-               "--no-worker-processes", *arguments]
+               *arguments]
     limit = None if open_files is None else functools.partial(
         resource.setrlimit, resource.RLIMIT_NOFILE,
         (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))

@@ -1,5 +1,5 @@
 """How much decoding takes on at once (decode/device/policy.py): sentences per batch by the
-search's rows, the deep queue, and when a server's batch has every core."""
+search's rows, and when a server's batch has every core."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import replace
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.device.policy import (FEWEST_SENTENCES_IN_FLIGHT, MOST_SENTENCES_IN_FLIGHT,
                                            ROWS_IN_FLIGHT, batch_size, decodes_alone,
-                                           deep_queue, sentences_in_flight)
+                                           sentences_in_flight)
 
 
 def test_sentences_in_flight_follow_the_rows_within_their_bounds():
@@ -24,10 +24,6 @@ def test_the_workers_share_the_sentences_in_flight():
     decode = replace(DecodeConfig(), beam=4)
     assert batch_size(decode, 2) == sentences_in_flight(decode) // 2
     assert batch_size(decode, 1000) == 1
-
-
-def test_a_deep_queue_grows_with_the_slots_and_their_batches():
-    assert deep_queue(2, 16) == 2 * deep_queue(1, 16) == 2 * deep_queue(2, 8)
 
 
 def test_only_a_lone_batch_in_the_lead_slot_with_nothing_beside_it_has_every_core():

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.attention.kernels import batch_invariant_attention
-from transformer_nmt.decode.continuous.engine import Engine
 from transformer_nmt.decode.device.layout import PackedLinear, RowTiledLinear
 from transformer_nmt.decode.device.precision import make_batch_invariant, prepare_model
 from transformer_nmt.decode.search.searches import search
@@ -105,19 +104,6 @@ def invariant_model(request):
                          batch_invariant=True)
 
 
-def _through_engine(model, cfg, sentences, groups, rng) -> dict[int, list]:
-    """Each sentence's n-best through one engine, `groups` of sentences joining in turn,
-    each between two random steps of the sentences already there."""
-    engine, waiting, found = Engine(model, cfg, SPECIAL), list(groups), {}
-    while waiting or engine.rows:
-        if waiting and (not engine.rows or rng.random() < 0.5):
-            joining = waiting.pop(0)
-            engine.add(_source([sentences[i] for i in joining]), joining)
-        for ticket, hyps in engine.step():
-            found[ticket] = _found(hyps)
-    return found
-
-
 @pytest.mark.parametrize("beam", [1, 4])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_sentence_decodes_alike_alone_and_in_any_batch(invariant_model, beam, seed):
@@ -140,22 +126,6 @@ def test_a_sentence_decodes_alike_alone_and_in_any_batch(invariant_model, beam, 
             found = search(invariant_model, _source([sentences[i] for i in rows]), cfg, SPECIAL)
             for row, hyps in zip(rows, found):
                 assert _found(hyps) == alone[row], (row, rows)
-    # The continuous-batching engine: each sentence alone in it, then all of them joining
-    # a few at a time while others decode. (Its beam 1 may break an exact tie of bf16
-    # log-probabilities otherwise than greedy search does, alone as in a batch; in fp32
-    # its scores and the lockstep search's agree to the last bits only: a request's
-    # settings choose one of the two, which is invariant on its own.)
-    engine_alone = {i: _through_engine(invariant_model, cfg, sentences, [[i]], rng)[i]
-                    for i in range(len(sentences))}
-    if beam > 1 and invariant_model.tgt_embed.weight.dtype == torch.bfloat16:
-        assert engine_alone == dict(enumerate(alone))
-    order = list(range(len(sentences)))
-    rng.shuffle(order)
-    groups = []
-    while order:
-        groups.append(order[: rng.randrange(1, 4)])
-        order = order[len(groups[-1]):]
-    assert _through_engine(invariant_model, cfg, sentences, groups, rng) == engine_alone
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

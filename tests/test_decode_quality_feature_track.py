@@ -7,14 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decode_fixtures import (SHORT, sentences, through_engine, translate_through_engine,
-                             with_calibration)
+from decode_fixtures import SHORT, sentences, with_calibration
 from search_fixtures import SPECIAL, random_sources, tiny_transformer
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.quality import confidence
 from transformer_nmt.decode.quality.confidence import all_features, sentence_features
 from transformer_nmt.decode.search.constrained import constrained_beam_search
-from transformer_nmt.decode.continuous.engine import Engine
 from transformer_nmt.decode.search.searches import search
 from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 
@@ -68,29 +66,6 @@ def test_a_constrained_search_gathers_them_too():
     assert_like_the_teacher_forced_pass(model, src, gathered)
 
 
-@pytest.mark.parametrize("beam", [1, 4])
-def test_the_engine_gathers_them_as_sentences_join_and_leave(beam):
-    model = tiny_transformer()
-    src = random_sources(9, 40, seed=5, max_len=9)
-    ids = [source_ids(src, row) for row in range(src.size(0))]
-
-    def source_tensor(batch):
-        width = max(len(sentence) for sentence in batch) + 1
-        rows = torch.full((len(batch), width), SPECIAL.pad)
-        for row, sentence in enumerate(batch):
-            rows[row, : len(sentence) + 1] = torch.tensor(sentence + [SPECIAL.eos])
-        return rows
-
-    cfg = DecodeConfig(beam=beam, max_len_b=8)
-    found = through_engine(Engine(model, cfg, SPECIAL, features=True), ids,
-                           source_tensor, 3)  # three at a time: rows join and leave
-    with torch.inference_mode():
-        alone = search(model, src, cfg, SPECIAL)
-    assert [[h.tokens for h in hyps] for hyps in found] == [[h.tokens for h in hyps]
-                                                            for hyps in alone]
-    assert_like_the_teacher_forced_pass(model, src, found)
-
-
 def test_a_calibrated_translator_takes_the_confidence_from_its_search(model_file, tmp_path,
                                                                      monkeypatch):
     calibrated = with_calibration(model_file, tmp_path / "calibrated.pt",
@@ -106,17 +81,12 @@ def test_a_calibrated_translator_takes_the_confidence_from_its_search(model_file
     monkeypatch.setattr(confidence, "output_reasons", lambda *arguments: [])
     translator = Translator.from_file(calibrated, TranslatorOptions(
         SHORT, engine="torch", workers=1, precision="fp32"))
-    for engine in (False, True):  # the lockstep batches, then one engine
-        monkeypatch.setattr(confidence, "sentence_features", no_second_pass)
-        if engine:
-            found = translate_through_engine(translator, lines, SHORT, at_once=3)
-        else:
-            found = list(translator.translate_nbest(lines))
-        found = [translations[0] for translations in found]
-        monkeypatch.setattr(confidence, "sentence_features", teacher_forced)
-        ids = translator.source_ids(lines)
-        expected = translator.confidence.assess(translator.source_tensor(ids),
-                                                [translation.tokens for translation in found])
-        assert [translation.confidence for translation in found] == pytest.approx(
-            [assessment.confidence for assessment in expected], abs=2e-4)
-        assert len({translation.confidence for translation in found}) > 1
+    monkeypatch.setattr(confidence, "sentence_features", no_second_pass)
+    found = [translations[0] for translations in translator.translate_nbest(lines)]
+    monkeypatch.setattr(confidence, "sentence_features", teacher_forced)
+    ids = translator.source_ids(lines)
+    expected = translator.confidence.assess(translator.source_tensor(ids),
+                                            [translation.tokens for translation in found])
+    assert [translation.confidence for translation in found] == pytest.approx(
+        [assessment.confidence for assessment in expected], abs=2e-4)
+    assert len({translation.confidence for translation in found}) > 1

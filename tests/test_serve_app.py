@@ -290,10 +290,10 @@ def test_short_waits_keep_the_batcher_and_the_timeout_working_on_python_3_10(
 
 def test_a_dead_batcher_makes_ready_fail_and_is_logged_with_its_traceback(
         served_model, monkeypatch, caplog):
-    def broken(batcher):
+    def broken(batcher, oldest):
         raise RuntimeError("the batcher broke")
 
-    monkeypatch.setattr(Batcher, "_start_driver", broken)
+    monkeypatch.setattr(Batcher, "_wait_for_company", broken)
     with TestClient(make_app(served_model), raise_server_exceptions=False) as client:
         assert client.get("/ready").status_code == 200
         # The request that was waiting gets the error rather than its timeout.

@@ -4,6 +4,8 @@ alone, a bounded queue, withdrawn requests, errors delivered."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from dataclasses import replace
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from decode_fixtures import SHORT, sentences
 from serve_fixtures import FAST, tokens_of, with_batcher
 from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.search import beam
 from transformer_nmt.decode.text.translator import Translator
 from transformer_nmt.model_file import load_for_inference
 from transformer_nmt.decode.text.job import CallSettings
@@ -117,7 +120,9 @@ def test_a_withdrawn_request_is_not_decoded(translator):
         task.cancel()
         return await batcher.translate(kept, tokens_of(translator, kept), key)
 
-    found, metrics = asyncio.run(with_batcher(translator, body, max_wait_s=0.5))
+    # Another model's slot is busy: a sentence then waits for company.
+    found, metrics = asyncio.run(with_batcher(translator, body, max_wait_s=0.5,
+                                              busy_elsewhere=lambda batcher: 1))
     assert len(found) == 1
     assert sample(metrics, "nmt_source_tokens_total") == sum(tokens_of(translator, kept))
     assert sample(metrics, "nmt_queue_sentences") == 0
@@ -134,8 +139,7 @@ async def until(condition, seconds: float = 30) -> None:
 
 def test_a_withdrawn_request_leaves_the_queue_without_waiting_for_company(translator):
     lines = sentences(3, seed=17)
-    # Searched in batches (the engine does not block n-grams), which wait for company.
-    key = CallSettings(replace(SHORT, no_repeat_ngram=2), alignments=False)
+    key = CallSettings(SHORT, alignments=False)
 
     async def body(batcher):
         task = asyncio.ensure_future(
@@ -144,14 +148,16 @@ def test_a_withdrawn_request_leaves_the_queue_without_waiting_for_company(transl
         task.cancel()
         await until(lambda: batcher.queued_sentences == 0)
 
-    _, metrics = asyncio.run(with_batcher(translator, body, max_wait_s=60))
+    # Another model's slot is busy: the sentences wait for company.
+    _, metrics = asyncio.run(with_batcher(translator, body, max_wait_s=60,
+                                          busy_elsewhere=lambda batcher: 1))
     assert sample(metrics, "nmt_source_tokens_total") == 0
 
 
-# The engine's searches fail in its steps; the others (no-repeat n-grams) in a batch.
+# A search fails in the batch's finishing (guard, confidence) or in the search itself.
 @pytest.mark.parametrize("settings, failing", [
     (SHORT, "finish"), (replace(SHORT, no_repeat_ngram=2), "translate_job")],
-    ids=["continuous", "batch"])
+    ids=["finish", "search"])
 def test_a_failing_search_gives_its_requests_the_error_and_the_next_one_works(
         translator, monkeypatch, settings, failing):
     key = CallSettings(settings, alignments=False)
@@ -209,10 +215,9 @@ def test_two_slots_decode_side_by_side_and_keep_every_request_in_order(model_fil
     assert sample(metrics, "nmt_batch_sentences_count") >= 9
 
 
-def test_a_deep_queue_goes_to_batches_and_translates_the_same(model_file, monkeypatch):
-    """With more sentences waiting than twice what the slots decode at once, the queue
-    is decoded in batches sorted by length (the engines take none), each sentence
-    translated as alone."""
+def test_requests_that_wait_share_batches_and_translate_the_same(model_file, monkeypatch):
+    """Requests that arrive while a batch decodes wait for it and share the next batches,
+    within the batch size, each sentence translated as alone."""
     small = Translator(load_for_inference(model_file), replace(FAST, batch_size=2))
     lines = sentences(12, seed=17)
     key = CallSettings(SHORT, alignments=False)
@@ -232,5 +237,41 @@ def test_a_deep_queue_goes_to_batches_and_translates_the_same(model_file, monkey
 
     found, metrics = asyncio.run(with_batcher(small, body))
     assert [result[0][0].text for result in found] == expected
-    assert sum(batches) >= 8 and max(batches) == 2  # the deep part went in batches of 2
+    assert sum(batches) == 12 and max(batches) == 2  # all of them, in batches of at most 2
     assert sample(metrics, "nmt_source_tokens_total") == sum(tokens_of(small, lines))
+
+
+def test_a_batch_stops_between_two_steps_when_its_last_request_goes_away(translator,
+                                                                        monkeypatch):
+    """The client leaves while its batch decodes: the search stops at its next step
+    rather than decoding to the end for nobody, and the slot takes the next batch."""
+    key = CallSettings(replace(SHORT, max_len_a=0.0, max_len_b=40, min_len=40),
+                       alignments=False)
+    lines = sentences(2, seed=19)
+    steps, started, released = [], threading.Event(), threading.Event()
+    real_check = beam.stop_if_withdrawn
+
+    def check():  # in the slot's thread, before each step
+        steps.append(1)
+        if len(steps) == 2:
+            started.set()
+            released.wait(30)
+        real_check()
+
+    monkeypatch.setattr(beam, "stop_if_withdrawn", check)
+
+    async def body(batcher):
+        task = asyncio.ensure_future(batcher.translate(lines, tokens_of(translator, lines),
+                                                       key))
+        await until(started.is_set)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task  # its futures are withdrawn now
+        released.set()
+        await until(lambda: batcher.busy_slots == 0)
+        monkeypatch.setattr(beam, "stop_if_withdrawn", real_check)
+        return await batcher.translate(lines, tokens_of(translator, lines), CallSettings(SHORT))
+
+    found, metrics = asyncio.run(with_batcher(translator, body))
+    assert len(steps) == 2  # min_len 40: it would have run 40 steps
+    assert len(found) == 2 and sample(metrics, "nmt_batch_sentences_count") == 1

@@ -72,8 +72,7 @@ def start_server(model: Path, *extra: str) -> Iterator[str]:
     env.pop("NMT_API_KEY", None)
     process = subprocess.Popen(
         [sys.executable, "-m", "transformer_nmt.cli", "serve", "--model", str(model),
-         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-         "--no-worker-processes", *extra],  # the page's test, not the slots
+         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -21,7 +21,8 @@ from typing import Callable
 import pytest
 from libretranslatepy import LibreTranslateAPI
 
-from serve_fixtures import running_server
+from decode_fixtures import make_model_file
+from serve_fixtures import running_server, with_languages
 
 KEY = "k3y-for-tests"
 POST = b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -80,17 +81,15 @@ def assert_keys_in_urls_stay_out_of_the_log(url: str, process: subprocess.Popen)
 
 
 def test_sigterm_answers_every_accepted_request_then_exits_0(served_model):
-    # Sentences wait up to 3 s for company, so every request is accepted and queued
-    # when the signal comes; they are decoded in the slot's process (the PyTorch
-    # search's), which ends with the server.
-    with running_server(served_model, "--max-wait-ms", "3000", "--engine", "torch",
-                        "--worker-processes") as (
+    # While the slot decodes, sentences wait up to 3 s for company: the signal comes while
+    # some are queued and others decode, all of them accepted.
+    with running_server(served_model, "--max-wait-ms", "3000", "--engine", "torch") as (
             url, process):
         texts = [f"the dog runs . the cat sleeps number {i} ." for i in range(8)]
         with ThreadPoolExecutor(len(texts)) as pool:
             answers = [pool.submit(post_json, url + "/v1/translate", {"text": text})
                        for text in texts]
-            wait_for_queued(url, 2 * len(texts))
+            wait_for_accepted(url, 2 * len(texts))
             process.send_signal(signal.SIGTERM)
             results = [answer.result() for answer in answers]
         assert [status for status, _ in results] == [200] * len(texts)
@@ -108,7 +107,7 @@ def metric(url: str, name: str) -> float:
 
 
 def wait_for_queued(url: str, sentences: int, seconds: float = 30) -> None:
-    """Until /metrics shows `sentences` sentences waiting to be decoded."""
+    """Until /metrics shows `sentences` sentences waiting to be decoded or decoding."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if metric(url, "nmt_queue_sentences") >= sentences:
@@ -117,29 +116,49 @@ def wait_for_queued(url: str, sentences: int, seconds: float = 30) -> None:
     raise AssertionError(f"{sentences} sentences never waited in the queue")
 
 
-def test_the_sentences_of_clients_that_went_away_leave_the_queue(served_model):
-    # Glossaries are decoded in batches, which wait for company up to --max-wait-ms: for
-    # ten minutes here, so that without their clients' leaving nothing would end them.
-    with running_server(served_model, "--max-wait-ms", "600000", "--timeout", "600") as (
-            url, _):
+def wait_for_accepted(url: str, sentences: int, seconds: float = 30) -> None:
+    """Until /metrics shows `sentences` sentences waiting, decoding or decoded."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if (metric(url, "nmt_queue_sentences")
+                + metric(url, "nmt_batch_sentences_sum")) >= sentences:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{sentences} sentences were never accepted")
+
+
+def test_clients_that_go_away_stop_their_batch_and_their_sentences_leave_the_queue(
+        tmp_path):
+    """The first client's sentence decodes at once, for thousands of steps (a minimum
+    length near the model's positions); the others' wait for company behind it, for ten
+    minutes. When the clients leave, their queued sentences leave the queue, and the
+    batch decoding stops at its next step."""
+    (tmp_path / "model").mkdir()
+    model = with_languages(make_model_file(tmp_path / "model", max_positions=20000), tmp_path)
+    with running_server(model, "--engine", "torch", "--min-len", "19000", "--max-len-b",
+                        "19000", "--max-wait-ms", "600000", "--timeout", "600") as (url, _):
         host, port = url.removeprefix("http://").split(":")
+        first = json.dumps({"text": "the dog runs ."}).encode()
         body = json.dumps({"text": "the dog runs . the cat sleeps .",
                            "glossary": {"dog": "garden"}}).encode()
         clients = [socket.create_connection((host, int(port))) for _ in range(3)]
-        for client in clients:
+        clients[0].sendall(POST + b"Content-Length: %d\r\n\r\n" % len(first) + first)
+        wait_for_queued(url, 1)
+        for client in clients[1:]:
             client.sendall(POST + b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        wait_for_queued(url, 2 * len(clients))
+        wait_for_queued(url, 1 + 2 * 2)
         for client in clients:
             client.close()
         deadline = time.monotonic() + 60  # generous: they leave at once
         while metric(url, "nmt_queue_sentences") > 0 and time.monotonic() < deadline:
             time.sleep(0.05)
+        # The decoding sentence counts until its batch returns: it stopped.
         assert metric(url, "nmt_queue_sentences") == 0
         gone = 'nmt_requests_total{route="/v1/translate",status="499"}'
         while metric(url, gone) < len(clients) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert metric(url, gone) == len(clients)
-        assert post_json(url + "/v1/translate", {"text": "the dog runs"})[0] == 200
+        assert metric(url, "nmt_batch_sentences_count") == 0  # nothing decoded to its end
 
 
 def test_a_wrong_model_path_is_a_one_line_error(tmp_path):

@@ -17,11 +17,9 @@ if TYPE_CHECKING:
     from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 
 
-def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False,
-                          processes: bool = False) -> None:
+def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False) -> None:
     """Search, sampling, batching and precision options shared by translate, evaluate and
-    serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked),
-    --worker-processes only if `processes` (translate, evaluate and serve)."""
+    serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked)."""
     groups = {
         "search": parser.add_argument_group(
             "search", "the defaults are the paper's settings (section 6.1), and the search "
@@ -32,10 +30,10 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
             "K samples per line"),
     }
     add_fields(parser, DecodeConfig, exclude=() if nbest else ("nbest",), groups=groups)
-    _add_speed_arguments(parser, processes)
+    _add_speed_arguments(parser)
 
 
-def _add_speed_arguments(parser: argparse.ArgumentParser, processes: bool) -> None:
+def _add_speed_arguments(parser: argparse.ArgumentParser) -> None:
     """How decoding runs: runtime, precision, batches, threads and device."""
     speed = parser.add_argument_group(
         "speed", "how decoding runs: the defaults are the fastest path measured on CPUs")
@@ -72,14 +70,6 @@ def _add_speed_arguments(parser: argparse.ArgumentParser, processes: bool) -> No
                        help="translate N batches at once, each on its share of the cores "
                        "(default: two on a CPU with two cores or more, one with "
                        "--interactive)")
-    if processes:
-        speed.add_argument("--worker-processes", action=argparse.BooleanOptionalAction,
-                           help="PyTorch on a CPU: translate the --workers batches in worker "
-                           "processes rather than threads, each loading the model (default: "
-                           "for a model of at most 20M parameters and an input of at least "
-                           "512 lines; nmt serve: each decoding slot a process for such a "
-                           "model). CTranslate2 decodes in threads, which it runs outside "
-                           "Python")
     speed.add_argument("--device", choices=["cpu", "cuda"],
                        help="where to run (default: cuda if a GPU is available and the "
                        "precision is not int8, else cpu)")
@@ -121,7 +111,6 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
                              batch_size=args.batch_size, max_tokens=args.max_tokens,
                              workers=args.workers, threads=args.threads,
                              batch_invariant=args.batch_invariant,
-                             worker_processes=getattr(args, "worker_processes", None),
                              **fields)
 
 def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -179,7 +168,7 @@ def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:
                         "line; refused, with the languages the model has, when it has none "
                         "for LANG (default: each line may start with its own token)")
     add_errors_argument(parser)
-    _add_decode_arguments(parser, nbest=True, processes=True)
+    _add_decode_arguments(parser, nbest=True)
     parser.set_defaults(func=run_translate)
 
 
@@ -297,7 +286,7 @@ def add_evaluate_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="write the scores as JSON here (default with --model: "
                         "MODEL.eval-SPLIT.json; with --hyp: none)")
     add_errors_argument(parser)
-    _add_decode_arguments(parser, processes=True)
+    _add_decode_arguments(parser)
     parser.set_defaults(func=run_evaluate)
 
 

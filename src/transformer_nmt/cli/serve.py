@@ -58,7 +58,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         "access": parser.add_argument_group("access"),
     }
     add_fields(parser, ServeSettings, groups=groups, unset=True)
-    _add_decode_arguments(parser, processes=True)
+    _add_decode_arguments(parser)
     parser.set_defaults(func=run_serve)
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from transformer_nmt.corpus.manifest import read_manifest
 from transformer_nmt.corpus.options import CorpusOptions
+from transformer_nmt.corpus.processes import enter_worker_process, terminate_processes
 from transformer_nmt.corpus.shards import ShardTask, describe_shard, translate_shard
 from transformer_nmt.decode.device.threads import decoding_threads
-from transformer_nmt.decode.text.processes import enter_worker_process, terminate_processes
 from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.interrupts import stop_signals_held

@@ -124,8 +124,8 @@ class DecoderCache:
         """Target positions decoded so far."""
         return self.self_attention[0].length
 
-    def new_positions(self, new: int) -> int | Tensor:
-        """Where the `new` positions fed next start: every row after the `length` decoded."""
+    def new_positions(self, new: int) -> int:
+        """Where the `new` positions fed next start: after the `length` decoded."""
         return self.length
 
     def reorder(self, index: Tensor, sentences: Tensor | None = None) -> None:

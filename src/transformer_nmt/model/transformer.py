@@ -160,15 +160,10 @@ class Transformer(nn.Module):
         False), or None for sinusoids."""
         return self.positions if self.src_positions is None else self.src_positions
 
-    def _positional(self, start: int | Tensor, length: int, learned: nn.Embedding | None
-                    ) -> Tensor:
+    def _positional(self, start: int, length: int, learned: nn.Embedding | None) -> Tensor:
         """Positional encodings (section 3.5) of positions start..start+length-1,
-        (length, d_model): rows of the `learned` table, or the sinusoids where it is None.
-        start may instead be each row's positions (rows, length), within the table: then
-        (rows, length, d_model)."""
+        (length, d_model): rows of the `learned` table, or the sinusoids where it is None."""
         table = self.sinusoids if learned is None else learned.weight
-        if isinstance(start, Tensor):
-            return table[start]
         end = start + length
         if end > self.cfg.max_positions:
             if learned is not None:
@@ -179,9 +174,9 @@ class Transformer(nn.Module):
         return table[start:end]
 
     def _embed(self, embedding: nn.Embedding, learned: nn.Embedding | None, tokens: Tensor,
-               start: int | Tensor = 0) -> Tensor:
+               start: int = 0) -> Tensor:
         """Embeddings times sqrt(d_model) (section 3.4) plus positional encodings (section
-        3.5) of tokens (batch, len), from position start (as in `_positional`)."""
+        3.5) of tokens (batch, len), from position start."""
         x = embedding(tokens) * self.embed_scale  # (batch, len, d_model)
         x = x + self._positional(start, tokens.size(1), learned)
         return bool_mask_dropout(x, self.cfg.dropout, self.training)
@@ -205,15 +200,14 @@ class Transformer(nn.Module):
         max_length: the most target positions the caller will decode (0: unknown)."""
         return DecoderCache.plain(len(self.decoder_layers), max_length)
 
-    def decode(self, tgt: Tensor, enc: EncoderOut | None, cache: DecoderCache | None = None,
+    def decode(self, tgt: Tensor, enc: EncoderOut, cache: DecoderCache | None = None,
                need_weights: bool = False) -> DecoderOut:
         """Next-token logits for target prefixes tgt (batch, tgt_len) given the encoder output.
 
         Without a cache, tgt is the whole prefix (teacher forcing). With a cache, tgt holds
-        only the new positions, which the cache places (`new_positions`: after the ones
-        already decoded, or per row); the cache is updated in place, and encoder-decoder
-        keys/values are computed on the first call only. enc may be None when the cache
-        holds the source: its encoder-decoder keys/values and its `src_mask`.
+        only the new positions, which start after the ones already decoded
+        (`new_positions`); the cache is updated in place, and encoder-decoder keys/values
+        are computed on the first call only.
         tgt's batch may be a multiple g of the encoder's: rows r * g .. r * g + g - 1 are
         hypotheses (beams) of encoder row r, and share its states without copies.
         """
@@ -221,20 +215,19 @@ class Transformer(nn.Module):
             tgt, enc, cache, need_weights)
         return DecoderOut(self.project(states), self_attention, cross_attention)
 
-    def _decoder_states(self, tgt: Tensor, enc: EncoderOut | None,
+    def _decoder_states(self, tgt: Tensor, enc: EncoderOut,
                         cache: DecoderCache | None = None, need_weights: bool = False
                         ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """The decoder stack's output (batch, tgt_len, d_model) and, with need_weights, its
         layers' self- and encoder-decoder attention weights."""
         start = 0 if cache is None else cache.new_positions(tgt.size(1))
-        memory, src_mask = (None, cache.src_mask) if enc is None else (enc.states, enc.src_mask)
-        memory_mask = src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
+        memory_mask = enc.src_mask[:, None, None, :]  # (batch, 1, 1, src_len)
         x = self._embed(self.tgt_embed, self.positions, tgt, start)  # (batch, tgt_len, d_model)
         self_attention: list[Tensor] = []
         cross_attention: list[Tensor] = []
         for i, layer in enumerate(self.decoder_layers):
             x, self_weights, cross_weights = layer(
-                x, memory, memory_mask,
+                x, enc.states, memory_mask,
                 self_cache=None if cache is None else cache.self_attention[i],
                 cross_cache=None if cache is None else cache.cross_attention[i],
                 need_weights=need_weights)

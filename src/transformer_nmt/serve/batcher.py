@@ -1,25 +1,19 @@
-"""Batching across requests: every request's sentences wait in one queue, and decoding
-slots translate them together, sentences of many requests at once.
+"""Batching across requests: every request's sentences wait in one queue
+(serve/queue.py), and decoding slots translate them together, sentences of many requests
+in one batch.
 
-Most searches (beam search and greedy, transformer_nmt.decode.continuous.engine's `serves`) are
-batched continuously: a slot's driver (serve/driver.py) keeps its engines full, a
-sentence joins at the next step after it arrives and leaves as soon as it ends, so that
-no row decodes empty while work waits and a short sentence never waits for a long one.
-A second slot's driver starts when the first has no room for what waits.
-
-The other searches (sampling, forced prefixes, terminology constraints, no-repeat
-n-grams) run in batches, as the lockstep searches need: the oldest waiting sentence, then
-those closest to its length, within the budget offline batches have too
-(transformer_nmt.decode.text.batches: the Translator's batch size and a token budget); when
-a slot is free and the queue is short, a sentence waits at most `max_wait_s` for company.
-A request is cut into pieces by the same rule, so that a long one goes to several slots.
+A batch is the oldest waiting sentence, then those of its settings closest to its length,
+within the budget offline batches have too (transformer_nmt.decode.text.batches: the
+Translator's batch size and a token budget). A request is cut into pieces by the same
+rule, so that a long one goes to several slots. While nothing decodes a sentence goes at
+once, so a lone client never waits; while slots are busy, the oldest waits at most
+`max_wait_s` for company, and what arrives meanwhile joins it.
 
 There are as many slots as the Translator has workers, each a thread on its share of
-the cores (a lone one gets them all); with worker processes
-(transformer_nmt.decode.continuous.remote), each slot's thread hands its engines' steps
-and its batches to a process of its own, so that decoding's Python never waits for the
-event loop's or another slot's. Decoding never runs on the event loop, so the
-server keeps answering while it decodes. A sentence's translation does not depend on
+the cores (a lone one gets them all). Decoding never runs on the event loop, so the
+server keeps answering while it decodes. A batch whose every request went away stops
+between two steps of the PyTorch search (transformer_nmt.decode.search.withdrawal); a
+CTranslate2 batch, one call, finishes unread. A sentence's translation does not depend on
 what else was decoded beside it; a sampled one is seeded by its position in its own
 request.
 """
@@ -33,16 +27,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
-import torch
-
-from transformer_nmt.decode.continuous.remote import SlotProcess
+from transformer_nmt.decode.device.policy import decodes_alone
+from transformer_nmt.decode.search.withdrawal import Withdrawn, stop_when
 from transformer_nmt.decode.text.batches import BatchBudget, length_batches
 from transformer_nmt.decode.text.job import CallSettings, join_jobs
-from transformer_nmt.decode.text.options import PROCESSES_MOST_PARAMETERS
-from transformer_nmt.decode.device.policy import decodes_alone, deep_queue
-from transformer_nmt.decode.device.threads import decoding_threads
 from transformer_nmt.decode.text.translator import Translation, TranslationRequest, Translator
-from transformer_nmt.serve.driver import Driver, Piece, Queue
+from transformer_nmt.serve.queue import Piece, Queue
 from transformer_nmt.serve.metrics import ServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -72,7 +62,6 @@ class Batcher:
         self.max_wait_s = max_wait_s
         self.max_queue = max_queue
         self.slots = translator.options.workers
-        self.deep_queue = deep_queue(self.slots, self.max_batch_sentences)
         self.queued_sentences = 0
         self.queue = Queue()
         self._wakeup = asyncio.Event()
@@ -81,14 +70,7 @@ class Batcher:
         self._slot_threads = [ThreadPoolExecutor(1, thread_name_prefix=f"nmt-slot{slot}")
                               for slot in range(self.slots)]
         self._side_thread = ThreadPoolExecutor(1, thread_name_prefix="nmt-side")
-        self._processes = _slot_processes(translator, self.slots)
-        """Each slot's process, where slots decode in processes; else None."""
-        self._decoders = self._processes or [translator] * self.slots
-        """What each slot's engines, finishing and batches run in."""
         self._free_slots = list(range(self.slots))
-        self._drivers: dict[int, Driver] = {}
-        self._deep = False
-        """Whether the queue was deep when the loop last looked (`deep`)."""
         self._decoding: set[asyncio.Task] = set()
         self._task: asyncio.Task | None = None
 
@@ -129,8 +111,6 @@ class Batcher:
             await asyncio.gather(self._task, return_exceptions=True)
         for thread in self._slot_threads + [self._side_thread]:
             thread.shutdown(wait=True)
-        for process in self._processes or []:
-            process.close()
 
     async def translate(self, lines: list[str | TranslationRequest], tokens: list[int],
                         key: CallSettings) -> list[list[Translation]]:
@@ -170,7 +150,7 @@ class Batcher:
         for rows in length_batches(tokens, range(len(lines)), self.budget):
             job = self.translator.begin([lines[row] for row in rows], key, rows)
             pieces.append(Piece(job, sum(tokens[row] for row in rows), loop.create_future(),
-                                time.monotonic(), self.translator.continuous(job)))
+                                time.monotonic()))
         return pieces
 
     async def run_in_decoder(self, function: Callable[..., T], *args: Any) -> T:
@@ -182,62 +162,17 @@ class Batcher:
     async def _loop(self) -> None:
         while True:
             self._drop_withdrawn()
-            if self._free_slots and self._driver_wanted():
-                self._start_driver()
-                continue
-            self._deep = self.deep()
-            lockstep = self.queue.oldest(self._in_batches)
-            if not self._free_slots or lockstep is None:
+            oldest = self.queue.oldest()
+            if not self._free_slots or oldest is None:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            await self._wait_for_company(lockstep)
+            await self._wait_for_company(oldest)
             self._drop_withdrawn()
-            batch = self.queue.take_batch(self._in_batches, self.budget)
+            batch = self.queue.take_batch(self.budget)
             if batch:
                 slot = self._free_slots.pop(0)  # the lead slot whenever it is free
                 self._run_in_slot(slot, self._decode(batch, slot))
-
-    def deep(self) -> bool:
-        """Whether the queue is deep (transformer_nmt.decode.device.policy.deep_queue): then
-        every piece goes to batches, and drivers take no more."""
-        return self.queue.continuous_sentences() >= self.deep_queue
-
-    def _driver_wanted(self) -> bool:
-        """Whether a slot should start a driver: engine pieces wait (not so many that
-        batches serve them better), and no driver runs or every one that runs is full."""
-        if not self.queue.continuous_sentences() or self.deep():
-            return False
-        return all(driver.full for driver in self._drivers.values())
-
-    def _start_driver(self) -> None:
-        slot = self._free_slots.pop(0)
-        driver = Driver(self, asyncio.get_running_loop(), self._decoders[slot])
-        self._drivers[slot] = driver
-
-        async def drive() -> None:
-            try:
-                await asyncio.get_running_loop().run_in_executor(self._slot_threads[slot],
-                                                                 driver.run)
-            finally:
-                del self._drivers[slot]
-
-        self._run_in_slot(slot, drive())
-
-    def threads(self) -> int:
-        """Torch threads for a driver's step: the cores shared by the busy slots, this
-        batcher's and the other models'."""
-        options = self.translator.options
-        return decoding_threads(max(self.busy_slots + self.busy_elsewhere(self), 1),
-                                options.device, options.threads)
-
-    def observe_step(self, sentences: int) -> None:
-        """A driver decoded a step of `sentences` sentences."""
-        self.metrics.observe_step(sentences)
-
-    def wake(self) -> None:
-        """The loop looks at the queue again (a driver has no room for what waits)."""
-        self._wakeup.set()
 
     def _run_in_slot(self, slot: int, work) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -249,41 +184,21 @@ class Batcher:
         self._free_slots = sorted(self._free_slots + [slot])
         self._wakeup.set()
 
-    def delivered(self, piece: Piece, result: list | BaseException | None,
-                  seconds: float) -> None:
-        """A driver's piece is done: its request gets the translations or the error."""
-        self._dequeued(piece.size)
-        if result is None or piece.future.done():
-            return
-        if isinstance(result, BaseException):
-            piece.future.set_exception(result)
-            return
-        self.metrics.observe_tokens(piece.tokens, sum(len(found[0].tokens) for found in result),
-                                    seconds)
-        piece.future.set_result(result)
-
     def _drop_withdrawn(self) -> None:
         """Pieces whose request went away leave the queue."""
         for piece in self.queue.drop_withdrawn():
             self._dequeued(piece.size)
 
-    def _in_batches(self, piece: Piece) -> bool:
-        """Whether `piece` goes to a batch: the engine cannot search it, or the queue
-        was deep when the loop last looked (then every piece does)."""
-        return not piece.continuous or self._deep
-
     async def _wait_for_company(self, oldest: Piece) -> None:
         """Until the oldest sentence's settings fill a batch, it has waited max_wait_s, or
-        its request went away (then the next oldest leads). On CTranslate2, whose every
-        sentence goes to a batch, a sentence goes at once while nothing decodes: a lone
-        client never waits, and under load the slots' work is what company gathers in."""
-        if (self.translator.ctranslate2 is not None and not self.busy_slots
-                and not self.busy_elsewhere(self)):
+        its request went away (then the next oldest leads). While nothing decodes, here
+        or in another model's slots, it goes at once: a lone client never waits, and under
+        load the slots' work is what company gathers in."""
+        if not self.busy_slots and not self.busy_elsewhere(self):
             return
         while not oldest.future.done():
             left = oldest.arrived + self.max_wait_s - time.monotonic()
-            same = self.queue.waiting(
-                lambda piece: piece.key == oldest.key and self._in_batches(piece))
+            same = self.queue.waiting(oldest.key)
             sentences = sum(piece.size for piece in same)
             # Full: one more sentence of the longest's length would not fit.
             if left <= 0 or not self.budget.admits(
@@ -303,12 +218,22 @@ class Batcher:
         job, starts = join_jobs([piece.job for piece in batch])
         alone = decodes_alone(slot, self.busy_slots, bool(self.queue), self.busy_elsewhere(self))
         # A batch decoding alone gets every core; batches side by side share them.
-        translate = functools.partial(self._decoders[slot].translate_job, job, 1,
+        translate = functools.partial(self.translator.translate_job, job, 1,
                                       1 if alone else self.slots)
+
+        def decode() -> list[list[Translation]]:
+            # Read from the slot's thread: a future's state is a plain attribute.
+            with stop_when(lambda: all(piece.future.done() for piece in batch)):
+                return translate()
+
         started = time.perf_counter()
         try:
             results = await asyncio.get_running_loop().run_in_executor(
-                self._slot_threads[slot], translate)
+                self._slot_threads[slot], decode)
+        except Withdrawn:
+            logger.info("a batch of %d sentences stopped: every request went away",
+                        len(job.ids))
+            return
         except Exception as error:  # noqa: BLE001 (each waiting request gets the error)
             logger.exception("decoding a batch of %d sentences failed", len(job.ids))
             for piece in batch:
@@ -323,24 +248,3 @@ class Batcher:
         for piece, start in zip(batch, starts):
             if not piece.future.done():
                 piece.future.set_result(results[start:start + piece.size])
-
-
-def _slot_processes(translator: Translator, slots: int) -> list[SlotProcess] | None:
-    """A process per slot, each with every core (a slot's steps and batches then take
-    their share, as threads would), on a CPU for a Translator made from model files,
-    where the options ask for worker processes, or leave it open (None) and the model
-    has at most PROCESSES_MOST_PARAMETERS: on the small model they answered 1.06-1.30x
-    the threads' sentences per second from 8 to 128 clients and a lone sentence no
-    slower, at about twice the memory; on the base shape they gained less for three times
-    it (bench/RESULTS.md, "Slot processes in nmt serve"). Else None."""
-    options = translator.options
-    if translator.ctranslate2 is not None:
-        return None  # CTranslate2's threads decode outside Python
-    wanted = options.worker_processes
-    if wanted is None:
-        wanted = translator.parameters <= PROCESSES_MOST_PARAMETERS
-    if (not wanted or translator.model_paths is None
-            or torch.device(options.device).type != "cpu"):
-        return None
-    return [SlotProcess(type(translator).from_files, translator.model_paths,
-                        translator.options, options.threads) for _ in range(slots)]

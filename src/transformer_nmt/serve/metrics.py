@@ -27,7 +27,7 @@ class ServerMetrics:
                               registry=registry)
         self.latency = Histogram("nmt_request_latency_seconds", "Time to answer a request",
                                  ["route"], buckets=LATENCY_BUCKETS, registry=registry)
-        self.batch_sentences = Histogram("nmt_batch_sentences", "Sentences per decoded batch, or per step of continuous batching",
+        self.batch_sentences = Histogram("nmt_batch_sentences", "Sentences per decoded batch",
                                          buckets=BATCH_BUCKETS, registry=registry)
         self.queue = Gauge("nmt_queue_sentences", "Sentences waiting to be decoded",
                            registry=registry)
@@ -36,7 +36,7 @@ class ServerMetrics:
         self.target_tokens = Counter("nmt_target_tokens", "Target tokens produced",
                                      registry=registry)
         self.tokens_per_second = Gauge("nmt_decode_target_tokens_per_second",
-                                       "Target tokens per second of the last batch (or request piece, batched continuously)",
+                                       "Target tokens per second of the last batch",
                                        registry=registry)
 
         self.models_loaded = Gauge("nmt_models_loaded", "Models in memory",
@@ -54,13 +54,9 @@ class ServerMetrics:
 
     def observe_batch(self, sentences: int, source_tokens: int, target_tokens: int,
                       seconds: float) -> None:
-        """Count one decoded batch (a step of continuous batching: `observe_step`)."""
+        """Count one decoded batch."""
         self.batch_sentences.observe(sentences)
         self.observe_tokens(source_tokens, target_tokens, seconds)
-
-    def observe_step(self, sentences: int) -> None:
-        """Count one step of continuous batching, which decodes `sentences` together."""
-        self.batch_sentences.observe(sentences)
 
     def observe_tokens(self, source_tokens: int, target_tokens: int, seconds: float) -> None:
         """Count tokens translated in `seconds`."""

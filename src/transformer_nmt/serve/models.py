@@ -220,7 +220,6 @@ class ModelPool:
                            else inference_model_of(payload, entry.path, "cpu"))
         del payload
         translator = Translator(inference_model, self.options)
-        translator.model_paths = (str(entry.path),)  # what slot processes load
         card = model_card(inference_model, translator.options.precision)
         self.cards[entry.path] = card
         batcher = Batcher(translator, self.metrics, max_batch_tokens=self.settings.max_batch_tokens,

@@ -37,14 +37,10 @@ class ServeSettings:
     max_batch_tokens: int = setting(4096, group="batching")
     """Most source tokens (padding and EOS included) of one batch, and of one piece of a
     request taken into a decoder at once (a longer request is cut by length into pieces
-    that several decoders share, by the rule offline batches follow). Beam search and
-    greedy are batched continuously: each worker keeps up to the batch size's sentences
-    decoding, a sentence joining at the next step after it arrives and leaving when it
-    ends; other searches (sampling, prefixes, glossaries) decode in batches within this
-    budget."""
+    that several decoders share, by the rule offline batches follow)."""
     max_wait_ms: float = setting(5.0, group="batching", metavar="MS")
-    """Longest a sentence waits for others to share an idle decoder's batch, for the
-    searches that are not batched continuously (sampling, prefixes, glossaries)."""
+    """Longest a sentence waits for others to share its batch while the decoders are
+    busy (while one is idle, a sentence goes at once)."""
     max_characters: int = setting(20000, group="limits")
     """Most characters of text in one request (413 beyond)."""
     max_sentences: int = setting(200, group="limits")

@@ -1,5 +1,6 @@
-"""The spare buffers that the decoding caches' reorders gather into (decode/attention/kv_cache.py,
-decode/continuous/row_cache.py), handing memory back to the operating system as batches shrink."""
+"""The spare buffers that the decoding caches' reorders gather into
+(decode/attention/kv_cache.py), handing memory back to the operating system as batches
+shrink."""
 
 from __future__ import annotations
 
@@ -17,11 +18,8 @@ class SparePool:
     every time. Only buffers of the latest shape are kept.
     """
 
-    def __init__(self, zeroed: bool = False) -> None:
+    def __init__(self) -> None:
         self._free: list[Tensor] = []
-        self._zeroed = zeroed
-        """New buffers start as zeros (the row caches of decode/continuous/row_cache.py need every
-        entry finite), else uninitialized."""
 
     def take(self, rows: int, like: Tensor) -> Tensor:
         """A buffer (rows, *like.shape[1:]) of like's dtype and device, contents undefined.
@@ -37,8 +35,6 @@ class SparePool:
                 if buffer.size(0) > rows:
                     release_rows(buffer, rows)
                 return buffer[:rows]
-        if self._zeroed:
-            return like.new_zeros(rows, *like.shape[1:])
         return like.new_empty(rows, *like.shape[1:])
 
     def give(self, buffer: Tensor) -> None:

@@ -1,8 +1,7 @@
-"""How much decoding takes on at once: the sentences of a batch, when a server's queue
-is deep enough for batches, and when a batch may have every core. Each decision is made
-here, with its reason, and every caller (the Translator, the server's batcher and
-drivers, the CLI's help) asks; how the cores are split between what decodes at once is
-transformer_nmt.decode.device.threads's.
+"""How much decoding takes on at once: the sentences of a batch, and when a server's
+batch may have every core. Each decision is made here, with its reason, and every caller
+(the Translator, the server's batcher, the CLI's help) asks; how the cores are split
+between what decodes at once is transformer_nmt.decode.device.threads's.
 """
 
 from __future__ import annotations
@@ -20,9 +19,6 @@ MOST_SENTENCES_IN_FLIGHT = 96
 """The most `sentences_in_flight` gives: greedy search gets faster with more sentences at
 once up to about this many, and hardly faster past it, while memory keeps growing (each
 sentence keeps its encoder-decoder keys and values whatever its rows)."""
-DEEP_QUEUE_ROUNDS = 2
-"""A server's queue is deep (`deep_queue`) when it holds this many rounds of what all its
-slots decode at once."""
 
 
 def sentences_in_flight(decode: DecodeConfig) -> int:
@@ -40,16 +36,6 @@ def batch_size(decode: DecodeConfig, workers: int) -> int:
     """Most sentences of one batch (TranslatorOptions.batch_size left None):
     `sentences_in_flight`, shared by the `workers` that decode at once."""
     return max(sentences_in_flight(decode) // workers, 1)
-
-
-def deep_queue(slots: int, batch_sentences: int) -> int:
-    """Waiting sentences at which a server's queue goes to batches rather than the
-    continuous-batching engines: DEEP_QUEUE_ROUNDS times what all `slots` decode at once
-    (`batch_sentences` each). With that many waiting, batches of similar length are as
-    full as the engines and pad less, so they answer more sentences in less memory; below
-    it the engines answer sooner and more (bench/RESULTS.md, "Continuous batching in the
-    server", has the figures at 8 and 128 clients)."""
-    return DEEP_QUEUE_ROUNDS * slots * batch_sentences
 
 
 def decodes_alone(slot: int, busy_slots: int, waiting: bool, busy_elsewhere: int) -> bool:

@@ -77,7 +77,7 @@ class FeatureTrack:
 
 def _fit(received: Tensor, length: int) -> Tensor:
     """received (rows, n) cut or zero-padded to (rows, length): the sources present may
-    have grown or shrunk since the last step (a continuous batch's)."""
+    have shrunk since the last step, as sentences end."""
     if received.size(1) >= length:
         return received[:, :length]
     return F.pad(received, (0, length - received.size(1)))

@@ -4,10 +4,10 @@ as sentences end.
 
 Every step, the loop asks the model for the next token's log-probabilities, lets the
 step processors restrict them (transformer_nmt.decode.search.step_rules), and takes the one
-step of every search (transformer_nmt.decode.search.step, which the continuous-batching engine
-takes too): the selection (transformer_nmt.decode.search.ranking) ranks the extensions, the
+step of every search (transformer_nmt.decode.search.step): the selection (transformer_nmt.decode.search.ranking) ranks the extensions, the
 EOS ones within the first k ranks finish, the first k others stay open. The definitions
-are transformer_nmt.decode.search.searches's.
+are transformer_nmt.decode.search.searches's. Between two steps a search whose every
+request went away stops (transformer_nmt.decode.search.withdrawal).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from transformer_nmt.decode.attention.probe import probe_layer
 from transformer_nmt.decode.quality.feature_track import FeatureTrack
 from transformer_nmt.decode.search.step import SearchStep
 from transformer_nmt.decode.search.step_rules import Step, StepProcessor, apply_processors
+from transformer_nmt.decode.search.withdrawal import stop_if_withdrawn
 
 
 @torch.inference_mode()
@@ -53,6 +54,7 @@ def beam_loop(model: Seq2Seq, enc: EncoderState, limits: Tensor, cfg: DecodeConf
     results: list[list[Hypothesis]] = [[] for _ in range(batch)]
     step = 0
     while limits.numel():
+        stop_if_withdrawn()
         log_probs = stepper.log_probs(tokens, step, special)  # (open * width, vocab)
         if track is not None:
             track.observe(log_probs, stepper.probed)

@@ -25,8 +25,8 @@ Definitions used throughout:
 
 Beyond the model, every search obeys the same step rules, a list of step processors
 (transformer_nmt.decode.search.step_rules): EOS at the maximum length, a forced prefix, no
-repeated n-grams. Every search runs transformer_nmt.decode.search.beam's loop, whose step
-(transformer_nmt.decode.search.step) the continuous-batching engine takes too: beam search
+repeated n-grams. Every search runs transformer_nmt.decode.search.beam's loop and its step
+(transformer_nmt.decode.search.step): beam search
 with the `TopK` selection, greedy search as beam 1 with `Likeliest`, terminology constraints
 with their own (transformer_nmt.decode.search.constrained). `sample` draws tokens instead of
 choosing the likeliest (`Draw`, beam 1 per sample), one seeded generator per sentence;

@@ -1,12 +1,10 @@
 """One step of every search, written once: rank the extensions of the open prefixes, finish
 those that end with EOS, decide which sentences are done, keep the rest.
 
-The lockstep searches (transformer_nmt.decode.search.beam's loop: beam search, greedy search
-as beam 1, sampling, constrained search) and the continuous-batching engine
-(transformer_nmt.decode.continuous.engine) each ask the model for a step's log-probabilities
-and apply the step rules (transformer_nmt.decode.search.step_rules); then `SearchStep.take`
-does the rest, the same for both. The lockstep's sentences are all at one step (a number);
-the engine's each at its own (a tensor). How extensions rank is the selection's
+Every search runs transformer_nmt.decode.search.beam's lockstep loop (beam search, greedy
+search as beam 1, sampling, constrained search): it asks the model for a step's
+log-probabilities and applies the step rules (transformer_nmt.decode.search.step_rules);
+then `SearchStep.take` does the rest. How extensions rank is the selection's
 (transformer_nmt.decode.search.ranking); the definitions are
 transformer_nmt.decode.search.searches's.
 """
@@ -23,12 +21,11 @@ from transformer_nmt.decode.search.base import Hypothesis, length_penalty
 from transformer_nmt.decode.quality.feature_track import FeatureTrack
 
 
-def best_possible_scores(open_log_probs: Tensor, length: int | Tensor, limits: Tensor,
+def best_possible_scores(open_log_probs: Tensor, length: int, limits: Tensor,
                          alpha: float) -> Tensor:
     """Upper bound (sentences,) on the score of any future hypothesis of each sentence.
 
-    open_log_probs (sentences, beam) are the open hypotheses' log P after `length` tokens
-    (one count for all, or each sentence's (sentences,)).
+    open_log_probs (sentences, beam) are the open hypotheses' log P after `length` tokens.
     A completion Y' of one of them has log P' <= log P <= 0 and length+1 <= |Y'| <=
     limit+1, so score(Y') = log P' / lp(|Y'|) <= log P / lp(|Y'|) <= log P / max lp,
     where max lp over that range sits at its upper end when alpha >= 0 and at its lower
@@ -36,8 +33,7 @@ def best_possible_scores(open_log_probs: Tensor, length: int | Tensor, limits: T
     """
     best = open_log_probs.max(dim=1).values  # (sentences,)
     longest = length_penalty(limits + 1, alpha)
-    lengths = length if isinstance(length, Tensor) else torch.full_like(limits, length)
-    shortest = length_penalty(lengths + 1, alpha)
+    shortest = length_penalty(torch.full_like(limits, length) + 1, alpha)
     return best / torch.maximum(longest, shortest)
 
 
@@ -126,11 +122,11 @@ class SearchStep:
         self.early_stop, self.track = early_stop, track
         self.finished = Finished(nbest, device)
 
-    def take(self, log_probs: Tensor, scores: Tensor, width: int, step: int | Tensor,
+    def take(self, log_probs: Tensor, scores: Tensor, width: int, step: int,
              limits: Tensor, tokens: Tensor) -> Outcome:
         """One step of the open sentences (n,): log_probs (n * width, vocab) the next
         tokens' after the step rules, scores (n, width) the open prefixes' log P, step
-        the tokens each has (one number, or (n,)), limits (n,) their maximum lengths,
+        the tokens each has, limits (n,) their maximum lengths,
         tokens (n * width, BOS + tokens + room) the prefixes."""
         k, n = self.k, scores.size(0)
         ranked = self.selection.rank(scores, log_probs, width, k)
@@ -179,18 +175,13 @@ class SearchStep:
         return (first.unsqueeze(1) + beams).view(-1)
 
     def _finish(self, ranked: Ranked, finishing: Tensor, done: Tensor, log_probs: Tensor,
-                width: int, step: int | Tensor, tokens: Tensor) -> None:
+                width: int, step: int, tokens: Tensor) -> None:
         """Record the hypotheses `finishing` (n, k) of the ranked extensions; a sentence
         with k finished ones is done (marked in `done` (n,), in place)."""
         sentence, rank = finishing.nonzero().unbind(1)  # (hypotheses,) each
         scores = ranked.scores[sentence, rank]
-        if isinstance(step, Tensor):
-            lengths = step[sentence] + 1  # tokens with EOS
-            # The penalty in double, then float32, as a Python float divides the lockstep's.
-            normalized = scores / length_penalty((step + 1).double(), self.alpha).float()[sentence]
-        else:
-            lengths = torch.full_like(sentence, step + 1)
-            normalized = scores / length_penalty(step + 1, self.alpha)
+        lengths = torch.full_like(sentence, step + 1)  # tokens with EOS
+        normalized = scores / length_penalty(step + 1, self.alpha)
         rows = sentence * width + ranked.beams[sentence, rank]  # (hypotheses,)
         features = [None] * rows.numel() if self.track is None else self.track.ended(
             rows, log_probs[rows, self.eos], lengths)

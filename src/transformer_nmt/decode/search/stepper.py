@@ -1,6 +1,6 @@
 """A search's step through the model: the next token's log-probabilities for a batch of
 prefixes that grows one token per step (`Stepper`), from the model's logits
-(`next_token_log_probs`, which the continuous engine reads too).
+(`next_token_log_probs`).
 """
 
 from __future__ import annotations

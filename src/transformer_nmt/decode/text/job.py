@@ -2,9 +2,8 @@
 the search needs, and the Translations it gives back.
 
 A `TranslationJob` is made once, before any search (`Translator.begin`), and carries a
-call's settings and lines to whatever decodes them (the lockstep searches in batches, or
-a server's continuous-batching engine) and on to `Translator.finish`, which returns
-their Translations.
+call's settings and lines to whatever decodes them (CTranslate2 or the lockstep
+searches, in batches) and on to `Translator.finish`, which returns their Translations.
 """
 
 from __future__ import annotations

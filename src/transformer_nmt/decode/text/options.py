@@ -13,17 +13,6 @@ from transformer_nmt.decode.device.threads import all_cores, default_workers
 from transformer_nmt.errors import UserError
 from transformer_nmt.runtime import DEFAULT_DEVICE, resolve_runtime
 
-PROCESSES_FROM_LINES = 512
-"""Lines a call needs before `TranslatorOptions.worker_processes` None starts worker
-processes: fewer translate faster in threads than the processes take to start
-(bench/RESULTS.md, "Worker processes")."""
-PROCESSES_MOST_PARAMETERS = 20_000_000
-"""The largest model (parameters) that `TranslatorOptions.worker_processes` None
-translates in worker processes: a small model's steps are mostly Python, which threads
-share, a base model's mostly products, which they do not; there processes gained nothing
-and held the model once per process (bench/RESULTS.md, "Worker processes")."""
-
-
 @dataclass(frozen=True)
 class TranslatorOptions:
     """How a Translator decodes: the search, where and in which precision, and how lines
@@ -78,18 +67,6 @@ class TranslatorOptions:
     transformer_nmt.decode.device.precision.make_batch_invariant). Only the torch search
     does it, at a cost in speed: fixed tiles cannot use the kernels' widest blocks. int8
     is left as it is. None: off."""
-
-    worker_processes: bool | None = None
-    """On a CPU with several workers, translate a call's batches in worker processes
-    rather than threads (transformer_nmt.decode.text.processes): faster, as threads share
-    one interpreter, but each process starts and loads the model first (seconds) and holds
-    its own copy. None: processes for a call of at least PROCESSES_FROM_LINES lines of a
-    model of at most PROCESSES_MOST_PARAMETERS, when the Translator was made from model
-    files; threads otherwise. In `nmt serve`, each decoding slot a process
-    (transformer_nmt.decode.continuous.remote), None: for a model of at most
-    PROCESSES_MOST_PARAMETERS. A script that translates through worker processes must
-    guard its main code with `if __name__ == "__main__":`, as Python's spawned
-    processes need."""
 
     asked_precision: str | None = None
     """The precision asked for, 'auto' included, kept by `resolved` when it decides

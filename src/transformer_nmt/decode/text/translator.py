@@ -31,13 +31,9 @@ from transformer_nmt.decode.text.batches import BatchBudget, buffers, length_bat
 from transformer_nmt.decode.quality.confidence import ConfidenceEstimator
 from transformer_nmt.decode.search.constrained import constrained_beam_search
 from transformer_nmt.decode.search.ensemble import load_ensemble
-from transformer_nmt.decode.continuous.engine import Engine, serves
-from transformer_nmt.decode.quality.guard import (Guarded, checks, fallback_config, guard,
-                                                  output_reasons)
+from transformer_nmt.decode.quality.guard import Guarded, checks, fallback_config, guard
 from transformer_nmt.decode.quality.unknown import mark_unreadable, unreadable
-from transformer_nmt.decode.text.options import (PROCESSES_FROM_LINES, PROCESSES_MOST_PARAMETERS,
-                                                 TranslatorOptions)
-from transformer_nmt.decode.text.processes import WorkerProcesses
+from transformer_nmt.decode.text.options import TranslatorOptions
 from transformer_nmt.decode.text.job import (  # noqa: F401 (Translation is imported from here)
     CallSettings, Translation, TranslationJob, TranslationRequest, constraint_ids, prefix_ids)
 from transformer_nmt.decode.device.precision import prepare_model
@@ -45,6 +41,7 @@ from transformer_nmt.decode.runtime.choice import choose_engine
 from transformer_nmt.decode.runtime.ctranslate2_search import CTranslate2Search, open_ctranslate2
 from transformer_nmt.decode.search.base import Hypothesis, SpecialIds
 from transformer_nmt.decode.search.searches import search
+from transformer_nmt.decode.search.withdrawal import stop_if_withdrawn
 from transformer_nmt.decode.search.teacher_forced import attach_details
 from transformer_nmt.decode.device.threads import decoding_threads, torch_threads
 from transformer_nmt.memory import release_free_memory
@@ -95,8 +92,6 @@ class Translator:
                                torch.device(options.device), asked_precision,
                                options.batch_invariant)
         self.options = options = replace(options, engine=engine)
-        self.parameters = sum(p.numel() for p in inference_model.model.parameters())
-        """The model's parameters, counted before decoding's layout replaces its layers."""
         self.vocab = inference_model.vocab
         self.languages = model_languages(inference_model.payload_meta)
         """(source, target) languages the model was trained on, where its file says."""
@@ -124,10 +119,6 @@ class Translator:
         the options do not ask for it."""
         self._side_by_side = threading.local()
         """The batches the calling thread's call decodes at once (`translate_job`)."""
-        self.model_paths: tuple[str, ...] | None = None
-        """The model files this Translator was made from (`from_files`), which worker
-        processes load; None for a model given in memory (threads translate then)."""
-        self._processes: WorkerProcesses | None = None
 
     @classmethod
     def from_file(cls, path: str | Path,
@@ -144,12 +135,8 @@ class Translator:
         log-probabilities averaged at every step, see transformer_nmt.decode.search.ensemble);
         UserError unless they share one vocabulary."""
         if len(paths) == 1:
-            translator = cls.from_file(paths[0], options)
-            translator.model_paths = (str(paths[0]),)
-            return translator
-        translator = cls(load_ensemble(paths), options)
-        translator.model_paths = tuple(str(path) for path in paths)
-        return translator
+            return cls.from_file(paths[0], options)
+        return cls(load_ensemble(paths), options)
 
     @property
     def runtime(self) -> str:
@@ -278,30 +265,6 @@ class Translator:
             flags[row] = unreadable(text, whole, self.vocab)
         return flags
 
-    def continuous(self, job: TranslationJob) -> bool:
-        """Whether the continuous-batching engine can search `job`'s lines
-        (transformer_nmt.decode.continuous.engine; the lockstep searches serve the rest)."""
-        if self._on_ctranslate2(job.settings.decode, job.constraints):
-            return False  # CTranslate2 searches whole batches
-        return serves(self.model, job.settings.decode, job.prefixes is not None,
-                      job.constraints is not None)
-
-    def new_engine(self, decode: DecodeConfig) -> Engine:
-        """A continuous-batching engine searching with `decode` on this model."""
-        return Engine(self.model, decode, self.special, self.max_len_limit,
-                      features=self.confidence is not None)
-
-    def suspect(self, job: TranslationJob, rows: list[int], found: list[list[Hypothesis]]
-                ) -> bool:
-        """Whether `finish` would decode any of lines `rows` again: the guard is on and a
-        first output is degenerate. A caller that finishes a few lines at a time can
-        then gather such lines, so that their second search runs as one batch."""
-        if not checks(job.settings.decode):
-            return False
-        return any(hyps and output_reasons(job.ids[row], hyps[0].tokens,
-                                                  self.vocab.marked_pieces)
-                   for row, hyps in zip(rows, found))
-
     def finish(self, job: TranslationJob, rows: list[int], found: list[list[Hypothesis]]
                ) -> list[list[Translation]]:
         """The translations of lines `rows` of `job` from what a search `found` for them:
@@ -336,17 +299,9 @@ class Translator:
     def translate_job(self, job: TranslationJob, workers: int, side_by_side: int | None = None
                       ) -> list[list[Translation]]:
         """The translations of `job`'s lines, in order: sorted by length into batches
-        (`budget`) that `workers` threads (or worker processes: `worker_processes`)
-        translate, each on its share of the cores when `side_by_side` batches decode at
-        once (None: as many as this call runs at once)."""
+        (`budget`) that `workers` threads translate, each on its share of the cores when
+        `side_by_side` batches decode at once (None: as many as this call runs at once)."""
         batches = length_batches([len(ids) for ids in job.ids], job.searched, self.budget)
-
-        if self._in_processes(workers, batches):
-            try:
-                return job.in_order(self._worker_processes(workers).run(job, batches))
-            except BaseException:
-                self.close()  # run ended them: the next call starts others
-                raise
         if side_by_side is None:
             side_by_side = min(workers, len(batches))
         side_by_side = max(side_by_side, 1)
@@ -362,36 +317,16 @@ class Translator:
 
     def translate_rows(self, job: TranslationJob, rows: list[int]) -> list[list[Translation]]:
         """The translations of lines `rows` of `job`, searched as one batch in the calling
-        thread. Samples are seeded by line number, so they do not depend on the batching."""
+        thread. Samples are seeded by line number, so they do not depend on the batching.
+        Withdrawn (transformer_nmt.decode.search.withdrawal) if every request waiting
+        for it has gone."""
+        stop_if_withdrawn()
         return self.finish(job, rows, self._search(job.settings, *job.pick(rows)))
 
     def close(self) -> None:
-        """End the worker processes, if a call started them (`worker_processes`), and let
-        CTranslate2's translators go."""
+        """Let CTranslate2's translators go."""
         if self.ctranslate2 is not None:
             self.ctranslate2.close()
-        if self._processes is not None:
-            self._processes.close()
-            self._processes = None
-
-    def _in_processes(self, workers: int, batches: list[list[int]]) -> bool:
-        """Whether worker processes translate these batches (`worker_processes`)."""
-        if (workers < 2 or len(batches) < 2 or self.model_paths is None
-                or self.ctranslate2 is not None):  # its threads release the GIL
-            return False
-        if self.options.worker_processes is None:
-            return self._processes is not None or (
-                sum(map(len, batches)) >= PROCESSES_FROM_LINES
-                and self.parameters <= PROCESSES_MOST_PARAMETERS)
-        return self.options.worker_processes
-
-    def _worker_processes(self, workers: int) -> WorkerProcesses:
-        if self._processes is None or self._processes.processes != workers:
-            self.close()
-            self._processes = WorkerProcesses(
-                type(self).from_files, self.model_paths, self.options, workers,
-                decoding_threads(workers, self.options.device, self.options.threads))
-        return self._processes
 
     def source_tensor(self, batch: list[list[int]]) -> torch.Tensor:
         """(len(batch), longest + 1) on the translator's device: each sentence's ids, EOS,
