@@ -370,7 +370,7 @@ def test_out_of_file_descriptors_the_server_idles_rather_than_retrying_accept(
             before = cpu_seconds(process.pid)
             time.sleep(2)
             # A resource bound, not a timing one: asyncio's round of 2048 failing accept()
-            # calls a second took a sixth of a CPU here, one call a second next to nothing.
+            # calls a second takes a good part of a CPU; one call a second, next to none.
             assert cpu_seconds(process.pid) - before < 0.1
         finally:
             for sock in held:
