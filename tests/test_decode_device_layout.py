@@ -55,6 +55,40 @@ def test_the_plain_product_serves_where_nothing_can_pack(monkeypatch):
     assert torch.equal(product(x), linear(x))
 
 
+@pytest.mark.skipif(not layout.packing_available(), reason="this torch has no oneDNN: "
+                    "products run on the plain matrices")
+def test_this_torch_packs_matrices_with_its_private_reorder():
+    assert layout.packed_weight(torch.randn(7, 12)) is not None, (
+        f"torch {torch.__version__} has oneDNN but its torch.ops.mkldnn."
+        "_reorder_linear_weight(weight, None) is gone or fails: decoding on a CPU now "
+        "multiplies the plain matrices, packing them again at every step; find the op "
+        "that reorders a matrix for torch.ops.mkldnn._linear_pointwise in this torch and "
+        "call it in decode/device/layout.py's packed_weight")
+
+
+def refusing(*args):
+    raise RuntimeError("no such reorder")
+
+
+def missing(*args):
+    raise AttributeError("'_OpNamespace' 'mkldnn' object has no attribute "
+                         "'_reorder_linear_weight'")
+
+
+@pytest.mark.parametrize("op", [refusing, missing], ids=["refused", "missing"])
+def test_without_torch_s_reorder_the_plain_matrices_compute_what_linear_does(monkeypatch,
+                                                                              op):
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", op)
+    torch.manual_seed(0)
+    for linear in (nn.Linear(12, 7), nn.Linear(12, 7, bias=False)):
+        product = PackedProduct(linear.weight, linear.bias)
+        assert product.packed is None and product.weight is not None
+        packed = PackedLinear(linear.weight, linear.bias, 16)
+        for x in (torch.randn(5, 12), torch.randn(3, 7, 12), torch.randn(0, 12)):
+            assert torch.equal(product(x.reshape(-1, 12)), linear(x).reshape(-1, 7))
+            torch.testing.assert_close(packed(x), linear(x), atol=1e-6, rtol=1e-6)
+
+
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_a_packed_model_decodes_as_the_original(precision):
     dtype = DTYPES[precision]

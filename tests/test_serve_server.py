@@ -4,6 +4,7 @@ and the work of those that leave is dropped."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -16,7 +17,7 @@ import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 from libretranslatepy import LibreTranslateAPI
@@ -361,6 +362,106 @@ def test_out_of_file_descriptors_is_said_once_and_the_server_answers_as_deadline
     assert len(said) <= 2 + seconds / ACCEPT_FAILURES_INTERVAL_S, said[:3]
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time, user and system, that process `pid` has used, all its threads."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()  # after the command's name
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_out_of_file_descriptors_the_server_idles_rather_than_retrying_accept(
+        served_model, tmp_path):
+    """While it has no descriptor left, a listening socket stays ready with connections
+    queued: an event loop that tried accept() again at once would keep a CPU busy doing
+    nothing. Held connections keep the server out of descriptors throughout (their
+    headers' deadline is far off); closed, the server accepts again."""
+    log = tmp_path / "stderr"
+    with running_server(served_model, "--headers-timeout", "120",
+                        stderr=log, open_files=64) as (url, process):
+        host, port = url.removeprefix("http://").split(":")
+        held = [socket.create_connection((host, int(port))) for _ in range(100)]
+        try:
+            deadline = time.monotonic() + 60
+            while "accept" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert "cannot accept new connections" in log.read_text()
+            before = cpu_seconds(process.pid)
+            time.sleep(2)
+            # A resource bound, not a timing one: asyncio's round of 2048 failing accept()
+            # calls a second takes a good part of a CPU; one call a second, next to none.
+            assert cpu_seconds(process.pid) - before < 0.1
+        finally:
+            for sock in held:
+                sock.close()
+        status, _ = post_json(url + "/v1/translate", {"text": "the cat sleeps"})
+        assert status == 200
+
+
+class OutOfFiles(socket.socket):
+    """A socket whose accept() fails as a process's does at its `ulimit -n`, counted."""
+
+    calls = 0
+
+    def accept(self):
+        OutOfFiles.calls += 1
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+
+def test_out_of_file_descriptors_each_round_of_accepting_ends_at_its_first_failure():
+    """asyncio tried accept() up to the backlog's length each time the socket was ready,
+    every try failing: a good part of a CPU spent on nothing while descriptors lacked. The
+    next round (asyncio's, a second later) tries again."""
+    import asyncio
+
+    from transformer_nmt.serve.server import ListeningSocket
+
+    class Listening(ListeningSocket, OutOfFiles):  # ListeningSocket's super() fails
+        pass
+
+    reports = []
+
+    async def two_rounds() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: reports.append(context["exception"]))
+        sock = Listening(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        server = await loop.create_server(asyncio.Protocol, sock=sock, backlog=100)
+        client = socket.create_connection(sock.getsockname())  # the socket is ready
+        try:
+            while not reports:
+                await asyncio.sleep(0.01)
+            assert OutOfFiles.calls == len(reports) == 1
+            await asyncio.sleep(0)  # the round is over
+            with pytest.raises(OSError) as raised:
+                sock.accept()
+            assert raised.value.errno == errno.EMFILE and OutOfFiles.calls == 2
+        finally:
+            client.close()
+            server.close()
+
+    OutOfFiles.calls = 0
+    asyncio.run(two_rounds())
+    assert all(error.errno == errno.EMFILE for error in reports)
+
+
+def test_the_server_runs_on_asyncio_s_loop_even_where_uvloop_is_installed(monkeypatch):
+    """uvicorn's "auto" picks uvloop where it is installed, whose libuv closes the
+    connections it cannot accept for want of descriptors at once, unreported; the server
+    wants asyncio's, which leaves them queued and says so (the tests above)."""
+    import asyncio
+    import types
+
+    from transformer_nmt.serve.server import DeadlineConfig
+
+    uvloop = types.ModuleType("uvloop")
+    uvloop.new_event_loop = lambda: None
+    monkeypatch.setitem(sys.modules, "uvloop", uvloop)
+    monkeypatch.delitem(sys.modules, "uvicorn.loops.uvloop", raising=False)
+    config = DeadlineConfig(lambda scope, receive, send: None, headers_timeout_s=1.0)
+    assert config.get_loop_factory() is asyncio.SelectorEventLoop
+
+
 def exchange(url: str, sent: bytes) -> bytes:
     """All the server answers to `sent` on one connection, until it closes it."""
     host, port = url.removeprefix("http://").split(":")
@@ -395,6 +496,82 @@ def test_a_chunk_announced_larger_than_the_body_s_limit_is_refused_at_once(deadl
     received = exchange(deadline_server, announced)
     assert received.startswith(b"HTTP/1.1 413 "), received
     assert b"larger than the server's limit" in received
+
+
+CHUNKED = (b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Transfer-Encoding: chunked\r\n\r\n")
+"""A request's headers announcing a chunked body."""
+
+
+def test_the_installed_h11_says_what_is_left_of_a_chunk():
+    import h11
+
+    from transformer_nmt.serve.server import chunk_left
+
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(CHUNKED + b"ffff\r\nab")
+    while conn.next_event() is not h11.NEED_DATA:
+        pass
+    assert chunk_left(conn) == 0xffff - 2, (
+        f"h11 {h11.__version__} no longer keeps what is left of a chunk as "
+        "Connection._reader._bytes_in_chunk: the server now counts a chunked body's bytes "
+        "as they arrive, and refuses a chunk announced over the body's limit only once "
+        "that much came (or at the body's deadline); read the count where this h11 keeps "
+        "it in serve/server.py's chunk_left")
+    assert chunk_left(h11.Connection(h11.SERVER)) is None  # no body being read
+
+
+@contextlib.contextmanager
+def server_in_thread(app) -> Iterator[str]:
+    """The base URL of `app` served in this process, on a thread, as `nmt serve` serves
+    it (a 1 s deadline on headers); stopped afterwards."""
+    import threading
+
+    from transformer_nmt.serve.server import DeadlineConfig, DrainingServer, listening_sockets
+
+    sockets = listening_sockets("127.0.0.1", 0)
+    port = sockets[0].getsockname()[1]
+    server = DrainingServer(DeadlineConfig(app, host="127.0.0.1", port=port,
+                                           log_level="warning", headers_timeout_s=1.0), app)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets})
+    thread.start()
+    try:
+        while not server.started:
+            assert thread.is_alive(), "the server stopped while starting"
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        for sock in sockets:
+            sock.close()
+
+
+def test_without_h11_s_count_a_chunk_announced_over_the_limit_is_refused_as_it_arrives(
+        monkeypatch, served_model):
+    """The fallback of an h11 that no longer says what is left of a chunk: the body's
+    limit counts the bytes received instead, and refuses once they pass it."""
+    import transformer_nmt.serve.server as server
+
+    from serve_fixtures import make_app
+
+    consulted = []
+
+    def says_nothing(conn) -> None:
+        consulted.append(conn)
+
+    monkeypatch.setattr(server, "chunk_left", says_nothing)
+    app = make_app(served_model, max_characters=1)
+    limit = 4 * 1 + 65536  # serve/app.py's body limit at max_characters=1
+    with server_in_thread(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=60) as sock:
+            sock.sendall(CHUNKED + b"ffffffffffffffff\r\n" + b" " * (limit + 1))
+            received = b""
+            while b"\r\n\r\n" not in received and (chunk := sock.recv(65536)):
+                received += chunk
+    assert consulted
+    assert received.startswith(b"HTTP/1.1 413 "), received
 
 
 @pytest.mark.parametrize("given, expected", [

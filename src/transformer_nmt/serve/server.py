@@ -14,6 +14,7 @@ import socket
 from pathlib import Path
 from typing import Sequence
 
+import h11
 import torch
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -35,6 +36,35 @@ ACCEPT_FAILURES_INTERVAL_S = 10.0
 the log says how many more failed."""
 OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 """The errors asyncio gives up accepting on for a second, then tries again."""
+
+
+class ListeningSocket(socket.socket):
+    """A listening socket whose accept(), once it has failed for want of file descriptors
+    or memory, answers "nothing waiting" until the event loop's current round of accepting
+    is over. On such a failure asyncio stops listening for a second, but first goes on
+    through its round, up to the listening backlog's length of accept() calls (uvicorn's
+    2048), each failing, reported and setting a timer of its own: thousands of futile
+    calls a second, a good part of a CPU, for as long as descriptors lack. Ended at the
+    first failure, the round costs one call a second."""
+
+    _resting = False
+    """Whether accept() failed for want of resources in the round now running."""
+
+    def accept(self):
+        if self._resting:
+            raise BlockingIOError(errno.EAGAIN, "accepting rests until the next round")
+        try:
+            return super().accept()
+        except OSError as error:
+            if error.errno in OUT_OF_RESOURCES:
+                self._resting = True
+                # Runs once the round's callback has returned, long before asyncio's
+                # retry a second later.
+                asyncio.get_running_loop().call_soon(self._wake)
+            raise
+
+    def _wake(self) -> None:
+        self._resting = False
 
 
 class DrainingServer(uvicorn.Server):
@@ -63,12 +93,12 @@ class DrainingServer(uvicorn.Server):
 class AcceptFailures:
     """The event loop's exception handler, which logs connections that cannot be accepted
     for lack of file descriptors or memory once, then how many more once per
-    ACCEPT_FAILURES_INTERVAL_S while they go on. asyncio reports every failed accept(), up
-    to the listening backlog's length each time the socket is ready, and tries again a
-    second later: a few hundred stalled connections under a low `ulimit -n` made 100,000
-    lines in ten seconds. The connections wait in the kernel's queue and are accepted as
-    open ones close, stalled ones at their deadlines. Other errors go to the loop's
-    default handler."""
+    ACCEPT_FAILURES_INTERVAL_S while they go on. asyncio reports every failed accept(),
+    by default as a traceback, and tries again a second later (ListeningSocket ends each
+    try at its first failure): stalled connections under a low `ulimit -n` would bury
+    everything else the log says. The connections wait in the kernel's queue and are
+    accepted as open ones close, stalled ones at their deadlines. Other errors go to the
+    loop's default handler."""
 
     def __init__(self, interval_s: float = ACCEPT_FAILURES_INTERVAL_S) -> None:
         self.interval_s = interval_s
@@ -117,8 +147,11 @@ class DeadlineConfig(uvicorn.Config):
 
     def __init__(self, app, *, headers_timeout_s: float, **options) -> None:
         # h11's protocol always, never httptools' where that happens to be installed: the
-        # server reads odd framing the one way its tests check.
-        super().__init__(app, http=HeadersDeadlineProtocol, **options)
+        # server reads odd framing the one way its tests check. asyncio's event loop
+        # always, never uvloop's: when out of file descriptors, asyncio leaves connections
+        # queued, pauses accepting for a moment and reports it (AcceptFailures), where
+        # libuv closes the queued connections at once and says nothing.
+        super().__init__(app, http=HeadersDeadlineProtocol, loop="asyncio", **options)
         self.headers_timeout_s = headers_timeout_s
 
     def configure_logging(self) -> None:
@@ -163,13 +196,11 @@ class HeadersDeadlineProtocol(H11Protocol):
         self._note_chunk_left()
 
     def _note_chunk_left(self) -> None:
-        # Only h11's reader knows what is left of the chunk it reads: h11 has no public
-        # word for it. Should a later h11 name it otherwise, nothing is noted, the body's
-        # limit still counts what arrives, and tests/test_serve_server.py fails.
-        left = getattr(getattr(self.conn, "_reader", None), "_bytes_in_chunk", 0)
+        left = chunk_left(self.conn)
+        if left is None:  # nothing announced beyond what came, or an h11 that won't say
+            left = 0
         cycle = self.cycle
-        if (cycle is None or cycle.response_started or not isinstance(left, int)
-                or left == cycle.scope.get(CHUNK_LEFT, 0)):
+        if cycle is None or cycle.response_started or left == cycle.scope.get(CHUNK_LEFT, 0):
             return
         cycle.scope[CHUNK_LEFT] = left
         # The app may be waiting for more of the body: it reads what there is (perhaps
@@ -190,6 +221,18 @@ class HeadersDeadlineProtocol(H11Protocol):
         if (waiting and self.transport.get_protocol() is self
                 and not self.transport.is_closing()):
             self.transport.close()
+
+
+def chunk_left(conn: h11.Connection) -> int | None:
+    """How many bytes of the chunk of body that `conn` is reading the client announced
+    but has not sent yet (0 between chunks); None when no chunked body is being read, or
+    when this h11 no longer keeps the count where this looks. h11 has no public word for
+    it: this reads its reader's private count. Without it the body's limit still holds,
+    counting the bytes as they arrive, so a chunk announced over the limit is refused
+    only once that much came, or at the body's deadline (tests/test_serve_server.py
+    says which path the installed h11 takes)."""
+    left = getattr(getattr(conn, "_reader", None), "_bytes_in_chunk", None)
+    return left if isinstance(left, int) else None
 
 
 def build_app(models: str | Path | Sequence[str | Path], options: TranslatorOptions,
@@ -248,7 +291,7 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
     sockets: list[socket.socket] = []
     try:
         for family, kind, protocol, _, address in dict.fromkeys(found):  # once each
-            sockets.append(socket.socket(family, kind, protocol))
+            sockets.append(ListeningSocket(family, kind, protocol))
             # A restarted server gets its port back at once, though the connections of the
             # one before still linger in TIME_WAIT.
             sockets[-1].setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -5,12 +5,10 @@ sizes, or, for batch-invariant decoding, computed in tiles of a fixed number of 
 nn.Linear keeps its weight as (out, in), and a product through it (MKL's in float32,
 oneDNN's in bf16) packs the matrix into the kernel's blocked layout again at every call:
 at a decoding step's few rows that copy costs more than the arithmetic, and the matrices
-come from memory at every step. Packed once, a step's products ran faster at nearly
-every row count and thread count measured, in both precisions (bench/RESULTS.md,
-"Products packed once"; `bench/packed_products.py` measures a CPU). The results agree
-with nn.Linear's to float32 rounding: the kernels sum in another order. A tied
-pre-softmax projection gets a packed copy of the embedding's matrix, whose rows the
-embedding keeps for looking tokens up.
+come from memory at every step. Packed once, the copy is gone from every step, in both
+precisions. The results agree with nn.Linear's to float32 rounding: the kernels sum in
+another order. A tied pre-softmax projection gets a packed copy of the embedding's
+matrix, whose rows the embedding keeps for looking tokens up.
 """
 
 from __future__ import annotations
@@ -31,6 +29,20 @@ def packing_available() -> bool:
                                                             "_linear_pointwise")
 
 
+def packed_weight(weight: Tensor) -> Tensor | None:
+    """weight (out, in) reordered into oneDNN's blocked layout for its products, a copy;
+    None where it cannot be, and the plain matrix serves: no oneDNN in this build of
+    torch, a matrix off the CPU, or a torch whose private reorder op is gone or fails
+    (torch has no public one; tests/test_decode_device_layout.py says which path this
+    torch takes)."""
+    if not (packing_available() and weight.device.type == "cpu"):
+        return None
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
+    except (AttributeError, RuntimeError):  # missing from torch.ops, or refused
+        return None
+
+
 class PackedProduct:
     """x W^T + b, with W (out, in) reordered once into oneDNN's layout for its
     products (float32 or bf16, on a CPU); the plain product where it cannot be."""
@@ -41,8 +53,7 @@ class PackedProduct:
         weight = weight.detach()
         self.out_features, self.in_features = weight.shape
         self.bias = None if bias is None else bias.detach()
-        self.packed = (torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
-                       if packing_available() and weight.device.type == "cpu" else None)
+        self.packed = packed_weight(weight)
         self.weight = weight if self.packed is None else None
 
     def __call__(self, rows: Tensor) -> Tensor:
@@ -69,8 +80,8 @@ def _replace_linear_layers(model: nn.Module,
 
 DECODE_ROW_MULTIPLE = 4
 """What decoding's bf16 products on a CPU pad their rows to a multiple of, at least: a
-lone sentence's beam of 4 is never padded (a multiple of 16 kept fewer kernels but made
-such a beam's products slower; bench/RESULTS.md)."""
+lone sentence's beam of 4 is never padded (a multiple of 16 would keep fewer kernels, but
+multiply four times the rows such a beam needs)."""
 
 
 def padded_rows(count: int, multiple: int) -> int:
@@ -88,9 +99,9 @@ class PackedLinear(nn.Module):
     oneDNN keeps a kernel for every new number of rows it multiplies, in float32 as in
     bf16 (as transformer_nmt.runtime.compiles_per_shape says of the plain bf16 products
     elsewhere); a decoding step's rows change with every sentence that finishes or joins,
-    so a long run met hundreds of sizes and its memory grew with them. Padded, a run
+    so a long run meets a great many sizes and its memory grows with them. Padded, a run
     meets a few dozen; the extra rows cost little where a step's few rows leave the
-    product bound by reading the weights (bench/RESULTS.md, "bf16 decoding's kernels").
+    product bound by reading the weights.
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None, multiple: int) -> None:
@@ -129,9 +140,9 @@ def pack_linear_layers(model: nn.Module, multiple: int) -> nn.Module:
 
 
 BATCH_INVARIANT_TILE = 16
-"""Rows of every product of batch-invariant decoding in the decoder: a lone beam of
-4 padded to 16 decoded as fast as to 8, and a step of many rows makes half the calls
-(bench/RESULTS.md, "Batch-invariant decoding")."""
+"""Rows of every product of batch-invariant decoding in the decoder: a few rows cost
+about what one does, the product being bound by reading the weights, so a lone beam's
+padding is nearly free, and a step of many rows makes few calls."""
 ENCODER_TILE = 64
 """The same in the encoder, whose products take every source token of a batch at once:
 larger tiles, fewer calls."""
@@ -142,11 +153,10 @@ class RowTiledLinear(PackedLinear):
     padded with zeros to a multiple of `tile`, one product of exactly `tile` rows at a time.
 
     oneDNN's and MKL's products on a CPU choose their blocking of the inner dimension, and
-    so the order of each row's sums, by the number of rows: a row's result changed with
-    the rows computed beside it (bench/RESULTS.md, "Batch-invariant decoding"). Within a
-    product of a fixed number of rows, a row's result depends on that row alone (checked
-    by tests/test_decode_invariant.py), so every row gets the same sums whatever its
-    batch. One product shape per layer also keeps oneDNN's per-shape kernels to one.
+    so the order of each row's sums, by the number of rows: a row's result changes with
+    the rows computed beside it. Within a product of a fixed number of rows, a row's
+    result depends on that row alone (checked by tests/test_decode_invariant.py), so
+    every row gets the same sums whatever its batch. One product shape per layer also keeps oneDNN's per-shape kernels to one.
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None, tile: int) -> None:
