@@ -397,7 +397,7 @@ def main() -> None:
                         help="timed steps per case (default 3; 10 on cuda, about a second)")
     parser.add_argument("--precisions", help="comma-separated (default fp32,bf16; bf16 on cuda)")
     parser.add_argument("--cases", help=f"comma-separated, of {', '.join(CASES)}; they run in "
-                        "that order (default ours,reference; all four on cuda)")
+                        "that order (default ours,reference; all of them on cuda)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run every case this many times, interleaved; best counts")
     parser.add_argument("--threads", type=int,

@@ -428,7 +428,7 @@ def test_a_batch_out_of_gpu_memory_is_skipped_and_training_goes_on(tiny_data, gp
         assert not result.updated and result.skipped == "out of GPU memory"
         assert trainer.step == 1 and trainer.skipped_total == 1 and trainer.bad_steps == 0
         assert unchanged(trainer, before)
-        assert all(p.grad is None for p in trainer.parameters)
+        assert all(p.grad is None or not p.grad.any() for p in trainer.parameters)
         # The failed batch's activations are gone, not just cached.
         leaked = torch.cuda.memory_allocated(gpu_device) - held
         assert leaked < 32 * 2 ** 20, f"{leaked / 2 ** 20:.0f} MiB still allocated"

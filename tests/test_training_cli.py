@@ -41,7 +41,8 @@ def test_help_explains_the_settings(capsys):
     for flag in ("--resume", "--set FIELD=VALUE", "--max-time", "--batch-tokens", "--update-freq",
                  "--save-every-minutes", "--keep-last", "--precision", "torchrun",
                  "--init-from MODEL.pt", "--lr-peak", "--valid-metric {loss,bleu,chrf}",
-                 "--patience N", "--valid-beam K", "--valid-sentences N"):
+                 "--patience N", "--valid-beam K", "--valid-sentences N",
+                 "--collective-timeout SECONDS"):
         assert flag in text
 
 
@@ -103,6 +104,7 @@ def test_runs_that_must_not_be_continued_are_refused(tiny_data, tmp_path, capsys
     (["--set", "dropout=1.5"], "dropout must be in [0, 1), not 1.5"),
     (["--set", "dropout=-0.5"], "dropout must be in [0, 1), not -0.5"),
     (["--set", "attention_dropout=-0.1"], "attention_dropout must be in [0, 1), not -0.1"),
+    (["--collective-timeout", "0"], "--collective-timeout must be a number of seconds above 0"),
 ])
 def test_bad_settings_are_one_line_errors(tiny_data, tmp_path, capsys, args, message):
     code, _, err = nmt(capsys, *train_args(tiny_data, tmp_path / "run", *args))

@@ -1,26 +1,31 @@
 """Data parallelism: the batch of an update is global. 2 CPU processes over gloo, each
 deriving its half of every update, train the same model as 1 process that accumulates
-both halves, a run goes on with another number of processes on the same batch, and what
-rank 0 reads reaches every process, errors included."""
+both halves, a run goes on with another number of processes on the same batch, what
+rank 0 reads reaches every process, errors included, and a process killed ends the others
+with one line, its checkpoints whole."""
 
 import json
 import math
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from transformer_nmt.data.batching import TokenBatchSampler
 from transformer_nmt.data.binarize import load_split
 from transformer_nmt.errors import UserError
 from transformer_nmt.model_file import read_model_file
 from transformer_nmt.training.checkpoint import LAST
-from transformer_nmt.training.distributed import Distributed, init_distributed
+from transformer_nmt.training.distributed import Distributed, Heartbeat, init_distributed
 from transformer_nmt.training.session import train
 
-from train_fixtures import tiny_overrides
+from train_fixtures import TINY, tiny_overrides
 
 # dropout 0: the processes' dropout streams cannot match one process's. adam_eps well
 # above rounding noise: see test_train_trainer.tiny_trainer.
@@ -127,3 +132,77 @@ def test_only_rank_0_reads_and_every_process_gets_its_value_or_its_error(monkeyp
     for context in (main, other):
         with pytest.raises(UserError, match="checkpoint_7.pt: damaged"):
             context.main_reads(damaged)
+
+
+def test_the_ranks_whose_heartbeat_stands_still_are_named():
+    store = dist.HashStore()
+    beats = [Heartbeat(store, rank, interval=0.1) for rank in (0, 2)]  # rank 1 is dead
+    try:
+        context = Distributed(0, 3, 0, torch.device("cpu"), store, beats[0])
+        error = context.lost_process_error("the run in RUN")
+        assert str(error).startswith("rank 0 lost contact with rank 1 of 3, which stopped or "
+                                     "hangs") and "resume the run in RUN" in str(error)
+        # Every other process beating: the failure was something else, raised as it was.
+        beats.append(Heartbeat(store, 1, interval=0.1))
+        assert context.lost_process_error("the run in RUN") is None
+    finally:
+        for beat in beats:
+            beat.stop()
+
+
+def rank_pid(launcher_pid, rank):
+    """The PID of torchrun's worker of `rank` (its children's environments say)."""
+    children = subprocess.run(["pgrep", "-P", str(launcher_pid)], capture_output=True,
+                              text=True).stdout.split()
+    for pid in children:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            if f"RANK={rank}".encode() in environ.read().split(b"\0"):
+                return int(pid)
+    raise AssertionError(f"no worker of rank {rank} among {children}")
+
+
+# Slow: 7-10 s on 2 shared cores (torchrun and two processes start, train to a checkpoint,
+# the survivor watches the heartbeats, the run resumes); the naming itself is tested above.
+@pytest.mark.slow
+def test_a_killed_process_ends_the_other_with_one_line_and_whole_checkpoints(tiny_data,
+                                                                            tmp_path):
+    # A short timeout, still above what two processes' start and a checkpoint take here.
+    run_dir, logs, timeout = tmp_path / "run", tmp_path / "logs", 3
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node=2", "--log-dir", str(logs), "--redirects", "3",
+               "-m", "transformer_nmt.cli", "train", "--data", str(tiny_data), "--out",
+               str(run_dir), *TINY, "--max-steps", "100000", "--save-every", "2",
+               "--collective-timeout", str(timeout)]
+    # The system allocator: no second start of every process with tcmalloc preloaded.
+    env = dict(os.environ, OMP_NUM_THREADS="1", NMT_ALLOCATOR="system")
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env) as launcher:
+        deadline = time.monotonic() + 120
+        while not list(run_dir.glob("checkpoint_*.pt")):
+            assert launcher.poll() is None and time.monotonic() < deadline, \
+                launcher.communicate()[1][-3000:]
+            time.sleep(0.05)
+        os.kill(rank_pid(launcher.pid, 1), signal.SIGKILL)
+        killed = time.monotonic()
+        _, launcher_errors = launcher.communicate(timeout=timeout + 60)
+    # Not a timing threshold: the survivor finds out at once (its connections close), or
+    # after the timeout, then watches the heartbeats for a moment; the slack is generous.
+    assert time.monotonic() - killed < timeout + 30
+    assert launcher.returncode != 0
+    # torchrun's summary: rank 0 ended by itself with a UserError's status, not its SIGTERM.
+    assert re.search(r"rank\s*: 0 \(local_rank: 0\)\s*exitcode\s*: 2\b", launcher_errors), \
+        launcher_errors[-3000:]
+    [rank_0_errors] = logs.glob("**/attempt_0/0/stderr.log")
+    text = rank_0_errors.read_text()
+    assert "Traceback" not in text and "[rank0]" not in text
+    errors = [line for line in text.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith(
+        "nmt train: error: rank 0 lost contact with rank 1 of 2, which stopped or hangs"), text
+    assert f"resume the run in {run_dir}" in errors[0]
+    # Every checkpoint on disk is whole, and the run resumes from the last.
+    steps = [read_model_file(path)["step"] for path in sorted(run_dir.glob("*.pt"))]
+    last = read_model_file(run_dir / LAST)["step"]
+    assert last == max(steps) and last % 2 == 0
+    with pytest.warns(UserWarning, match="resuming with 2 processes before, 1 now"):
+        assert train(resume=run_dir, progress=False,
+                     overrides=[("max_steps", last + 1)]).step == last + 1

@@ -1,4 +1,5 @@
-"""One optimizer step (training/trainer.py): accumulation equals one big batch, skipped updates
+"""One optimizer step (training/trainer.py): accumulation equals one big batch, in buffers
+outside any graph pool as it did in `.grad`, skipped updates
 leave nothing behind (non-finite, out of GPU memory, fp16 overflow), bf16 and fp16 keep
 float32 weights, evaluation keeps the model's mode, and the trainer's state round-trips."""
 
@@ -48,6 +49,60 @@ def test_accumulated_batches_train_like_one_big_batch(tiny_data):
     assert result.nll == pytest.approx(merged_result.nll, rel=1e-5)
     for a, b in zip(accumulated.raw_model.parameters(), merged.raw_model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+class TodaysTrainer(Trainer):
+    """The accumulation before the trainer's buffers: every `.grad` unset before a step,
+    so that the first backward stores autograd's own tensor there and the next ones add
+    to it."""
+
+    def _point_grads_at_buffers(self):
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def pooled_gradients(trainer):
+    """`trainer` with every parameter's gradient handed over in one tensor per parameter
+    that the next backward overwrites, as a backward replayed from a CUDA graph hands
+    them over in the graphs' memory pool."""
+    for parameter in trainer.parameters:
+        pool = torch.empty_like(parameter)
+
+        def replayed(grad, pool=pool):
+            pool.copy_(grad)
+            return pool.view_as(pool)  # a fresh tensor on the pool's memory
+
+        parameter.register_hook(replayed)
+    return trainer
+
+
+def test_micro_batches_accumulate_in_the_trainers_buffers_as_they_did_in_grad(tiny_data):
+    data = load_split(tiny_data, "train")
+    steps = [batches(data, 0, 5, 9), batches(data, 2, 7, 11)]
+    # Pinned to fp32 (tiny_trainer's precision): the buffers' first addition is onto
+    # zero, the next ones are autograd's own, in the same order: the same update, exactly.
+    ours, today = tiny_trainer(), tiny_trainer()
+    today.__class__ = TodaysTrainer
+    for step in steps:
+        result, expected = ours.train_step(step), today.train_step(step)
+        assert result.updated and result.grad_norm == expected.grad_norm
+        assert all(torch.equal(a, b) for a, b in zip(ours.parameters, today.parameters))
+    # The buffers are the gradients the optimizer read, zeroed for the next step.
+    assert all(p.grad is buffer and not buffer.any()
+               for p, buffer in zip(ours.parameters, ours._grads))
+
+
+def test_gradients_handed_over_in_a_graph_pool_accumulate_outside_it(tiny_data):
+    data = load_split(tiny_data, "train")
+    step = batches(data, 0, 5)
+    plain, pooled = tiny_trainer(), pooled_gradients(tiny_trainer())
+    assert plain.train_step(step).updated and pooled.train_step(step).updated
+    assert all(torch.equal(a, b) for a, b in zip(plain.parameters, pooled.parameters))
+    # Today's accumulation kept the first micro-batch's gradient in the pool and added
+    # the second to the memory the second had overwritten: another update.
+    today = pooled_gradients(tiny_trainer())
+    today.__class__ = TodaysTrainer
+    assert today.train_step(step).updated
+    assert not all(torch.equal(a, b) for a, b in zip(plain.parameters, today.parameters))
 
 
 def test_a_skipped_update_leaves_the_weights_alone(tiny_data):

@@ -65,10 +65,23 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
                      "run's config.json")
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="set any model or training field; repeatable")
-    run.add_argument("--device", metavar="DEVICE",
-                     help="cpu, cuda or cuda:N (default: cuda when present, else cpu)")
+    _add_process_arguments(run)
     _add_train_config_arguments(parser)
     parser.set_defaults(func=run_train)
+
+
+def _add_process_arguments(run: argparse._ArgumentGroup) -> None:
+    """Where each process trains, and how long it waits for the others."""
+    run.add_argument("--device", metavar="DEVICE",
+                     help="cpu, cuda or cuda:N (default: cuda when present, else cpu)")
+    run.add_argument("--collective-timeout", type=float, metavar="SECONDS",
+                     help="under torchrun: how long a process waits for the others (a "
+                     "step's gradients, rank 0's checkpoint or validation) before it stops "
+                     "(default: PyTorch's, 30 minutes on CPUs, 10 on GPUs); keep it above "
+                     "the longest validation. When a process stops (killed, out of memory), "
+                     "the others end with one line naming its rank, at once where its "
+                     "connections close, else after this timeout; the checkpoints written "
+                     "stay whole, and the same command resumes from the last")
 
 
 def _add_train_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,12 +99,15 @@ def run_train(args: argparse.Namespace) -> None:
     from transformer_nmt.training.run import parse_assignment
     from transformer_nmt.training.session import train
 
+    if args.collective_timeout is not None and not args.collective_timeout > 0:
+        raise UserError(f"--collective-timeout must be a number of seconds above 0, not "
+                        f"{args.collective_timeout}")
     overrides = [parse_assignment(text) for text in args.set]
     overrides += field_values(args, TrainConfig, exclude=("init_from",),
                               given_only=True).items()
     summary = train(out=args.out, resume=args.resume, data=args.data, preset=args.preset,
                     config_file=args.config, overrides=overrides, init_from=args.init_from,
-                    device=args.device,
+                    device=args.device, collective_timeout=args.collective_timeout,
                     command=rerunnable_command(args, "train"))
     for line in summary.lines:
         print(line)

@@ -360,7 +360,8 @@ def train(*, out: str | Path | None = None, resume: str | Path | None = None,
           data: str | Path | None = None, preset: str | None = None,
           config_file: str | Path | None = None, overrides: Iterable[tuple[str, Any]] = (),
           init_from: str | Path | None = None, device: str | None = None, command: str = "",
-          progress: bool = True, valid_scores: ValidScores | None = None) -> SessionSummary:
+          progress: bool = True, valid_scores: ValidScores | None = None,
+          collective_timeout: float | None = None) -> SessionSummary:
     """`nmt train`: start, resume or refuse the run in `out` (or `resume`), then train one
     session of it.
 
@@ -373,9 +374,13 @@ def train(*, out: str | Path | None = None, resume: str | Path | None = None,
     returning its validation {'bleu', 'chrf'} (default: `translation_scores` of the
     validation split with the run's valid_beam and valid_sentences), called when
     cfg.valid_bleu or a valid_metric other than 'loss' asks for them.
+    collective_timeout: under torchrun, seconds a process waits for the others in a
+    collective before it fails (None: PyTorch's default). A process that stops (killed,
+    say) ends the others with a UserError naming it, once they find out: at once where
+    its connections close, else after this timeout.
     Returns the summary, whose `lines` the main process should print.
     """
-    context = init_distributed(device)
+    context = init_distributed(device, collective_timeout)
     if context.device.type == "cpu":
         keep_kernels_once()
     lock = None
@@ -393,6 +398,11 @@ def train(*, out: str | Path | None = None, resume: str | Path | None = None,
     try:
         plan = context.main_reads(lock_and_plan)
         return _Session(plan, context, progress, valid_scores, command).train()
+    except RuntimeError as error:  # what a failed collective raises, among other errors
+        lost = context.enabled and context.lost_process_error(f"the run in {resume or out}")
+        if not lost:
+            raise
+        raise lost from error
     finally:
         if lock is not None:
             lock.release()

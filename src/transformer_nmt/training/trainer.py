@@ -10,6 +10,16 @@ step over all processes, so accumulation and data parallelism compute the gradie
 one big batch: 2 processes with update_freq 1 train the same model as 1 process with
 update_freq 2 (the tests hold them equal to float tolerance).
 
+The gradients accumulate in buffers of the trainer's own, allocated once beside the
+weights: every parameter's `.grad` points at its buffer before the first backward of a
+step, so that each backward adds its gradient into it in place, and the buffers are
+zeroed after the step. A backward replayed as a CUDA graph returns its gradients in the
+graphs' memory pool, which the next micro-batch's replay overwrites; added at once into
+buffers outside the pool, they are consumed before that, and CUDA graphs work at any
+number of micro-batches a step. A `.grad` left unset before the first backward would
+instead take the pool's tensor itself. The buffers keep the gradients' memory between
+steps too, one float32 copy of the weights, rather than freeing it after each.
+
 torch.compile is off unless asked for: on the CPU every new batch shape recompiles, which
 made a tiny run much slower, and no gain was measured on the CPU.
 """
@@ -109,6 +119,8 @@ class Trainer:
         # that DDP's gradient sync matches.
         one = torch.tensor([[EOS_ID]])
         self._dummy = Batch(one, torch.tensor([[BOS_ID]]), one, 0, 0, [])
+        self._grads = [torch.zeros_like(p) for p in self.parameters]
+        """The accumulation buffers: one per parameter, its shape, outside any graph pool."""
 
     @property
     def parameters(self) -> list[torch.nn.Parameter]:
@@ -134,6 +146,7 @@ class Trainer:
         take one optimizer step, unless the loss or gradient is not finite or a batch ran
         out of GPU memory; then the update is skipped and the reason returned."""
         self.raw_model.train()
+        self._point_grads_at_buffers()
         with kept_apart() if self._new_shapes(batches) else contextlib.nullcontext():
             sums = self._accumulate(batches)
         loss_sum, nll_sum, tgt, src, sents, flops, ooms = \
@@ -148,9 +161,16 @@ class Trainer:
             result.skipped = "non-finite loss"
         else:
             self._update(result, tgt)
-        self.optimizer.zero_grad(set_to_none=True)
+        torch._foreach_zero_(self._grads)
         self._count(result)
         return result
+
+    def _point_grads_at_buffers(self) -> None:
+        """Make every parameter's `.grad` its accumulation buffer (zero between steps),
+        where something set it to None or to a tensor of its own."""
+        for parameter, buffer in zip(self.parameters, self._grads):
+            if parameter.grad is not buffer:
+                parameter.grad = buffer
 
     def _new_shapes(self, batches: list[Batch | None]) -> bool:
         """Whether `batches` have a shape (sentences, source length, target length) no step
@@ -210,7 +230,8 @@ class Trainer:
         # Recovery waits until the except clause is left: until then the exception's
         # traceback holds the failed batch's frames, and with them its activations.
         if failed:
-            self.optimizer.zero_grad(set_to_none=True)
+            torch._foreach_zero_(self._grads)
+            self._point_grads_at_buffers()
             torch.cuda.empty_cache()
             if sync and self.context.enabled:
                 self._forward_backward(self._dummy, 0.0)
