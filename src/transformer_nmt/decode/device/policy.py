@@ -28,8 +28,8 @@ slots decode at once."""
 def sentences_in_flight(decode: DecodeConfig) -> int:
     """Sentences decoded at once by default, shared by the workers: ROWS_IN_FLIGHT rows,
     but at least FEWEST_SENTENCES_IN_FLIGHT sentences and at most MOST_SENTENCES_IN_FLIGHT.
-    Beam search's hypotheses per sentence bring the count down (bench/RESULTS.md, "More
-    sentences per batch for greedy search").
+    Beam search's hypotheses per sentence bring the count down; greedy search keeps the
+    cores busiest with more sentences at once.
     """
     rows_per_sentence = decode.nbest if decode.sampling else decode.beam
     return min(max(ROWS_IN_FLIGHT // rows_per_sentence, FEWEST_SENTENCES_IN_FLIGHT),
@@ -47,8 +47,7 @@ def deep_queue(slots: int, batch_sentences: int) -> int:
     continuous-batching engines: DEEP_QUEUE_ROUNDS times what all `slots` decode at once
     (`batch_sentences` each). With that many waiting, batches of similar length are as
     full as the engines and pad less, so they answer more sentences in less memory; below
-    it the engines answer sooner and more (bench/RESULTS.md, "Continuous batching in the
-    server", has the figures at 8 and 128 clients)."""
+    it the engines answer sooner and more."""
     return DEEP_QUEUE_ROUNDS * slots * batch_sentences
 
 

@@ -56,8 +56,8 @@ attended (each output token spreads 1 over the source)."""
 def token_entropy(log_probs: Tensor) -> Tensor:
     """The entropy (...,) of each next-token distribution of log_probs (..., vocab), as the
     model gives them (PAD and BOS at -inf)."""
-    # -inf clamped: a token of probability 0 adds 0 × (finite) = 0 (and faster than
-    # torch.special.entr: bench/RESULTS.md, "The confidence gathered by the search").
+    # -inf clamped: a token of probability 0 adds 0 × (finite) = 0 (and measured faster
+    # than torch.special.entr).
     return -log_probs.exp().mul_(log_probs.clamp(min=-1e4)).sum(-1)
 
 
