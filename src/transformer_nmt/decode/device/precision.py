@@ -104,7 +104,7 @@ def make_batch_invariant(model: nn.Module) -> nn.Module:
     """`model` (fp32 or bf16, on a CPU) changed in place so that each row of a decoding batch
     gets the numbers it gets alone: its products in fixed tiles of rows
     (layout.RowTiledLinear), its attention over as many keys as the row has, rounded up
-    (attention_kernel.batch_invariant_attention). Everything else a step computes (layer
+    (kernels.batch_invariant_attention). Everything else a step computes (layer
     norms, softmax, top-k) already works row by row."""
     tile_linear_rows(model, BATCH_INVARIANT_TILE, ENCODER_TILE)
     return install_kernels(model, batch_invariant=True)
