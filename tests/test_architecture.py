@@ -13,7 +13,12 @@ files and `__init__.py` files that hold nothing but a docstring.
 from __future__ import annotations
 
 import ast
+import io
+import re
 import sys
+import tokenize
+from functools import lru_cache
+from pathlib import Path
 
 from architecture_map import MAP, ROOT, layer_ranks, module_lines, named_tests, read_map
 
@@ -156,3 +161,93 @@ def test_the_model_imports_only_torch_its_config_and_itself_and_knows_no_engine(
         assert not foreign, f"model/{path.name} imports {sorted(foreign)}"
         words = [word for word in ENGINE_WORDS if word in text]
         assert not words, f"model/{path.name} mentions {words}"
+
+
+NAMED_MODULE = re.compile(r"\btransformer_nmt(?:\.\w+)+")
+NAMED_FILE = re.compile(r"(?<![\w./-])((?:[\w-]+/)*[\w-]+\.py)\b")
+FILE_SUFFIXES = ("json", "jsonl", "txt", "pt", "md")
+"""Endings of `transformer_nmt.X` that name a file (an export's transformer_nmt.json), not
+a module."""
+PLACES = (PACKAGE_DIR, ROOT / "src", ROOT, ROOT / "tests", *sorted(
+    path for path in PACKAGE_DIR.rglob("*") if path.is_dir() and path.name != "__pycache__"))
+"""Where a `path/to/file.py` that a comment names may be: relative to the package, to src/,
+to the repository, or (a bare file name) beside the module that names it or in another
+package."""
+
+
+def prose(text: str) -> list[tuple[int, str]]:
+    """(line, text) of every comment and docstring (triple-quoted string) of `text`."""
+    found = []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT or (
+                token.type == tokenize.STRING
+                and token.string.lstrip("rbfuRBFU").startswith(('"' * 3, "'" * 3))):
+            found.append((token.start[0], token.string))
+    return found
+
+
+def module_paths() -> dict[str, Path]:
+    """{dotted module name: its file} of every module of the package."""
+    paths = {}
+    for path in PACKAGE_DIR.rglob("*.py"):
+        parts = path.relative_to(ROOT / "src").with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return paths
+
+
+@lru_cache(maxsize=None)
+def top_level_names(path: Path) -> frozenset[str]:
+    """What module `path` defines or imports at its top level; a package's __init__ also
+    the names it loads on first use (string keys of its tables)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(target.id for target in targets if isinstance(target, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    if path.name == "__init__.py":
+        names.update(node.value for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str))
+    return frozenset(names)
+
+
+def stale_names(text: str, modules: dict[str, Path]) -> list[str]:
+    """The `transformer_nmt.x.y` names in `text` whose module does not exist or does not
+    define the name after it, and the `path/to/file.py` names of no file."""
+    stale = []
+    for match in NAMED_MODULE.finditer(text):
+        parts = match.group(0).split(".")
+        if parts[-1] in FILE_SUFFIXES:
+            continue
+        cut = max(cut for cut in range(1, len(parts) + 1) if ".".join(parts[:cut]) in modules)
+        if cut < len(parts) and parts[cut] not in top_level_names(modules[".".join(parts[:cut])]):
+            stale.append(match.group(0))
+    stale += [name for name in NAMED_FILE.findall(text)
+              if not any((place / name).exists() for place in PLACES)]
+    return stale
+
+
+def test_the_name_checker_finds_modules_names_and_files_that_do_not_exist():
+    modules = module_paths()
+    assert stale_names("see transformer_nmt.decode.search.step.best_possible_scores, "
+                       "transformer_nmt.decode.attention.probe.ATTENTION_LAYER and "
+                       "decode/search/beam.py; beam.py; its transformer_nmt.json", modules) == []
+    assert stale_names("transformer_nmt.decode.search.searches.ATTENTION_LAYER, "
+                       "transformer_nmt.decode.gone.thing, transformer_nmt.gone, "
+                       "decode/gone.py and gone_too.py", modules) == [
+        "transformer_nmt.decode.search.searches.ATTENTION_LAYER",
+        "transformer_nmt.decode.gone.thing", "transformer_nmt.gone", "decode/gone.py",
+        "gone_too.py"]
+
+
+def test_every_module_and_file_a_comment_or_docstring_names_exists():
+    modules = module_paths()
+    stale = [f"{path.relative_to(ROOT)}:{line}: {name}"
+             for path in sorted(PACKAGE_DIR.rglob("*.py"))
+             for line, text in prose(path.read_text(encoding="utf-8"))
+             for name in stale_names(text, modules)]
+    assert stale == [], "names of modules or files that no longer exist (renamed? moved?)"

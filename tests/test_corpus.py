@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from corpus_fixtures import killing_a_worker_mid_shard
 from decode_fixtures import make_model_file, sentences
 from transformer_nmt.cli import main
 from transformer_nmt.corpus.manifest import MANIFEST
-from transformer_nmt.corpus.shards import KILL_HOOK, SHARDS
+from transformer_nmt.corpus.shards import SHARDS
 
 FAST = ["--beam", "2", "--max-len-b", "5", "--precision", "fp32", "--engine", "torch"]
 
@@ -150,13 +151,12 @@ def test_two_parts_then_merge_equal_the_local_result(model_file, corpus, expecte
 
 
 def test_a_worker_killed_mid_shard_has_its_shard_redone(model_file, corpus, expected,
-                                                       tmp_path, monkeypatch):
+                                                       tmp_path):
     out = tmp_path / "out"
-    # The worker translating shard 1 kills itself (SIGKILL) after 2 of its 5 lines, once.
-    monkeypatch.setenv(KILL_HOOK, f"1:2:{tmp_path / 'killed'}")
-    assert _run(model_file, corpus, out, "--workers", "2", "--report",
-                str(out / "report.json")) == 0
-    assert (tmp_path / "killed").exists()
+    with killing_a_worker_mid_shard(out) as killed:
+        assert _run(model_file, corpus, out, "--workers", "2", "--report",
+                    str(out / "report.json")) == 0
+    assert len(killed) == 1
     assert _outputs(out) == expected
     report = _report(out)
     assert report["shards_translated"] == 9 and report["shards_redone"] >= 1

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from corpus_fixtures import killing_a_worker_mid_shard
 from decode_fixtures import sentences
 from transformer_nmt.cli import main
 from transformer_nmt.corpus.manifest import MANIFEST
 from transformer_nmt.corpus.ray_actors import RAY_ATTEMPTS, _start_ray_shard, _started_path
-from transformer_nmt.corpus.shards import KILL_HOOK, ShardTask
+from transformer_nmt.corpus.shards import ShardTask
 from transformer_nmt.errors import UserError
 
 ray = pytest.importorskip("ray", reason="the ray backend needs Ray: pip install -e '.[ray]'")
@@ -76,13 +77,13 @@ def test_ray_gives_the_local_backends_output_and_a_rerun_does_nothing(model_file
 
 
 def test_an_actor_killed_mid_shard_has_its_shard_redone(model_file, corpus, expected,
-                                                       tmp_path, monkeypatch):
-    # Ray's workers take their environment from the Ray started after the hook is set:
-    # here the command's own, on this machine's cores.
+                                                       tmp_path):
+    # Without a Ray running, the command starts its own on this machine's cores and ends
+    # it: that path too.
     ray.shutdown()
-    monkeypatch.setenv(KILL_HOOK, f"1:2:{tmp_path / 'killed'}")
-    report = _run(model_file, corpus, tmp_path / "ray", "--backend", "ray")
-    assert (tmp_path / "killed").exists()
+    with killing_a_worker_mid_shard(tmp_path / "ray") as killed:
+        report = _run(model_file, corpus, tmp_path / "ray", "--backend", "ray")
+    assert len(killed) == 1
     assert _outputs(tmp_path / "ray") == expected
     assert report["shards_translated"] == 4 and report["shards_redone"] == 1
     assert not ray.is_initialized()

@@ -64,7 +64,7 @@ def keep_freed_memory() -> None:
     A training step frees and allocates again the same few hundred megabytes of
     activations at every step; returned to the system, each page came back through a
     page fault and was zeroed again: millions of faults in minutes of training, far
-    fewer with this (bench/RESULTS.md, "Training that keeps its speed", has the figures).
+    fewer with this.
     Resident memory stays at the step's peak, which it reaches anyway.
     """
     if _LIBC is not None:
@@ -80,8 +80,8 @@ def keep_kernels_once() -> None:
     Every new shape of a bf16 product keeps a kernel in oneDNN's cache and a second
     description of it in ideep's, which only saves describing again a kernel that
     oneDNN's cache still holds. Training meets a new shape at nearly every step of its
-    first epoch: without ideep's copies its peak memory is lower at the same speed
-    (bench/RESULTS.md, "ideep's second copy of every kernel"). Decoding's small products
+    first epoch: without ideep's copies its peak memory is lower at the same speed.
+    Decoding's small products
     do pay for the description, so training calls this, and decoding does not.
     """
     os.environ.setdefault(IDEEP_CACHE_VARIABLE, "1")  # 0 crashes PyTorch 2.13
@@ -104,8 +104,7 @@ def training_allocator(environ: Mapping[str, str],
 
     glibc's allocator scatters a bf16 step's oneDNN kernels, kept for the process's life,
     among the holes its activations leave, and its heap grows; tcmalloc keeps it smaller
-    and trains faster, with far fewer page faults (bench/RESULTS.md, "tcmalloc for
-    training", has the figures).
+    and trains faster, with far fewer page faults.
     """
     if not sys.platform.startswith("linux") or environ.get(ALLOCATOR_VARIABLE) == "system" \
             or environ.get("LD_PRELOAD"):
@@ -121,12 +120,11 @@ def kept_apart() -> Iterator[None]:
     operating system (glibc only; after `keep_freed_memory`).
 
     For a training step that compiles new oneDNN kernels (a bf16 step meeting a new
-    shape): each kernel keeps about half a megabyte for the rest of the process, and
-    allocated among the step's activations, the blocks it keeps and the holes it leaves
-    made the heap grow past the activations' own peak. The quickstart's training in bf16
-    peaks lower with this around its new shapes' steps (bench/RESULTS.md, "Training: a
-    step that meets a new shape keeps its blocks apart", has the figures), at no
-    measurable cost in speed: the page faults of the few dozen steps that meet a new shape.
+    shape): each kernel keeps its memory for the rest of the process, and allocated among
+    the step's activations, the blocks it keeps and the holes it leaves made the heap grow
+    past the activations' own peak. The quickstart's training in bf16 peaks lower with
+    this around its new shapes' steps, at no measurable cost in speed: the page faults of
+    the few dozen steps that meet a new shape.
     """
     if _LIBC is None:
         yield

@@ -61,13 +61,13 @@ class RecipeSetting:
 
 
 RECIPE = (
-    RecipeSetting("dropout", "0.1", "20 minutes show each pair about 6 times, and 0.3 "
-                  "regularises more than that needs: on the Bible 20 minutes ended at 24.4 "
-                  "valid BLEU with 0.1, 16.3 with 0.3, 23.0 with none"),
+    RecipeSetting("dropout", "0.1", "20 minutes show each pair only a few times, and 0.3 "
+                  "regularises more than that needs: on the Bible, 20 minutes with 0.1 "
+                  "ended at a far higher validation BLEU than with 0.3, and a little "
+                  "higher than with none"),
 )
 """Settings of the quickstart's recipe for a short budget, chosen by validation BLEU after
-20 minutes on 2 cores (bench/quickstart_recipe.py, bench/RESULTS.md); `nmt train` keeps
-the paper's."""
+a default run on 2 cores; `nmt train` keeps the paper's."""
 
 
 @dataclass
@@ -91,20 +91,19 @@ class QuickstartOptions:
     """Training time budget in minutes, summed over re-runs."""
     average_last: int = 2
     """Numbered checkpoints averaged into the final model: 2, a minute apart, because the
-    run ends on a curve still falling steeply, where the last 5 scored below the last 2
-    (bench/RESULTS.md, "The quickstart's recipe for 20 minutes"); the paper averaged 5 or
-    20 of a converged model."""
+    run ends on a curve still falling steeply, where averaging the last 5 scored below the
+    last 2; the paper averaged 5 or 20 of a converged model."""
     warmup: int = 300
     """Warm-up steps at most: a run of the default budget on 2 cores makes a few thousand
-    steps at most, of which the small preset's warm-up would be a large share or all
-    (bench/RESULTS.md has the step counts of the quickstarts measured). The peak stays
-    the preset's (lr_scale shrinks by sqrt(warmup / preset's warmup))."""
+    steps at most, of which the small preset's warm-up would be a large share or all. The
+    peak stays the preset's (lr_scale shrinks by sqrt(warmup / preset's warmup))."""
     batch_tokens: int = 2048
     """Tokens per update and side, over all processes (the run's batch_tokens). Half the
     small preset's 4096: a time-bound CPU run makes twice the updates at nearly the same
-    token rate, which raised Multi30k's test BLEU after 60 minutes (bench/RESULTS.md)."""
+    token rate, which raised Multi30k's test BLEU after an hour's run."""
     overrides: list[tuple[str, str]] = field(default_factory=list)
-    """Further (field, value) pairs of ModelConfig/TrainConfig, as `train`'s overrides."""
+    """Further (field, value) pairs of model and training settings, as `nmt train --set`
+    takes them."""
     device: str | None = None
     """Where every stage computes, training, evaluation and translation alike: 'cpu',
     'cuda', or None for CUDA when present."""

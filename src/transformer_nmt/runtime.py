@@ -8,7 +8,7 @@ bf16 matrices far slower than fp32); fp16 only on CUDA, where a
 gradient scaler keeps its small range usable; 'auto' (training) is bf16 on a GPU that
 has it, and on a CPU only where bf16 matrix products at the model's shapes, measured, are
 clearly faster than fp32's: native is not enough (a CPU with AVX-512 BF16 but no AMX
-multiplies bf16 slower than fp32, bench/RESULTS.md). 'auto' for decoding applies the same
+was measured multiplying bf16 slower than fp32). 'auto' for decoding applies the same
 rule at a decoding step's product shape. The measurement is cached per machine.
 """
 
@@ -189,8 +189,7 @@ def auto_decoding_precision(device: torch.device) -> tuple[str, str]:
 
     Where bf16 products are faster, bf16 decodes faster than fp32 at the same BLEU; a CPU
     whose bf16 products are slower than fp32's decodes in fp32. int8 is never chosen: it
-    gained little speed over fp32 and moved BLEU by more than the rule allows
-    (bench/RESULTS.md, "Decoding's precision 'auto'", has the figures)."""
+    gained little speed over fp32 and moved BLEU by more than the rule allows."""
     return auto_training_precision(device, DECODE_PRODUCT_SHAPE)
 
 
@@ -231,8 +230,8 @@ SHAPE_MULTIPLE = 8
 def compiles_per_shape(device: torch.device, precision: str) -> bool:
     """Whether matrix products on `device` in `precision` compile and keep a kernel for
     every new shape: bf16 on a CPU. oneDNN compiles one for every new shape and keeps it
-    (about a megabyte) for the rest of the process, so that a run meeting hundreds of
-    shapes grows in memory, and in time per product, with them. fp32 products there (MKL,
+    for the rest of the process, so that a run meeting hundreds of shapes grows in memory,
+    and in time per product, with them. fp32 products there (MKL,
     as training and validation compute them) and GPUs keep no per-shape state. Training's
     batch lengths (`length_multiple`) and validation's precision follow from it; decoding
     multiplies by matrices packed for oneDNN in fp32 as well, and pads its rows in both
@@ -247,7 +246,7 @@ def length_multiple(device: torch.device, precision: str) -> int:
     would only cost).
 
     Exact batch lengths met hundreds of shapes; padded to multiples of SHAPE_MULTIPLE, a
-    run meets a few dozen (bench/RESULTS.md, "Training that keeps its speed").
+    run meets a few dozen.
     """
     return SHAPE_MULTIPLE if compiles_per_shape(device, precision) else 1
 
@@ -257,12 +256,11 @@ def validation_precision(device: torch.device, precision: str) -> str:
     its translations: fp32 on a CPU, else the training's own.
 
     On a CPU, bf16 products keep a kernel per shape (`compiles_per_shape`). The validation
-    loss's batches met about a hundred shapes that training had not (on top of training's
-    own few hundred), and under autocast every decoding step's products have a new number
-    of rows as sentences finish (about 400 kernels over a few validations). fp32 keeps
-    nothing per shape, decoded the quickstart's validation split faster at the same BLEU,
-    and its loss is the more exact (bench/RESULTS.md, "Training that keeps its speed" and
-    "Validation's memory in a bf16 run").
+    loss's batches meet many shapes that training has not, and under autocast every
+    decoding step's products have a new number of rows as sentences finish, so that each
+    validation adds hundreds of kernels. fp32 keeps nothing per shape, decoded the
+    quickstart's validation split faster at the same BLEU, and its loss is the more
+    exact.
     """
     return "fp32" if device.type == "cpu" else precision
 

@@ -65,15 +65,14 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
 SERVER_OMP_WAIT_POLICY = "PASSIVE"
 """OpenMP's wait policy in the server unless the user sets OMP_WAIT_POLICY: idle threads
 sleep instead of spinning: beside busy processes, spinning threads take the cores from
-the neighbours and from each other, while a quiet server is no slower with passive ones
-(bench/serve_load.py; bench/RESULTS.md has the figures)."""
+the neighbours and from each other, while a quiet server was measured no slower with
+passive ones."""
 SERVER_GOMP_SPINCOUNT = "30000"
-"""How long (GNU OpenMP's spins, about 0.3 ms by its own estimate) a thread waits awake
-after a parallel region before it sleeps, unless the user sets OMP_WAIT_POLICY or
+"""How long (in GNU OpenMP's spins, well under a millisecond) a thread waits awake after
+a parallel region before it sleeps, unless the user sets OMP_WAIT_POLICY or
 GOMP_SPINCOUNT: a decoding step's regions follow each other within microseconds, and a
 thread woken from sleep for each of them slows a lone sentence markedly; a spin this
-short still sleeps between requests and beside busy neighbours (bench/RESULTS.md, "A
-short spin before the server's threads sleep")."""
+short still sleeps between requests and beside busy neighbours."""
 
 
 def run_serve(args: argparse.Namespace) -> None:

@@ -30,8 +30,9 @@ def add_train_parser(subparsers: argparse._SubParsersAction) -> None:
         "Fine-tuning: --init-from MODEL.pt starts from a trained model's weights, on data "
         "prepared with its vocabulary (nmt prepare ... --vocab MODEL.pt).",
         epilog="settings are applied in order: preset, --config file, --set, then the "
-        "dedicated flags. Any ModelConfig or TrainConfig field can be --set (see "
-        "`nmt presets`; e.g. --set dropout=0.2 --set label_smoothing=0). Several GPUs or "
+        "dedicated flags. Any model or training setting can be --set by its name in a run's "
+        "config.json (e.g. --set dropout=0.2 --set label_smoothing=0; an unknown name is "
+        "answered with the list). Several GPUs or "
         "CPU processes: torchrun --nproc_per_node=N -m transformer_nmt.cli train ... "
         "(multi-node: add torchrun's --nnodes and --rdzv-endpoint); every process trains "
         "on its share of each update's --batch-tokens, rank 0 writes the files.",

@@ -73,8 +73,7 @@ def _build_presets() -> dict[str, Preset]:
         # token, so depth goes to the encoder, which runs once per sentence (Kim & Rush
         # 2016; the Bergamot students keep 6 encoder and 2 decoder layers). Pre-norm: with
         # the paper's post-norm, the six-layer encoder of student-tiny learned so slowly in
-        # a short run that the decoder did without it (bench/RESULTS.md, "A pre-norm
-        # student"); student-base has the same depth.
+        # a short run that the decoder did without it; student-base has the same depth.
         _row("student-tiny", "6+2 layers, d_model 256, pre-norm: a student for `nmt distill`, "
              "fast greedy decoding on a CPU",
              train=TrainConfig(batch_tokens=4096, warmup_steps=1000, lr_scale=0.5,

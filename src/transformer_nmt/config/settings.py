@@ -50,7 +50,7 @@ DEFAULT_SHARD_LINES = 2000
 """Input lines per shard of a corpus translation unless told (`nmt translate-corpus`,
 `nmt distill`): small enough that the last shard in flight, which one worker finishes
 while the others have nothing left, is a minute or two of work on a CPU (larger shards
-left one worker idle for a long tail: bench/RESULTS.md, "`nmt distill` on the Bible"),
+left one worker idle for a long tail in `nmt distill` on the Bible),
 large enough that a shard's own cost stays small beside its lines."""
 MAX_BEAM = 1024
 """Widest beam decoding accepts: far beyond any useful width (the paper's is 4), short of
@@ -224,9 +224,9 @@ class TrainConfig:
     shape; otherwise with dynamic shapes)."""
     shape_buckets: bool = setting(False, resume="free")
     """Batches of a fixed set of shapes: each side padded to a length of a geometric grid,
-    each batch filled with empty rows up to its token budget (data/shapes.py), for a
-    compiled or captured step on a GPU, which builds once per shape. Costs padding
-    (bench/RESULTS.md, "Few shapes"); an eager step gains nothing from it."""
+    each batch filled with empty rows up to its token budget, for a compiled or captured
+    step on a GPU, which builds once per shape. Costs padding; an eager step gains nothing
+    from it."""
     valid_every: int = setting(1000, resume="free", metavar="STEPS")
     """Validate every this many steps, and at the end (0: at the end only)."""
     valid_bleu: bool = setting(False, resume="free")

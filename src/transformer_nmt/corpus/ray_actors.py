@@ -95,9 +95,8 @@ def translate_with_ray(options: CorpusOptions, tasks: list[ShardTask], done) -> 
     try:
         # Ray Data keeps half of the cluster's CPUs in reserve for other operators by
         # default, and queues up to four rows on the first actor that is ready: on one
-        # machine started for this job, either ran one actor of --workers at a time
-        # (bench/RESULTS.md, "translate-corpus against nmt translate"). A shard is long
-        # work: one at a time per actor, no reserve.
+        # machine started for this job, either ran one actor of --workers at a time. A
+        # shard is long work: one at a time per actor, no reserve.
         ray.data.DataContext.get_current().op_resource_reservation_enabled = False
         rows = [asdict(task) for task in tasks]
         shards = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,10 +19,6 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.files import AtomicFile, file_sha256, write_json_atomic
 
 SHARDS = ".shards"
-KILL_HOOK = "NMT_TEST_KILL_CORPUS_WORKER"
-"""Test hook, for the tests of a dead worker only: `SHARD:LINES:MARKER` makes the worker
-translating shard SHARD kill itself (SIGKILL) after LINES lines, once: the first to do so
-creates the file MARKER, and a worker that finds it there goes on."""
 
 
 @dataclass(frozen=True)
@@ -94,14 +88,11 @@ def translate_shard(translator: Translator, task: ShardTask, as_json: bool,
     speed = SpeedReport()
     vocab = translator.vocab if as_json else None
     nbest = translator.options.decode.nbest > 1
-    die_after = _kill_hook(task.number)
     with LineWriter(task.output) as writer:
         found = translator.translate_nbest(lines, first_line=task.start)
         for index, result in enumerate(speed.counted(found)):
             for line in format_translations(task.start + index, result, nbest, vocab):
                 writer.write(line)
-            if index + 1 == die_after:
-                os.kill(os.getpid(), signal.SIGKILL)
         if speed.lines != task.end - task.start:
             raise UserError(f"{task.path} has {task.start + speed.lines} lines, fewer than "
                             "when it was planned; translate it into another --out")
@@ -109,21 +100,6 @@ def translate_shard(translator: Translator, task: ShardTask, as_json: bool,
               "tokens": speed.tokens}
     write_json_atomic(task.record, record)
     return record
-
-
-def _kill_hook(number: int) -> int | None:
-    """Lines after which this worker kills itself (KILL_HOOK), or None."""
-    hook = os.environ.get(KILL_HOOK)
-    if not hook:
-        return None
-    shard, lines, marker = hook.split(":", 2)
-    if int(shard) != number:
-        return None
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return None
-    return int(lines)
 
 
 def merge(out: str | Path) -> list[Path]:

@@ -6,7 +6,6 @@ process (`--shard I/N`)."""
 from __future__ import annotations
 
 import multiprocessing
-import queue
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
@@ -34,6 +33,9 @@ def _start_worker(models: tuple[str, ...], options: TranslatorOptions, cores: in
 
 
 def _work(task: ShardTask) -> dict[str, Any]:
+    # Written to the pipe before the shard begins (a SimpleQueue has no feeder thread to
+    # die with the process), so that a worker killed at any moment after is known to
+    # have taken this shard.
     _WORKER["started"].put(task.number)
     return translate_shard(_WORKER["translator"], task, _WORKER["as_json"], _WORKER["errors"])
 
@@ -63,7 +65,8 @@ def translate_in_workers(options: CorpusOptions, tasks: list[ShardTask], done) -
     died: set[int] = set()
     unseen = 0  # pools broken before a worker said which shard it had started
     while pending:
-        started = context.Queue()
+        started = context.SimpleQueue()
+        taken: list[int] = []
         pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_start_worker,
                                    initargs=(options.models, worker_options, cores,
                                              options.output_format == "json",
@@ -73,6 +76,8 @@ def translate_in_workers(options: CorpusOptions, tasks: list[ShardTask], done) -
             broken = False
             while futures and not broken:
                 finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+                # Read as they come: a pipe left full would block the workers' next put.
+                taken += _drain(started)
                 for future in finished:
                     number = futures.pop(future)
                     try:
@@ -86,7 +91,7 @@ def translate_in_workers(options: CorpusOptions, tasks: list[ShardTask], done) -
             _stop(pool)
             raise
         pool.shutdown(wait=True, cancel_futures=True)
-        lost = [number for number in _drain(started) if number in pending]
+        lost = [number for number in taken + _drain(started) if number in pending]
         unseen += bool(pending and not lost)
         if unseen > 1:
             raise UserError("the worker processes ended before translating a shard (their "
@@ -101,13 +106,12 @@ def translate_in_workers(options: CorpusOptions, tasks: list[ShardTask], done) -
 
 
 def _drain(started: Any) -> list[int]:
-    """The shard numbers the workers said they started."""
+    """The shard numbers the workers have said they started since the last call (all of
+    them once the workers have ended)."""
     numbers = []
-    while True:
-        try:
-            numbers.append(started.get(timeout=0.2))
-        except queue.Empty:
-            return numbers
+    while not started.empty():
+        numbers.append(started.get())
+    return numbers
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:

@@ -44,9 +44,9 @@ class PrepareOptions:
     """Drop training pairs whose longer side has more than this many times the tokens of
     the shorter (fairseq's WMT14 recipe uses 1.5 for noisy web crawl; 0: no limit)."""
     character_coverage: float | None = setting(None, metavar="C")
-    """sentencepiece's character coverage (by default data.vocab.default_character_coverage
-    of the vocabulary size: every character in a small vocabulary, slightly less in a
-    large one, where rare characters become <unk>)."""
+    """sentencepiece's character coverage (by default one that follows the vocabulary
+    size: every character in a small vocabulary, slightly less in a large one, where rare
+    characters become <unk>)."""
     sample_sentences: int = setting(DEFAULT_SAMPLE_SENTENCES, flag="--spm-sample",
                                     metavar="SENTENCES")
     """Training sentences (both sides) sampled to learn the BPE; bounds memory on big

@@ -5,8 +5,8 @@ A compiled step (torch.compile with static shapes, CUDA graphs) is built once fo
 lengths meet a new one at almost every step. `BatchShapes` rounds each side's length up
 to a geometric grid of lengths and fills every batch with empty rows up to the sentences
 that the budget allows at its length, so that a batch's shape follows from its two
-lengths and an epoch of WMT-like data meets a few dozen shapes (bench/batch_shapes.py
-counts them and the padding they cost, bench/RESULTS.md records it). The same recipe as
+lengths and an epoch of WMT-like data meets a few dozen shapes, for some padding. The
+same recipe as
 MLPerf's and NVIDIA's Transformer training: few shapes, full token budgets.
 
 An empty row is a source of one EOS, a decoder input of one BOS and an output of padding

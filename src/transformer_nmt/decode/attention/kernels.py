@@ -72,7 +72,7 @@ def batch_invariant_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
     output (batch, heads, tgt_len, d_v). whole: a self-attention over whole sequences.
 
     The fused kernel's sums over the keys change with how many keys a row has, masked
-    ones included (bench/RESULTS.md, "Batch-invariant decoding"): a sentence padded
+    ones included: a sentence padded
     to a longer batch mate's source attended differently than alone. Here the rows of
     each rounded length run as one call, keys cut (or zero-padded) to it, so that a
     row gets the call it gets alone; the rows of a call do not affect each other's
@@ -112,9 +112,8 @@ def _one_thread_in_float32(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Ten
     """The fused kernel on q, k, v with `mask`, on one thread in float32.
 
     In float32 the CPU's fused kernel gave a row other last bits on the second thread
-    than on the first (half the rows of a batch differed from the same row alone at two
-    threads, none at one; bench/RESULTS.md, "Products packed once"), so which rows share
-    a call would decide a row's numbers. bf16's kernel showed no such difference."""
+    than on the first (many rows of a batch differed from the same row alone at two
+    threads, none at one), so which rows share a call would decide a row's numbers. bf16's kernel showed no such difference."""
     if q.dtype != torch.float32 or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     with torch_threads(1):

@@ -13,7 +13,7 @@ from transformer_nmt.model.attention import Kernel, attend, attention_weights
 
 ATTENTION_LAYER = -2
 """The decoder layer whose encoder-decoder attention is read, for word alignments
-(transformer_nmt.decode.search.searches.attach_details) and for the confidence's coverage: the
+(transformer_nmt.decode.search.teacher_forced.attach_details) and for the confidence's coverage: the
 penultimate, whose attention aligns with the source words best (Garg et al. 2019). A
 decoder of one layer reads that one (`probe_layer`)."""
 

@@ -24,8 +24,8 @@ sentence keeps its encoder-decoder keys and values whatever its rows)."""
 def sentences_in_flight(decode: DecodeConfig) -> int:
     """Sentences decoded at once by default, shared by the workers: ROWS_IN_FLIGHT rows,
     but at least FEWEST_SENTENCES_IN_FLIGHT sentences and at most MOST_SENTENCES_IN_FLIGHT.
-    Beam search's hypotheses per sentence bring the count down (bench/RESULTS.md, "More
-    sentences per batch for greedy search").
+    Beam search's hypotheses per sentence bring the count down; greedy search keeps the
+    cores busiest with more sentences at once.
     """
     rows_per_sentence = decode.nbest if decode.sampling else decode.beam
     return min(max(ROWS_IN_FLIGHT // rows_per_sentence, FEWEST_SENTENCES_IN_FLIGHT),

@@ -91,8 +91,8 @@ def cache_dtype(model: Transformer) -> torch.dtype | None:
 
     int8 decoding (`quantize`) keeps them in bf16 on a CPU that computes it natively:
     attention over the caches reads them from memory at every step, and with the
-    products in int8 that reading is a large part of a step (half the bytes;
-    bench/RESULTS.md, "int8 with bf16 caches"). fp32 keeps fp32 caches, so that its
+    products in int8 that reading is a large part of a step, and bf16 halves its bytes.
+    fp32 keeps fp32 caches, so that its
     output stays the reference; without native bf16 the conversions would cost more
     than they save.
     """
@@ -104,7 +104,7 @@ def make_batch_invariant(model: nn.Module) -> nn.Module:
     """`model` (fp32 or bf16, on a CPU) changed in place so that each row of a decoding batch
     gets the numbers it gets alone: its products in fixed tiles of rows
     (layout.RowTiledLinear), its attention over as many keys as the row has, rounded up
-    (attention_kernel.batch_invariant_attention). Everything else a step computes (layer
+    (kernels.batch_invariant_attention). Everything else a step computes (layer
     norms, softmax, top-k) already works row by row."""
     tile_linear_rows(model, BATCH_INVARIANT_TILE, ENCODER_TILE)
     return install_kernels(model, batch_invariant=True)
@@ -115,8 +115,7 @@ def leave_out_per_shape_attention() -> None:
 
     cuDNN's attention builds an execution graph for every new shape, and a decoding step
     has a new key length at every step: a bf16 search on a GPU, which PyTorch sent to
-    cuDNN, made no progress in a stage's time box (bench/RESULTS.md, "The CUDA paths on an
-    H200"), where fp32, which cuDNN's attention does not take, decoded at once. Flash and
+    cuDNN, barely progressed, where fp32, which cuDNN's attention does not take, decoded at once. Flash and
     memory-efficient attention take the same inputs with no per-shape cost. The switch is
     process-wide, not a context around the search, because SDPA's backend flags are
     global and the engine decodes from several threads; training leaves cuDNN's

@@ -6,8 +6,7 @@ a call, each batch's or step's threads, a server's event loop's.
 
 A decoding step multiplies a few dozen rows by each weight matrix, products that split
 poorly across cores: separate batches, one per share of the cores, keep the cores busier
-than one batch split across all of them (bench/RESULTS.md has the measurements). The
-Translator applies the count around its own work (`torch_threads`) and gives the calling
+than one batch split across all of them. The Translator applies the count around its own work (`torch_threads`) and gives the calling
 thread its previous count back, so that its callers never set threads themselves.
 """
 
@@ -63,7 +62,7 @@ EVENT_LOOP_THREADS = 1
 """Torch threads of a server's main thread, which runs the event loop and never decodes:
 kept to one, it never starts OpenMP workers of its own, which would outnumber the cores
 and make the lead slot's workers sleep between parallel regions instead of spinning (a
-lone request then decodes at about half speed; bench/RESULTS.md, serve)."""
+lone request then decodes markedly slower)."""
 
 
 @contextmanager

@@ -8,8 +8,8 @@ of the distribution it was chosen from, and the attention of the probed decoder 
 A search computes every one of those distributions and attentions on its way to the
 output; the track adds them up per open row (`StepSums`), follows the rows as beams move
 and sentences leave, and hands each finished hypothesis its four numbers. They equal the
-teacher-forced pass's up to float rounding (tests/test_decode_quality_feature_track.py), without the
-pass's cost (bench/RESULTS.md, "The confidence gathered by the search").
+teacher-forced pass's up to float rounding (tests/test_decode_quality_feature_track.py),
+without the pass's cost.
 """
 
 from __future__ import annotations

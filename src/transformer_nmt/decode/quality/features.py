@@ -4,7 +4,7 @@ source X, whichever path computes it. transformer_nmt.decode.quality.confidence 
 Four come from the model's states (STATE_FEATURES). At every step of Y (its tokens, then
 EOS) the model gives the log P of Y's token, the entropy of the distribution that token was
 chosen from (`token_entropy`), and the encoder-decoder attention of the probed decoder layer
-(transformer_nmt.decode.quality.feature_track.ATTENTION_LAYER), averaged over heads
+(transformer_nmt.decode.attention.probe.ATTENTION_LAYER), averaged over heads
 (`heads_averaged`). Over Y's steps these add up (`StepSums`), and the sums reduce to
 (`StepSums.features`):
 
@@ -15,7 +15,7 @@ chosen from (`token_entropy`), and the encoder-decoder attention of the probed d
 
 Two paths compute the sums: one teacher-forced pass over a chosen output
 (`StepSums.over_positions`, confidence.sentence_features, on which `nmt calibrate` fits)
-and the search while it decodes (`StepSums.then`, search_features.FeatureTrack); both
+and the search while it decodes (`StepSums.then`, feature_track.FeatureTrack); both
 reduce them here. The other four features are functions of Y's and X's token ids
 (`all_features`):
 
@@ -56,8 +56,8 @@ attended (each output token spreads 1 over the source)."""
 def token_entropy(log_probs: Tensor) -> Tensor:
     """The entropy (...,) of each next-token distribution of log_probs (..., vocab), as the
     model gives them (PAD and BOS at -inf)."""
-    # -inf clamped: a token of probability 0 adds 0 × (finite) = 0 (and faster than
-    # torch.special.entr: bench/RESULTS.md, "The confidence gathered by the search").
+    # -inf clamped: a token of probability 0 adds 0 × (finite) = 0 (and measured faster
+    # than torch.special.entr).
     return -log_probs.exp().mul_(log_probs.clamp(min=-1e4)).sum(-1)
 
 

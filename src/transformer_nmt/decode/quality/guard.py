@@ -2,8 +2,7 @@
 degenerate (transformer_nmt.decode.quality.degenerate) are decoded again with fallback settings,
 and the fallback's result replaces the first only when it is not degenerate itself: a
 degenerate fallback is no better a translation (keeping the higher-scoring of two
-degenerate results lowered Multi30k's BLEU: bench/RESULTS.md, "The guard against
-degenerate output"), so the search's own stays.
+degenerate results lowered Multi30k's BLEU), so the search's own stays.
 Sentences whose first translation is sound are not decoded again, so their outputs are
 exactly the search's.
 

@@ -20,7 +20,7 @@ Definitions used throughout:
   once it has `beam` finished hypotheses (fairseq's rule, so beam 1 is exactly greedy
   search; tensor2tensor's runs until the bound below) or reaches its maximum length.
   It stops earlier, without changing the result, when no open hypothesis can still
-  beat the nbest-th finished one (transformer_nmt.decode.search.beam.best_possible_scores).
+  beat the nbest-th finished one (transformer_nmt.decode.search.step.best_possible_scores).
 - PAD and BOS are never generated.
 
 Beyond the model, every search obeys the same step rules, a list of step processors

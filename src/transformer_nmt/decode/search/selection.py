@@ -4,8 +4,8 @@ and torch.max(dim=1) compute them, faster on a CPU.
 A search picks a handful of entries out of every row's vocabulary (beam search: 2k of
 beam × vocabulary per sentence). On a CPU, PyTorch's reductions that return indices
 (topk, max and argmax along a dimension) walk a row one element at a time and cost
-many times more per element than the vectorized `amax` (bench/RESULTS.md, "CPU
-decoding"): topk alone took a visible share of a beam step. So each row is cut into
+many times more per element than the vectorized `amax`: topk alone took a visible
+share of a beam step. So each row is cut into
 blocks of BLOCK entries, every block's largest entry is found with `amax`, and the slow
 reductions run only over the few blocks that can hold the answer. The results are those
 of the torch functions (the same values; among equal values possibly other indices,

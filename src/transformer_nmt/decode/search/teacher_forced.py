@@ -64,7 +64,7 @@ def attach_details(model: Seq2Seq, src: Tensor, results: list[list[Hypothesis]],
                    special: SpecialIds = SpecialIds(), attention: bool = True,
                    token_scores: bool = False) -> None:
     """Fill Hypothesis.attention (the encoder-decoder attention of decoder layer
-    transformer_nmt.decode.quality.feature_track.ATTENTION_LAYER, averaged over heads) and/or
+    transformer_nmt.decode.attention.probe.ATTENTION_LAYER, averaged over heads) and/or
     Hypothesis.token_scores by decoding every final hypothesis once more, teacher-forced.
 
     Re-running the decoder on the chosen hypotheses costs one pass and keeps the search
