@@ -91,6 +91,12 @@ class TranslatorOptions:
     guard its main code with `if __name__ == "__main__":`, as Python's spawned
     processes need."""
 
+    shortlist: bool = True
+    """On CTranslate2, cut each batch's output layer to the pieces its sources offer, by
+    the model's lexical shortlist (MODEL.shortlist.npz, made by `nmt shortlist`;
+    transformer_nmt.decode.runtime.vmap) where it has one: faster, and may change a few
+    words where a piece the map lacks would have won. The torch search ignores it."""
+
     asked_precision: str | None = None
     """The precision asked for, 'auto' included, kept by `resolved` when it decides
     `precision` for the torch search: CTranslate2's compute type is chosen from it."""
