@@ -52,7 +52,8 @@ def run_shortlist(args: argparse.Namespace) -> None:
     with stop_signals_held():
         from transformer_nmt.decode.runtime.vmap import make_shortlist
 
-    path, stats = make_shortlist(args.model, args.data, args.split, args.best, args.frequent)
+    path, stats = make_shortlist(args.model, args.data, args.split, args.best, args.frequent,
+                                 progress=True)
     print(f"wrote the shortlist {path}: counted on {stats.pairs} pairs of {args.data} "
           f"{args.split}, {stats.added} entries added to cover every reference piece; a "
           f"sentence's candidates: {stats.mean_candidates:.0f} of the {stats.vocab_size} "

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from transformer_nmt.data.binarize import load_split, read_ids
 from transformer_nmt.data.manifest import bin_path, idx_path, read_manifest
@@ -118,6 +119,8 @@ def _association(counts: np.ndarray, source: np.ndarray, target: np.ndarray, pai
     only_source = source[rows, 0] - both
     only_target = target[0, cols] - both
     neither = pairs - both - only_source - only_target
+    # The 2x2 table of sentence pairs (with both pieces, the source piece only, the target
+    # piece only, neither) against what independence expects: G² = 2 Σ O ln(O / E).
     observed = (both, only_source, only_target, neither)
     row_sums = (both + only_source, both + only_source, pairs - both - only_source,
                 pairs - both - only_source)
@@ -269,12 +272,14 @@ def _mean_candidates(lexical_map: LexicalMap, source: tuple[np.ndarray, np.ndarr
 
 
 def build_map(data_dir: str | Path, split: str = "train", best: int = DEFAULT_BEST,
-              frequent: int = DEFAULT_FREQUENT) -> tuple[LexicalMap, MapStats]:
+              frequent: int = DEFAULT_FREQUENT, progress: bool = False
+              ) -> tuple[LexicalMap, MapStats]:
     """The LexicalMap of `split` of the prepared data directory `data_dir` (see the
     module's docstring): per source piece its `best` most associated target pieces, the
     `frequent` most frequent target pieces for every sentence, and the entries that make
     every reference piece of the split a candidate of its sentence (except in pairs whose
-    source is empty, which offer no piece to add it to)."""
+    source is empty, which offer no piece to add it to); `progress`: a bar over the
+    source pieces counted."""
     for name, value in (("best", best), ("frequent", frequent)):
         if type(value) is not int or value < 0:
             raise UserError(f"{name} must be a whole number of pieces, 0 or more, not {value!r}")
@@ -285,8 +290,12 @@ def build_map(data_dir: str | Path, split: str = "train", best: int = DEFAULT_BE
     in_always[always] = True
     covered = in_always[sentences.target_pieces]
     strongest = np.full(len(covered), -1, np.int64)
-    keys = [_count_block(sentences, a, b, in_always, best, covered, strongest)
-            for a, b in _blocks(sentences, vocab)]
+    keys = []
+    with tqdm(total=vocab, desc=f"count {split}", unit=" pieces",
+              disable=None if progress else True) as bar:
+        for a, b in _blocks(sentences, vocab):
+            keys.append(_count_block(sentences, a, b, in_always, best, covered, strongest))
+            bar.update(b - a)
     missing = np.nonzero(~covered & (strongest >= 0))[0]
     added = np.unique((strongest[missing] & 0xFFFFFFFF) * vocab
                       + sentences.target_pieces[missing])

@@ -128,12 +128,13 @@ def vmap_text(lexical_map: LexicalMap, token: Callable[[int], str]) -> str:
 
 
 def make_shortlist(model_path: str | Path, data_dir: str | Path, split: str = "train",
-                   best: int = DEFAULT_BEST, frequent: int = DEFAULT_FREQUENT
-                   ) -> tuple[Path, MapStats]:
+                   best: int = DEFAULT_BEST, frequent: int = DEFAULT_FREQUENT,
+                   progress: bool = False) -> tuple[Path, MapStats]:
     """`nmt shortlist`: the shortlist of the model at `model_path` counted on `split` of
     the data directory `data_dir` (which must be encoded with the model's vocabulary;
     see transformer_nmt.data.shortlist), written beside the model (`shortlist_path`),
-    where decoding finds it. Returns where it went and what building it found."""
+    where decoding finds it; `progress`: a progress bar. Returns where it went and what
+    building it found."""
     model = load_for_inference(model_path)
     recorded = read_manifest(data_dir)["vocab"].get("sha256")
     ours = vocab_digest(model.vocab.to_bytes(), model.vocab.target_bytes())
@@ -141,7 +142,7 @@ def make_shortlist(model_path: str | Path, data_dir: str | Path, split: str = "t
         raise UserError(f"{data_dir} was encoded with another vocabulary than {model_path} "
                         f"(SHA-256 {recorded[:12]}, the model's {ours[:12]}); give the data "
                         "directory the model was trained on")
-    lexical_map, stats = build_map(data_dir, split, best, frequent)
+    lexical_map, stats = build_map(data_dir, split, best, frequent, progress)
     if lexical_map.vocab_size != len(model.vocab):
         raise UserError(f"{data_dir} has a vocabulary of {lexical_map.vocab_size} pieces, "
                         f"{model_path} one of {len(model.vocab)}; give the data directory "
