@@ -3,7 +3,7 @@
 Each subcommand has an `add_<name>_parser(subparsers)` function that defines its
 arguments and sets `func` to a small `run_<name>(args)` that calls the library; they live
 in one module per group of subcommands (info, prepare, train, decode, calibrate,
-serve, export, quickstart), and this module puts them together and turns errors into exit statuses. The `run_*`
+serve, export, shortlist, quickstart), and this module puts them together and turns errors into exit statuses. The `run_*`
 functions import the library inside themselves, so that `nmt --help` starts without
 importing torch.
 """
@@ -29,6 +29,7 @@ from transformer_nmt.cli.prepare import add_prepare_parser
 from transformer_nmt.cli.quickstart import add_quickstart_parser
 from transformer_nmt.cli.score import add_score_parser
 from transformer_nmt.cli.serve import add_serve_parser
+from transformer_nmt.cli.shortlist import add_shortlist_parser
 from transformer_nmt.cli.train import add_average_parser, add_plot_parser, add_train_parser
 from transformer_nmt.errors import UserError, describe_os_error
 from transformer_nmt.interrupts import Terminated
@@ -50,6 +51,7 @@ PARSERS = [
     add_score_parser,
     add_serve_parser,
     add_export_parser,
+    add_shortlist_parser,
     add_import_parser,
     add_plot_parser,
     add_attention_parser,

@@ -45,6 +45,12 @@ def _add_speed_arguments(parser: argparse.ArgumentParser) -> None:
                        "as PyTorch on a CPU where measured; torch: the paper's search in PyTorch, the "
                        "reference, and the only one for --batch-invariant, terminology "
                        "constraints and sampling (which go to it whatever this says)")
+    speed.add_argument("--shortlist", action=argparse.BooleanOptionalAction, default=True,
+                       help="CTranslate2: cut each batch's output layer to the target pieces "
+                       "its sources' pieces go with, by the model's lexical shortlist "
+                       "(MODEL.shortlist.npz beside the model file, made by `nmt shortlist`), "
+                       "where it has one: faster, and may change a few words. --no-shortlist "
+                       "scores every piece. PyTorch ignores it (default: on)")
     speed.add_argument("--batch-size", type=int, metavar="N",
                        help="sentences translated together, sorted by length (default: "
                        "enough to keep the cores busy, fewer for a wider beam)")
@@ -110,7 +116,7 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
                              precision=args.precision,
                              batch_size=args.batch_size, max_tokens=args.max_tokens,
                              workers=args.workers, threads=args.threads,
-                             batch_invariant=args.batch_invariant,
+                             batch_invariant=args.batch_invariant, shortlist=args.shortlist,
                              **fields)
 
 def add_translate_parser(subparsers: argparse._SubParsersAction) -> None:

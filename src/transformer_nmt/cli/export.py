@@ -21,7 +21,8 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Write a model file in a format another runtime loads. ctranslate2: a "
         "CTranslate2 model directory (ctranslate2.Translator(OUT) loads it; the shared "
         "sentencepiece vocabulary goes in as its vocabulary, and the pieces are given to "
-        "it without the end-of-sentence token, which it adds). argos: an Argos Translate "
+        "it without the end-of-sentence token, which it adds; the model's shortlist, where "
+        "`nmt shortlist` made one, goes in as vmap.txt). argos: an Argos Translate "
         "package OUT.argosmodel (the CTranslate2 model, the sentencepiece model, "
         "metadata.json) that `argospm install` and LibreTranslate take. safetensors: a "
         "directory with the weights (model.safetensors), config.json and the "
@@ -48,6 +49,10 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
                         "(default float32; int8 is about 4x smaller and faster on CPUs, and "
                         "may change a few words); CTranslate2 can also quantize on load "
                         "(compute_type)")
+    parser.add_argument("--shortlist", action=argparse.BooleanOptionalAction, default=True,
+                        help="ctranslate2: include the model's shortlist (made by `nmt "
+                        "shortlist`), where it has one, as the export's vmap.txt, which "
+                        "translate_batch(..., use_vmap=True) uses (default: on)")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing OUT (only once the new one is complete)")
     argos = parser.add_argument_group("argos")
@@ -67,6 +72,9 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
 def run_export(args: argparse.Namespace) -> None:
     if args.to != "argos" and (args.from_code or args.to_code):
         raise UserError("--from-code and --to-code are for --to argos")
+    if args.to != "ctranslate2" and not args.shortlist:
+        raise UserError("--no-shortlist is for --to ctranslate2, whose export alone "
+                        "includes the model's shortlist")
     if args.to == "safetensors" and args.quantization != "float32":
         raise UserError("--quantization is for --to ctranslate2 and --to argos; "
                         "safetensors exports keep the model's weights as they are")
@@ -74,9 +82,12 @@ def run_export(args: argparse.Namespace) -> None:
         with stop_signals_held():
             from transformer_nmt.export.ctranslate2 import export_ctranslate2
 
-        out = export_ctranslate2(args.model, args.out, args.quantization, args.force)
+        out = export_ctranslate2(args.model, args.out, args.quantization, args.force,
+                                 args.shortlist)
+        vmap = ("; its shortlist: translate_batch(..., use_vmap=True)"
+                if (out / "vmap.txt").exists() else "")
         print(f"wrote the CTranslate2 model {out} ({args.quantization} weights); load it "
-              f"with ctranslate2.Translator({str(out)!r})")
+              f"with ctranslate2.Translator({str(out)!r}){vmap}")
     elif args.to == "argos":
         with stop_signals_held():
             from transformer_nmt.export.argos import export_argos

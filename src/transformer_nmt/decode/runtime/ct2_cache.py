@@ -1,7 +1,8 @@
 """A model's CTranslate2 form, converted once and kept: in the cache directory
 (transformer_nmt.runtime.cache_dir), under the checksum of the model's weights, the
-weights' storage type and the decoder layer its attention output reads, so that a model
-changed, quantized otherwise or read at another layer is converted anew.
+weights' storage type, the decoder layer its attention output reads and the checksum of
+its vocabulary map where it has one, so that a model changed, quantized otherwise, read at
+another layer or given another shortlist is converted anew.
 
 Its vocabulary is the token ids themselves written as decimal strings ('0', '1', ...):
 the runtime hands CTranslate2 our ids and reads ids back, whatever the pieces are (an
@@ -9,6 +10,7 @@ imported model's joined vocabularies may spell two ids alike)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -33,18 +35,23 @@ def model_key(model: nn.Module, meta: dict) -> str:
 
 
 def converted_model(model: nn.Module, meta: dict, special: SpecialIds, unk: int,
-                    vocab_size: int, storage: str) -> Path:
+                    vocab_size: int, storage: str, vmap: str | None = None) -> Path:
     """The directory of `model` (a Transformer; `meta` its file's payload without the
-    weights) as a CTranslate2 model whose weights are stored as `storage`, converted now
-    unless an earlier call kept it. Built aside and renamed into place, so that a
-    reader never sees half a model and two processes converting at once both succeed."""
+    weights) as a CTranslate2 model whose weights are stored as `storage`, with `vmap`
+    (a vocabulary map's text in token ids, transformer_nmt.decode.runtime.vmap) where
+    given, converted now unless an earlier call kept it. Built aside and renamed into
+    place, so that a reader never sees half a model and two processes converting at once
+    both succeed."""
     layer = probe_layer(model.cfg.decoder_layers)
-    target = cache_dir() / "ctranslate2" / f"{model_key(model, meta)[:32]}-{storage}-layer{layer}"
+    name = f"{model_key(model, meta)[:32]}-{storage}-layer{layer}"
+    if vmap is not None:  # another map, another conversion
+        name += f"-vmap{hashlib.sha256(vmap.encode('utf-8')).hexdigest()[:16]}"
+    target = cache_dir() / "ctranslate2" / name
     if (target / MODEL_FILE).exists():
         return target
     with temporary_directory(target) as building:
         convert(model, [str(i) for i in range(vocab_size)], special.bos, special.eos, unk,
-                str(building), storage)
+                str(building), storage, vmap)
         try:
             os.rename(building, target)
         except OSError:

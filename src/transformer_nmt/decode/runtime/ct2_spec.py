@@ -18,6 +18,7 @@ scale_embeddings off. Source and target vocabularies are one list of pieces, the
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 from transformer_nmt.config import ModelConfig
 from transformer_nmt.decode.attention.probe import probe_layer
 from transformer_nmt.errors import UserError
+from transformer_nmt.files import temporary_directory
 from transformer_nmt.model.transformer import Transformer
 
 
@@ -131,14 +133,24 @@ def model_spec(model: Transformer, pieces: list[str], bos: int, eos: int, unk: i
 
 
 def convert(model: Transformer, pieces: list[str], bos: int, eos: int, unk: int,
-            directory: str, quantization: str) -> None:
+            directory: str, quantization: str, vmap: str | None = None) -> None:
     """Write `model` (see `model_spec`) as a CTranslate2 model into `directory`, replacing
     what it holds, its weights stored as `quantization`, through CTranslate2's Converter
-    (which validates, quantizes and saves the spec)."""
+    (which validates, quantizes and saves the spec); with `vmap`, the text of a vocabulary
+    map (transformer_nmt.decode.runtime.vmap) in `pieces`' spelling, as its vmap.txt."""
     from ctranslate2.converters.converter import Converter
 
     class TransformerNmtConverter(Converter):
         def _load(self) -> Any:
             return model_spec(model, pieces, bos, eos, unk)
 
-    TransformerNmtConverter().convert(directory, quantization=quantization, force=True)
+    if vmap is None:
+        TransformerNmtConverter().convert(directory, quantization=quantization, force=True)
+        return
+    # The Converter copies the map from a file, after emptying `directory`: it waits
+    # beside it.
+    with temporary_directory(Path(directory).with_name(Path(directory).name + "-vmap")
+                             ) as aside:
+        (aside / "vmap.txt").write_text(vmap, encoding="utf-8")
+        TransformerNmtConverter().convert(directory, vmap=str(aside / "vmap.txt"),
+                                          quantization=quantization, force=True)

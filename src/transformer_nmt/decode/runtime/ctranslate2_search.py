@@ -10,6 +10,8 @@ past its own is cut there, as the paper's search would have ended it. PAD and BO
 left to the model, which gives them next to nothing once trained: CTranslate2 suppresses
 a token by renormalizing the rest, which would change every log P it reports, where the
 paper's search only never picks them. Greedy search's score leaves out EOS's log P.
+With the model's shortlist (`use_vmap`), a batch's output layer holds only the pieces its
+sources offer, and log P is normalized over those.
 
 CTranslate2 keeps `replicas` copies of the model's state, each decoding one batch at a
 time on its share of the cores; calls from several threads run side by side, the GIL
@@ -26,17 +28,21 @@ import torch
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.runtime.choice import compute_type, storage_type
 from transformer_nmt.decode.runtime.ct2_cache import converted_model
+from transformer_nmt.decode.runtime.vmap import model_shortlist, vmap_text
 from transformer_nmt.decode.search.base import Hypothesis, SpecialIds, length_penalty
 from transformer_nmt.model_file import InferenceModel
 
 
 class CTranslate2Search:
     """Searches with the CTranslate2 model in `directory` on `device` ('cpu' or 'cuda';
-    GPU number `device_index`), computing in `compute_type`, on `cores` threads in all."""
+    GPU number `device_index`), computing in `compute_type`, on `cores` threads in all;
+    `use_vmap`: each batch's output layer cut to its sources' shortlist (the model's
+    vmap.txt, transformer_nmt.decode.runtime.vmap)."""
 
     def __init__(self, directory: Path, device: str, compute_type: str, cores: int,
-                 device_index: int = 0) -> None:
+                 device_index: int = 0, use_vmap: bool = False) -> None:
         self.directory = directory
+        self.use_vmap = use_vmap
         self.device = device
         self.device_index = device_index
         self.compute_type = compute_type
@@ -76,7 +82,7 @@ class CTranslate2Search:
             source, target_prefix, beam_size=decode.beam, num_hypotheses=decode.nbest,
             length_penalty=decode.alpha, no_repeat_ngram_size=decode.no_repeat_ngram,
             min_decoding_length=decode.min_len, max_decoding_length=max(limits) + 1,
-            max_input_length=0, return_scores=True)
+            max_input_length=0, use_vmap=self.use_vmap, return_scores=True)
         # Best first by GNMT's score, as the paper's search orders its n-best.
         return [sorted((_hypothesis(tokens, score, decode.alpha, limit)
                         for tokens, score in zip(result.hypotheses, result.scores)),
@@ -99,15 +105,19 @@ def _hypothesis(pieces: list[str], score: float, alpha: float, limit: int) -> Hy
 
 
 def open_ctranslate2(model: InferenceModel, device: torch.device, precision: str,
-                     cores: int) -> CTranslate2Search:
+                     cores: int, shortlist: bool = True) -> CTranslate2Search:
     """The CTranslate2 runtime of `model` (as read, before decoding's layout changes it)
     on `device` in the precision asked for (see transformer_nmt.decode.runtime.choice),
-    on `cores` threads in all on a CPU, converted now unless the cache holds it."""
+    on `cores` threads in all on a CPU, converted now unless the cache holds it; with
+    `shortlist`, its output layer cut to the model's shortlist where it has one
+    (transformer_nmt.decode.runtime.vmap; UserError for one of another model)."""
     compute = compute_type(device, precision)
     vocab = model.vocab
     special = SpecialIds(vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    lexical_map = model_shortlist(model) if shortlist else None
+    vmap = None if lexical_map is None else vmap_text(lexical_map, str)
     directory = converted_model(model.model, model.payload_meta, special, vocab.unk_id,
-                                len(vocab), storage_type(compute))
+                                len(vocab), storage_type(compute), vmap)
     on_gpu = device.type == "cuda"
     return CTranslate2Search(directory, "cuda" if on_gpu else "cpu", compute,
-                             1 if on_gpu else cores, device.index or 0)
+                             1 if on_gpu else cores, device.index or 0, vmap is not None)

@@ -68,6 +68,12 @@ class TranslatorOptions:
     does it, at a cost in speed: fixed tiles cannot use the kernels' widest blocks. int8
     is left as it is. None: off."""
 
+    shortlist: bool = True
+    """On CTranslate2, cut each batch's output layer to the pieces its sources offer, by
+    the model's lexical shortlist (MODEL.shortlist.npz, made by `nmt shortlist`;
+    transformer_nmt.decode.runtime.vmap) where it has one: faster, and may change a few
+    words where a piece the map lacks would have won. The torch search ignores it."""
+
     asked_precision: str | None = None
     """The precision asked for, 'auto' included, kept by `resolved` when it decides
     `precision` for the torch search: CTranslate2's compute type is chosen from it."""

@@ -99,7 +99,8 @@ class Translator:
         """The CTranslate2 runtime, where the options chose it; None: torch searches."""
         if engine == "ctranslate2":
             self.ctranslate2 = open_ctranslate2(inference_model, torch.device(options.device),
-                                                asked_precision, options.threads)
+                                                asked_precision, options.threads,
+                                                options.shortlist)
         self.model = prepare_model(inference_model.model, options.device, options.precision,
                                    batch_invariant=options.batch_invariant)
         max_positions = inference_model.model.cfg.max_positions
