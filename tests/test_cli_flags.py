@@ -47,8 +47,9 @@ NOT_SETTINGS = {
     "score": {"--model", "--src", "--tgt", "--output", "--per-token", "--raw", "--format",
               "--errors", "--batch-size", "--precision"},
     # plan_run's own arguments: where the run is, what it starts from, how it is composed.
+    # How long a process of a torchrun run waits for the others: the launch's, not the run's.
     "train": {"--data", "--out", "--resume", "--init-from", "--preset", "--config", "--set",
-              "--device"},
+              "--device", "--collective-timeout"},
     # The vocabulary is given by where to read it, the files one flag each.
     "prepare": {"--vocab"} | {f"--{split}-{kind}" for split in ("train", "valid", "test")
                               for kind in ("src", "tgt", "tsv")},

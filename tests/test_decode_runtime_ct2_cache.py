@@ -5,6 +5,7 @@ its vocabulary the token ids."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -55,3 +56,15 @@ def test_the_key_is_the_recorded_checksum_where_the_file_has_one():
     model = _model(0)
     assert model_key(model, {"checksum": "sha256:abc"}) == "abc"
     assert model_key(model, {}) == model_key(_model(0), {}) != model_key(_model(1), {})
+
+
+def test_the_same_weights_in_another_shape_are_converted_anew(cache):
+    """Sinusoidal positions are no weights: models that differ only in their table's
+    length share a checksum, and each gets its own conversion (a shared one refused the
+    longer model's positions)."""
+    short = Transformer(replace(get_preset("tiny").model, max_positions=64), VOCAB)
+    long = Transformer(replace(get_preset("tiny").model, max_positions=256), VOCAB)
+    long.load_state_dict(short.state_dict(), strict=False)
+    assert model_key(short, {}) == model_key(long, {})
+    assert (converted_model(short, {}, SPECIAL, 3, VOCAB, "float32")
+            != converted_model(long, {}, SPECIAL, 3, VOCAB, "float32"))

@@ -239,17 +239,17 @@ def test_a_model_whose_file_went_away_after_start_is_a_503_naming_it(models, tmp
         assert lt_translate(client, GERMAN, "de", "en").status_code == 200
 
 
-def test_the_slots_of_all_models_share_the_cores(models):
-    from transformer_nmt.decode.device.threads import decoding_threads
-
+def test_each_models_batcher_sees_the_slots_of_the_others_at_work(models):
+    """A batch decodes alone, with every core, only while no other model's slot works
+    (decode/device/policy.py's decodes_alone): the pool tells each batcher of the others."""
     with TestClient(make_app(model_paths([], [models]))) as client:
         first, second, _ = [model.service.batcher
                             for model in client.app.state.pool.loaded.values()]
         try:
-            first._free_slots = []  # its one slot at work: it asks for its threads
-            assert first.threads() == decoding_threads(1, "cpu")
+            first._free_slots = []  # its one slot at work
+            assert first.busy_elsewhere(first) == 0 and second.busy_elsewhere(second) == 1
             second._free_slots = []  # another model's slot at work beside it
-            assert first.threads() == decoding_threads(2, "cpu")
+            assert first.busy_elsewhere(first) == 1
         finally:  # free again, or stopping the server would wait for them
             first._free_slots = second._free_slots = [0]
 

@@ -1,6 +1,7 @@
 """A model's CTranslate2 form, converted once and kept: in the cache directory
-(transformer_nmt.runtime.cache_dir), under the checksum of the model's weights, the
-weights' storage type, the decoder layer its attention output reads and the checksum of
+(transformer_nmt.runtime.cache_dir), under the checksum of the model's weights and of its
+shape's settings (two models may share weights and differ in, say, their positions' table),
+the weights' storage type, the decoder layer its attention output reads and the checksum of
 its vocabulary map where it has one, so that a model changed, quantized otherwise, read at
 another layer or given another shortlist is converted anew.
 
@@ -10,7 +11,9 @@ imported model's joined vocabularies may spell two ids alike)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -34,6 +37,15 @@ def model_key(model: nn.Module, meta: dict) -> str:
     return checksum.split(":", 1)[-1]
 
 
+def settings_key(model: nn.Module, special: SpecialIds, unk: int, vocab_size: int) -> str:
+    """A short digest of what the conversion reads besides the weights: the model's
+    settings (its ModelConfig), the special ids and the vocabulary's size."""
+    settings = {"model": dataclasses.asdict(model.cfg), "special": dataclasses.asdict(special),
+                "unk": unk, "vocab_size": vocab_size}
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
 def converted_model(model: nn.Module, meta: dict, special: SpecialIds, unk: int,
                     vocab_size: int, storage: str, vmap: str | None = None) -> Path:
     """The directory of `model` (a Transformer; `meta` its file's payload without the
@@ -43,7 +55,8 @@ def converted_model(model: nn.Module, meta: dict, special: SpecialIds, unk: int,
     place, so that a reader never sees half a model and two processes converting at once
     both succeed."""
     layer = probe_layer(model.cfg.decoder_layers)
-    name = f"{model_key(model, meta)[:32]}-{storage}-layer{layer}"
+    name = (f"{model_key(model, meta)[:32]}-{settings_key(model, special, unk, vocab_size)}"
+            f"-{storage}-layer{layer}")
     if vmap is not None:  # another map, another conversion
         name += f"-vmap{hashlib.sha256(vmap.encode('utf-8')).hexdigest()[:16]}"
     target = cache_dir() / "ctranslate2" / name
