@@ -19,6 +19,9 @@ from train_fixtures import make_tiny_data, tiny_overrides
 # other processes (OpenMP threads wait on each other): the whole session uses one, set
 # here once. No library code changes the thread count behind a test's back.
 torch.set_num_threads(1)
+# The same for the commands the tests start (nmt serve, translate, train in a subprocess),
+# whose OpenMP threads would otherwise wait on each other beside the session's own work.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # What training's precision 'auto' measures about the machine is cached; the tests (and
 # the commands they start) keep theirs aside rather than in the user's cache.
 os.environ["NMT_CACHE_DIR"] = tempfile.mkdtemp(prefix="nmt-test-cache-")

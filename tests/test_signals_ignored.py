@@ -21,7 +21,8 @@ def ignore_sigint() -> None:
 
 def test_the_sigint_tests_pass_when_the_session_starts_with_sigint_ignored(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-m", "sigint", "-p", "no:cacheprovider",
+        # -n 0: in the process started with SIGINT ignored, not in workers of its own.
+        [sys.executable, "-m", "pytest", "-q", "-m", "sigint", "-n", "0", "-p", "no:cacheprovider",
          "--basetemp", str(tmp_path / "pytest"), str(TESTS)],
         cwd=TESTS.parent, capture_output=True, text=True, timeout=600,
         preexec_fn=ignore_sigint, env={**os.environ, "OMP_NUM_THREADS": "1"})
