@@ -36,13 +36,13 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
 def _add_speed_arguments(parser: argparse.ArgumentParser) -> None:
     """How decoding runs: runtime, precision, batches, threads and device."""
     speed = parser.add_argument_group(
-        "speed", "how decoding runs: the defaults are the fastest path measured on CPUs")
+        "speed", "how decoding runs: the defaults are the fastest on a CPU")
     speed.add_argument("--engine", choices=DECODE_ENGINES, default="auto",
                        help="the runtime that searches. auto (default): CTranslate2 when "
                        "it is installed and can run the model, device and precision, else "
                        "PyTorch, saying why once; ctranslate2: the model converted once for "
-                       "CTranslate2 and kept in the cache directory, about twice as fast "
-                       "as PyTorch on a CPU where measured; torch: the paper's search in PyTorch, the "
+                       "CTranslate2 and kept in the cache directory, faster than PyTorch; "
+                       "torch: the paper's search in PyTorch, the "
                        "reference, and the only one for --batch-invariant, terminology "
                        "constraints and sampling (which go to it whatever this says)")
     speed.add_argument("--shortlist", action=argparse.BooleanOptionalAction, default=True,
@@ -58,8 +58,8 @@ def _add_speed_arguments(parser: argparse.ArgumentParser) -> None:
                        help="also limit a batch to N source tokens, padding included "
                        "(default: no limit)")
     speed.add_argument("--precision", choices=DECODE_PRECISIONS, default="auto",
-                       help="auto (default): on CTranslate2, int8 on a CPU (BLEU within 0.2 "
-                       "of fp32's where measured), its fastest type on a GPU; on PyTorch, "
+                       help="auto (default): on CTranslate2, int8 on a CPU (faster, and as "
+                       "good as fp32), its fastest type on a GPU; on PyTorch, "
                        "bf16 where this CPU's or GPU's bf16 products measured faster than "
                        "fp32's, else fp32. fp32: the reference output; bf16: PyTorch on a "
                        "CPU with AVX-512 BF16 or AMX, or a GPU; int8: int8 weights, CPU "
