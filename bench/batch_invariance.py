@@ -25,7 +25,7 @@ from dataclasses import replace
 import torch
 
 from transformer_nmt.config import DecodeConfig, get_preset
-from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.runtime.precision import prepare_model
 from transformer_nmt.decode.search.searches import search
 from transformer_nmt.model.transformer import Transformer
 

@@ -34,7 +34,7 @@ def measure(args: argparse.Namespace) -> None:
 
     import translate_speed
     from transformer_nmt.config import DecodeConfig
-    from transformer_nmt.decode.device.precision import prepare_model
+    from transformer_nmt.decode.runtime.precision import prepare_model
     from transformer_nmt.decode.search.base import SpecialIds
 
     torch.set_num_threads(1)

@@ -40,7 +40,7 @@ from translate_speed import figure
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab
 from transformer_nmt.decode.attention.kv_cache import decoder_cache
-from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.runtime.precision import prepare_model
 from transformer_nmt.decode.search.base import SpecialIds
 from transformer_nmt.decode.search.searches import beam_search, greedy_search
 from transformer_nmt.model.attention import MultiHeadAttention, _fold_group, _unfold_group

@@ -40,7 +40,7 @@ import torch
 from compiled_decoding import CompiledDecoder, decoder_step
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import normalize
-from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.runtime.precision import prepare_model
 from transformer_nmt.decode.search.base import SpecialIds
 from transformer_nmt.decode.search.searches import beam_search
 from transformer_nmt.model_file import load_for_inference

@@ -35,7 +35,7 @@ import translate_speed
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.search import searches as search
 from transformer_nmt.decode.device.layout import PackedLinear, padded_rows
-from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.runtime.precision import prepare_model
 from transformer_nmt.decode.search.base import SpecialIds
 from transformer_nmt.decode.search.searches import beam_search, greedy_search
 from transformer_nmt.decode.device.threads import decoding_threads, torch_threads

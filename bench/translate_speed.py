@@ -57,7 +57,7 @@ from transformer_nmt.data.vocab import Vocab, train_vocab
 from transformer_nmt.decode.attention.kv_cache import decoder_cache
 from transformer_nmt.decode.search.base import Hypothesis, SpecialIds
 from transformer_nmt.decode.search.searches import beam_search, greedy_search
-from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.runtime.precision import prepare_model
 from transformer_nmt.decode.device.threads import decoding_threads, torch_threads
 from transformer_nmt.runtime import bf16_supported
 from transformer_nmt.memory import release_free_memory

@@ -95,7 +95,7 @@ def measure_ours(args: argparse.Namespace, precision: str) -> None:
     from transformer_nmt.config import DecodeConfig
     from transformer_nmt.data.vocab import Vocab
     from transformer_nmt.decode.search.base import SpecialIds
-    from transformer_nmt.decode.device.precision import prepare_model
+    from transformer_nmt.decode.runtime.precision import prepare_model
     from transformer_nmt.decode.device.threads import decoding_threads
 
     # Each worker on its share of --threads, as `nmt translate` shares the cores out (and

@@ -15,10 +15,18 @@ _MODULE_LINE = re.compile(r"^- `([\w/.]+\.py)`: *(.*)$")
 _TESTED_BY = re.compile(r" Tested by (tests/[\w.]+\.py(?:, tests/[\w.]+\.py)*)\.$")
 
 
-def layer_ranks(text: str) -> dict[str, int]:
-    """Layer name -> rank, from the rows of the Layers table ('| 6 | `decode` | ...')."""
+def layer_ranks(text: str, section: str = "## Layers") -> dict[str, int]:
+    """Layer name -> rank, from the rows of the table under the heading `section` ('| 6 |
+    `decode` | ...'): the package's layers, or a layer's own parts ('### `decode`'). A
+    text without that heading is read whole."""
+    lines = text.splitlines()
+    if section in lines:
+        start = lines.index(section) + 1
+        end = next((i for i in range(start, len(lines)) if lines[i].startswith("#")),
+                   len(lines))
+        lines = lines[start:end]
     ranks = {}
-    for line in text.splitlines():
+    for line in lines:
         row = _LAYER_ROW.match(line)
         if row:
             for name in re.findall(r"`([\w.]+)`", row.group(2)):
@@ -41,6 +49,11 @@ def named_tests(text: str) -> dict[str, list[str]]:
         if named:
             found[path] = named.group(1).split(", ")
     return found
+
+
+def part_ranks(text: str, layer: str = "decode") -> dict[str, int]:
+    """Part of `layer` (its sub-package) -> rank, from the table under its heading."""
+    return layer_ranks(text, f"### `{layer}`")
 
 
 def read_map(path: Path = MAP) -> tuple[dict[str, int], dict[str, str]]:

@@ -15,7 +15,7 @@ from transformer_nmt.decode.device import layout
 from transformer_nmt.decode.device.layout import (DECODE_ROW_MULTIPLE, PackedLinear,
                                                   PackedProduct, pack_linear_layers,
                                                   padded_rows)
-from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.runtime.precision import prepare_model
 from transformer_nmt.decode.search.searches import beam_search, greedy_search
 from transformer_nmt.runtime import bf16_supported
 

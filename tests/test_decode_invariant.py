@@ -1,4 +1,4 @@
-"""Batch-invariant decoding in fp32 and bf16 (decode/device/precision.py's
+"""Batch-invariant decoding in fp32 and bf16 (decode/runtime/precision.py's
 make_batch_invariant): a sentence gets the same tokens and scores whatever shares its
 batch, bit for bit."""
 
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.decode.attention.kernels import batch_invariant_attention
 from transformer_nmt.decode.device.layout import PackedLinear, RowTiledLinear
-from transformer_nmt.decode.device.precision import make_batch_invariant, prepare_model
+from transformer_nmt.decode.runtime.precision import make_batch_invariant, prepare_model
 from transformer_nmt.decode.search.searches import search
 from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.model.attention import MultiHeadAttention

@@ -34,7 +34,7 @@ def test_features_of_hand_made_outputs_agree_with_the_models_token_scores(model_
     src = translator.source_tensor([source] * len(outputs))
     features = [dict(zip(FEATURES, row))
                 for row in sentence_features(translator.model, src, outputs, translator.special)]
-    from transformer_nmt.decode.search.scoring import score_ids
+    from transformer_nmt.decode.text.scoring import score_ids
     scored = score_ids(translator, [source] * len(outputs), outputs)
     for found, pair in zip(features, scored):
         assert found["mean_log_prob"] == pytest.approx(

@@ -11,7 +11,7 @@ import torch
 
 from train_fixtures import reversal_pairs
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.search.scoring import score_ids
+from transformer_nmt.decode.text.scoring import score_ids
 from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 
 pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")

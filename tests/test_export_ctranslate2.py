@@ -17,7 +17,7 @@ from transformer_nmt.cli import main
 from transformer_nmt.cli.export import QUANTIZATIONS as CLI_QUANTIZATIONS
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.text import normalize
-from transformer_nmt.decode.search.scoring import score_ids
+from transformer_nmt.decode.text.scoring import score_ids
 from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer

@@ -380,7 +380,7 @@ def test_cached_decoding_equals_uncached(gpu_device, beam):
 def test_a_bf16_search_on_a_gpu_never_runs_cudnn_attention(gpu_device):
     # cuDNN plans each new shape, and every decoding step has a new key length: a bf16
     # search that PyTorch sent there made no progress (bench/RESULTS.md).
-    from transformer_nmt.decode.device.precision import prepare_model
+    from transformer_nmt.decode.runtime.precision import prepare_model
 
     model = prepare_model(tiny_transformer(), gpu_device, "bf16")
     src = random_sources(6, 12, seed=1).to(gpu_device)

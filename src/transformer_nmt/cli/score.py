@@ -59,7 +59,7 @@ def run_score(args: argparse.Namespace) -> None:
     from contextlib import nullcontext
 
     from transformer_nmt.data.text import LineWriter, read_lines
-    from transformer_nmt.decode.search.scoring import score_lines
+    from transformer_nmt.decode.text.scoring import score_lines
     from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 
     logging.basicConfig(format="nmt score: warning: %(message)s", level=logging.WARNING)

@@ -1,6 +1,6 @@
 """Eq. (1) as decoding on a CPU computes it: the model's kernel (model/attention.py,
 `eq1_kernel`) with two changes a decoding model gets installed (`install_kernels`,
-from decode/device/precision.py), the equation unchanged.
+from decode/runtime/precision.py), the equation unchanged.
 
 - bf16 on a CPU compiles a kernel per shape (transformer_nmt.runtime.compiles_per_shape),
   and the explicit path serves whole sentences of every length (the weights of

@@ -1,5 +1,5 @@
 """The key/value caches the searches decode with: the model's plain caches
-(model/cache.py) storing keys and values in the dtype decoding chose (precision.cache_dtype)
+(model/cache.py) storing keys and values in the dtype decoding chose (`cache_dtype`)
 and gathering reorders into spare buffers (decode/attention/spare_pool.py); and the cache a search's
 step decodes with, a probe on one layer where asked (decode/attention/probe.py)."""
 
@@ -10,11 +10,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from transformer_nmt.decode.device.precision import cache_dtype
 from transformer_nmt.decode.attention.probe import Probe, Unkept, install_probe
 from transformer_nmt.decode.attention.spare_pool import SparePool
 from transformer_nmt.model.cache import DecoderCache, KVCache
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.runtime import bf16_supported
 
 
 class StoredKVCache(KVCache):
@@ -74,3 +74,17 @@ def step_cache(model: Any, use_cache: bool, max_length: int, probe_layer: int | 
     if cache is None:
         cache = Unkept(len(model.decoder_layers))
     return cache, install_probe(cache, probe_layer)
+
+
+def cache_dtype(model: Transformer) -> torch.dtype | None:
+    """The dtype decoding caches `model`'s keys and values in (None: the model's).
+
+    int8 decoding (`quantize`) keeps them in bf16 on a CPU that computes it natively:
+    attention over the caches reads them from memory at every step, and with the
+    products in int8 that reading is a large part of a step, and bf16 halves its bytes.
+    fp32 keeps fp32 caches, so that its
+    output stays the reference; without native bf16 the conversions would cost more
+    than they save.
+    """
+    quantized = isinstance(model.output_proj, torch.ao.nn.quantized.dynamic.Linear)
+    return torch.bfloat16 if quantized and bf16_supported(torch.device("cpu")) else None

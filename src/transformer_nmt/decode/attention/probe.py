@@ -1,7 +1,7 @@
 """A probe on one decoder layer's encoder-decoder attention: as that layer's cache (or a
 wrapper of it), it records the attention weights each time the layer attends, computed in
 float32 beside the fused kernel, the layer's output unchanged. The confidence's features
-read them while the search decodes (decode/quality/feature_track.py)."""
+read them while the search decodes (decode/search/feature_track.py)."""
 
 from __future__ import annotations
 

@@ -1,3 +1,3 @@
-"""How decoding uses the device: the model made ready (precision, the layout of its
-products), threads, and how much is decoded at once.
+"""How decoding uses the CPU: the layout of a model's products, threads, and how much is
+decoded at once.
 """

@@ -1,3 +1,3 @@
-"""How far to trust a translation: its confidence and features, degenerate outputs and the
-guard that decodes them again, and sources the model's vocabulary cannot read.
+"""How far to trust a translation: its confidence, degenerate outputs and the guard that
+decodes them again, and sources the model's vocabulary cannot read.
 """

@@ -3,10 +3,10 @@ gives about it (`sentence_features`), and the calibration that turns them into t
 probability that the sentence is acceptable (`Calibration`, fitted by `nmt calibrate`,
 transformer_nmt.calibrate).
 
-The features (FEATURES) are defined in transformer_nmt.decode.quality.features: what
+The features (FEATURES) are defined in transformer_nmt.decode.search.features: what
 one teacher-forced decoder pass over the chosen output gives (`sentence_features`), or, the
 same numbers up to rounding, what the search gathered while it made it
-(transformer_nmt.decode.quality.feature_track).
+(transformer_nmt.decode.search.feature_track).
 
 The agreement of an n-best list is left out: the default search returns one hypothesis,
 and asking it for more would make every translation slower.
@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
-from transformer_nmt.decode.quality.features import (CALIBRATION_VERSION, FEATURES,
+from transformer_nmt.decode.search.features import (CALIBRATION_VERSION, FEATURES,
                                                          StepSums, all_features,
                                                          heads_averaged, token_entropy)
 from transformer_nmt.decode.quality.degenerate import (COPIES_SOURCE, ONLY_SYMBOLS, REPEATS,

@@ -85,8 +85,8 @@ class Hypothesis:
     """log P of each token given the ones before it, EOS last (len(tokens) + 1 values
     summing to log_prob); only when asked for."""
     features: list[float] | None = None
-    """The confidence's STATE_FEATURES (transformer_nmt.decode.quality.features), gathered
-    by the search (transformer_nmt.decode.quality.feature_track) when asked."""
+    """The confidence's STATE_FEATURES (transformer_nmt.decode.search.features), gathered
+    by the search (transformer_nmt.decode.search.feature_track) when asked."""
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:

@@ -20,7 +20,7 @@ from transformer_nmt.decode.search.ranking import Selection
 from transformer_nmt.decode.search.base import EncoderState, Hypothesis, Seq2Seq, SpecialIds
 from transformer_nmt.decode.search.stepper import Stepper
 from transformer_nmt.decode.attention.probe import probe_layer
-from transformer_nmt.decode.quality.feature_track import FeatureTrack
+from transformer_nmt.decode.search.feature_track import FeatureTrack
 from transformer_nmt.decode.search.step import SearchStep
 from transformer_nmt.decode.search.step_rules import Step, StepProcessor, apply_processors
 from transformer_nmt.decode.search.withdrawal import stop_if_withdrawn

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from transformer_nmt.decode.search.ranking import Ranked, Selection
 from transformer_nmt.decode.search.base import Hypothesis, length_penalty
-from transformer_nmt.decode.quality.feature_track import FeatureTrack
+from transformer_nmt.decode.search.feature_track import FeatureTrack
 
 
 def best_possible_scores(open_log_probs: Tensor, length: int, limits: Tensor,

@@ -64,7 +64,7 @@ class TranslatorOptions:
     """fp32 and bf16 on a CPU: every sentence gets the tokens and scores it gets alone, bit
     for bit, whatever shares its batch (products in fixed tiles of rows, attention over
     each row's own number of keys, rounded up:
-    transformer_nmt.decode.device.precision.make_batch_invariant). Only the torch search
+    transformer_nmt.decode.runtime.precision.make_batch_invariant). Only the torch search
     does it, at a cost in speed: fixed tiles cannot use the kernels' widest blocks. int8
     is left as it is. None: off."""
 

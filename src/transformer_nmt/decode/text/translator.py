@@ -36,7 +36,7 @@ from transformer_nmt.decode.quality.unknown import mark_unreadable, unreadable
 from transformer_nmt.decode.text.options import TranslatorOptions
 from transformer_nmt.decode.text.job import (  # noqa: F401 (Translation is imported from here)
     CallSettings, Translation, TranslationJob, TranslationRequest, constraint_ids, prefix_ids)
-from transformer_nmt.decode.device.precision import prepare_model
+from transformer_nmt.decode.runtime.precision import prepare_model
 from transformer_nmt.decode.runtime.choice import choose_engine
 from transformer_nmt.decode.runtime.ctranslate2_search import CTranslate2Search, open_ctranslate2
 from transformer_nmt.decode.search.base import Hypothesis, SpecialIds

@@ -1,14 +1,14 @@
 """What a calibrated model's confidence needs from a translation, gathered while the search
 makes it (`FeatureTrack`), so that no second decoder pass is needed afterwards.
 
-transformer_nmt.decode.quality.features defines the features; four of them
+transformer_nmt.decode.search.features defines the features; four of them
 (STATE_FEATURES) come from the model's states: the log P of each step's token, the entropy
 of the distribution it was chosen from, and the attention of the probed decoder layer
 (transformer_nmt.decode.attention.probe.ATTENTION_LAYER).
 A search computes every one of those distributions and attentions on its way to the
 output; the track adds them up per open row (`StepSums`), follows the rows as beams move
 and sentences leave, and hands each finished hypothesis its four numbers. They equal the
-teacher-forced pass's up to float rounding (tests/test_decode_quality_feature_track.py),
+teacher-forced pass's up to float rounding (tests/test_decode_search_feature_track.py),
 without the pass's cost.
 """
 
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_nmt.decode.quality.features import StepSums, heads_averaged, token_entropy
+from transformer_nmt.decode.search.features import StepSums, heads_averaged, token_entropy
 
 class FeatureTrack:
     """Per open row of a search: what its tokens so far add up to (`StepSums`).

@@ -1,4 +1,4 @@
-"""Scoring given translations (transformer_nmt.decode.search.scoring) and `nmt score`."""
+"""Scoring given translations (transformer_nmt.decode.text.scoring) and `nmt score`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from decode_fixtures import SHORT, sentences
 from transformer_nmt.cli import main
-from transformer_nmt.decode.search.scoring import score_ids, score_lines
+from transformer_nmt.decode.text.scoring import score_ids, score_lines
 from transformer_nmt.decode.search.base import length_penalty
 from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError

@@ -32,7 +32,8 @@ def prepare_model(model: nn.Module, device: str | torch.device | None, precision
 
     bf16 converts the weights once rather than using autocast, which casts every
     operation's inputs again at each decoding step and was measured slower on a CPU with
-    native bf16. int8: `quantize`, and keys and values cached in `cache_dtype`.
+    native bf16. int8: `quantize`, and keys and values cached in
+    transformer_nmt.decode.attention.kv_cache's `cache_dtype`.
     """
     device = resolve_runtime(device, precision).device
     if device.type == "cuda":
@@ -84,20 +85,6 @@ def quantize(model: nn.Module) -> nn.Module:
                 projection)
         return torch.ao.quantization.quantize_dynamic(
             model, {nn.Linear: qconfig}, dtype=torch.qint8, inplace=True)
-
-
-def cache_dtype(model: Transformer) -> torch.dtype | None:
-    """The dtype decoding caches `model`'s keys and values in (None: the model's).
-
-    int8 decoding (`quantize`) keeps them in bf16 on a CPU that computes it natively:
-    attention over the caches reads them from memory at every step, and with the
-    products in int8 that reading is a large part of a step, and bf16 halves its bytes.
-    fp32 keeps fp32 caches, so that its
-    output stays the reference; without native bf16 the conversions would cost more
-    than they save.
-    """
-    quantized = isinstance(model.output_proj, torch.ao.nn.quantized.dynamic.Linear)
-    return torch.bfloat16 if quantized and bf16_supported(torch.device("cpu")) else None
 
 
 def make_batch_invariant(model: nn.Module) -> nn.Module:

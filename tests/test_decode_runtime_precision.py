@@ -1,4 +1,4 @@
-"""Decoding in reduced precision: bf16 weights and int8 quantization (decode/device/precision.py)."""
+"""Decoding in reduced precision: bf16 weights and int8 quantization (decode/runtime/precision.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import torch
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.manifest import text_path
 from transformer_nmt.data.text import read_lines
-from transformer_nmt.decode.device.precision import cache_dtype, prepare_model
+from transformer_nmt.decode.attention.kv_cache import cache_dtype
+from transformer_nmt.decode.runtime.precision import prepare_model
 from transformer_nmt.decode.text.translator import Translation, Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.model.transformer import Transformer
@@ -110,7 +111,7 @@ def test_emulated_bf16_is_refused(model_file):
 
 @pytest.mark.parametrize("native_bf16", [True, False])
 def test_int8_keeps_bf16_caches_only_where_bf16_is_native(monkeypatch, native_bf16):
-    monkeypatch.setattr("transformer_nmt.decode.device.precision.bf16_supported",
+    monkeypatch.setattr("transformer_nmt.decode.attention.kv_cache.bf16_supported",
                         lambda device: native_bf16)
     int8 = prepare_model(Transformer(get_preset("tiny").model, 60), "cpu", "int8")
     assert cache_dtype(int8) == (torch.bfloat16 if native_bf16 else None)
@@ -119,7 +120,7 @@ def test_int8_keeps_bf16_caches_only_where_bf16_is_native(monkeypatch, native_bf
 
 
 def test_a_gpu_decoder_leaves_out_cudnn_attention_which_plans_every_new_shape():
-    from transformer_nmt.decode.device.precision import leave_out_per_shape_attention
+    from transformer_nmt.decode.runtime.precision import leave_out_per_shape_attention
 
     before = torch.backends.cuda.cudnn_sdp_enabled()
     try:

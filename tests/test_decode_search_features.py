@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from transformer_nmt.decode.quality.features import (ATTENDED, FEATURES, STATE_FEATURES,
+from transformer_nmt.decode.search.features import (ATTENDED, FEATURES, STATE_FEATURES,
                                                          StepSums, all_features,
                                                          copied_tokens, heads_averaged,
                                                          repeated_bigrams, token_entropy)
