@@ -291,7 +291,7 @@ def opaque_int8(model: Transformer) -> Transformer:
             for name, child in list(parent.named_children()):
                 if isinstance(child, torch.ao.nn.quantized.dynamic.Linear):
                     setattr(parent, name, OpaqueInt8Linear(child))
-    model.output_proj = OpaqueInt8Linear(model.output_proj)
+    model.projector = OpaqueInt8Linear(model.projector)
     return model
 
 

@@ -133,12 +133,6 @@ def test_every_module_has_its_own_test_file_or_names_existing_ones_on_the_map():
 MODEL_MAY_IMPORT = ("torch", "transformer_nmt.config", "transformer_nmt.model")
 """What the paper's model (model/) is built of besides Python's standard library: torch,
 its configuration, and itself."""
-ENGINE_WORDS = ("rows.py", "row_cache", "RowCache", "RowSelfCache", "decode_rows", "join_rows",
-                "span", "probe", "madvise", "release_rows", "SparePool",
-                "batch_invariant", "cache_dtype", "transformer_nmt.memory",
-                "transformer_nmt.decode")
-"""What belongs to decoding's engine (transformer_nmt.decode) and must not appear in model/:
-row caches and their spans, probes, memory release, decoding's kernels and dtypes."""
 
 
 def imported_modules(tree: ast.Module) -> set[str]:
@@ -151,7 +145,7 @@ def imported_modules(tree: ast.Module) -> set[str]:
     return names
 
 
-def test_the_model_imports_only_torch_its_config_and_itself_and_knows_no_engine():
+def test_the_model_imports_only_torch_its_config_and_itself():
     for path in sorted((PACKAGE_DIR / "model").glob("*.py")):
         text = path.read_text()
         foreign = {name for name in imported_modules(ast.parse(text))
@@ -159,8 +153,43 @@ def test_the_model_imports_only_torch_its_config_and_itself_and_knows_no_engine(
                    and not any(name == root or name.startswith(root + ".")
                                for root in MODEL_MAY_IMPORT)}
         assert not foreign, f"model/{path.name} imports {sorted(foreign)}"
-        words = [word for word in ENGINE_WORDS if word in text]
-        assert not words, f"model/{path.name} mentions {words}"
+
+
+def test_decoding_plugs_into_the_model_through_its_cache_protocol_alone():
+    """The one interface between decoding and the model: model/cache.py's DecodingCache,
+    which every cache a search decodes with implements, and the decoder's `cache` is."""
+    import typing
+
+    import torch
+
+    from transformer_nmt.config import get_preset
+    from transformer_nmt.decode.attention.kv_cache import step_cache
+    from transformer_nmt.model.cache import DecodingCache
+    from transformer_nmt.model.transformer import Transformer
+
+    model = Transformer(get_preset("tiny").model, 32).eval()
+    hints = typing.get_type_hints(Transformer.decode)
+    assert hints["cache"] == DecodingCache | None
+    kept, _ = step_cache(model, True, 8)
+    probed, _ = step_cache(model, True, 8, probe_layer=0)
+    unkept, _ = step_cache(model, False, 8, probe_layer=0)
+    for cache in (model.new_cache(), kept, probed, unkept):
+        assert isinstance(cache, DecodingCache), type(cache)
+    src, tgt = torch.tensor([[5, 6, 2]]), torch.tensor([[1]])
+    with torch.inference_mode():  # each of them decodes a step
+        for cache in (kept, probed, unkept):
+            assert model.decode(tgt, model.encode(src), cache).logits.shape == (1, 1, 32)
+
+
+def test_the_model_checks_no_layers_type():
+    """Decoding's own layers plug in where the model says (its `projector`), not where
+    the model tells them apart by type."""
+    for path in sorted((PACKAGE_DIR / "model").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(
+                    isinstance(part, ast.Call) and getattr(part.func, "id", "") == "type"
+                    for part in (node.left, *node.comparators)):
+                raise AssertionError(f"model/{path.name}:{node.lineno} compares a type")
 
 
 NAMED_MODULE = re.compile(r"\btransformer_nmt(?:\.\w+)+")

@@ -98,7 +98,7 @@ def test_a_packed_model_decodes_as_the_original(precision):
     assert not [m for m in model.modules() if type(m) is nn.Linear]
     # The projection tied to the target embedding gets a packed copy; the embedding
     # keeps its rows for looking tokens up.
-    assert isinstance(model.output_proj, PackedLinear)
+    assert isinstance(model.projector, PackedLinear)
     assert torch.equal(model.tgt_embed.weight, reference.tgt_embed.weight)
     src = random_sources(6, model.vocab_size, seed=1)
     tgt = random_sources(6, model.vocab_size, seed=2)
@@ -128,7 +128,7 @@ def test_decoding_on_a_cpu_multiplies_packed_matrices_at_a_few_row_counts(precis
                                                                           monkeypatch):
     model = prepare_model(tiny_transformer(), "cpu", precision)
     assert not [m for m in model.modules() if type(m) is nn.Linear]
-    assert isinstance(model.output_proj, PackedLinear)
+    assert isinstance(model.projector, PackedLinear)
     rows_seen = set()
     product = PackedProduct.__call__
 

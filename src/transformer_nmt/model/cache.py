@@ -2,7 +2,8 @@
 new positions and attends over the keys and values of the ones before (section 3.2.3's
 masked self-attention makes those unchanged by later positions).
 
-Read top to bottom: one attention layer's cache, then the cache of a whole decoder
+Read top to bottom: what the model reads of a decoder's cache (`DecodingCache`, all that
+decoding plugs into), one attention layer's cache, then the cache of a whole decoder
 (every layer's self- and encoder-decoder attention). Each cache owns how its keys and
 values are stored and attended (model/attention.py, AttentionCache), so that other
 caches plug in without the model knowing them.
@@ -10,11 +11,27 @@ caches plug in without the model knowing them.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 from torch import Tensor
 
-from transformer_nmt.model.attention import Kernel, attend
+from transformer_nmt.model.attention import AttentionCache, Kernel, attend
+
+
+@runtime_checkable
+class DecodingCache(Protocol):
+    """What the model reads of an incremental-decoding cache, and all it reads: each
+    decoder layer's self- and encoder-decoder attention cache (None for a layer that
+    keeps nothing) and where the positions fed next start. `DecoderCache` below is the
+    plain one; decoding's own implement the same (transformer_nmt.decode.attention)."""
+
+    self_attention: Sequence[AttentionCache | None]
+    """Per decoder layer, its self-attention's cache."""
+    cross_attention: Sequence[AttentionCache | None]
+    """Per decoder layer, its encoder-decoder attention's cache."""
+
+    def new_positions(self, new: int) -> int:
+        """The position of the first of the `new` target positions fed next."""
 
 
 class KVCache:

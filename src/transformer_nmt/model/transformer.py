@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_nmt.config import ModelConfig
-from transformer_nmt.model.cache import DecoderCache
+from transformer_nmt.model.cache import DecoderCache, DecodingCache
 from transformer_nmt.model.dropout import bool_mask_dropout
 from transformer_nmt.model.layer_norm import OutputSavingLayerNorm
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer
@@ -113,6 +113,10 @@ class Transformer(nn.Module):
                           else nn.Embedding(vocab_size, cfg.d_model, padding_idx=pad_id))
         self.output_proj = (None if cfg.tie_embeddings in ("all", "decoder")
                             else nn.Linear(cfg.d_model, vocab_size, bias=False))
+        self.projector: nn.Module | None = None
+        """Where decoding installs its own pre-softmax transformation (a packed, tiled or
+        int8 copy of the weight that adds the logits bias inside its product), `project`
+        calls it; the weights stay where they are, for everything else that reads them."""
         # The decoder's learned table, and the encoder's too unless tie_positions is False.
         self.src_positions = None
         if cfg.positional == "learned":
@@ -200,7 +204,7 @@ class Transformer(nn.Module):
         max_length: the most target positions the caller will decode (0: unknown)."""
         return DecoderCache.plain(len(self.decoder_layers), max_length)
 
-    def decode(self, tgt: Tensor, enc: EncoderOut, cache: DecoderCache | None = None,
+    def decode(self, tgt: Tensor, enc: EncoderOut, cache: DecodingCache | None = None,
                need_weights: bool = False) -> DecoderOut:
         """Next-token logits for target prefixes tgt (batch, tgt_len) given the encoder output.
 
@@ -216,7 +220,7 @@ class Transformer(nn.Module):
         return DecoderOut(self.project(states), self_attention, cross_attention)
 
     def _decoder_states(self, tgt: Tensor, enc: EncoderOut,
-                        cache: DecoderCache | None = None, need_weights: bool = False
+                        cache: DecodingCache | None = None, need_weights: bool = False
                         ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """The decoder stack's output (batch, tgt_len, d_model) and, with need_weights, its
         layers' self- and encoder-decoder attention weights."""
@@ -251,11 +255,9 @@ class Transformer(nn.Module):
     def project(self, x: Tensor) -> Tensor:
         """Pre-softmax linear transformation (batch, len, d_model) -> (batch, len, vocab),
         x W^T + logits_bias."""
-        if self.output_proj is None or type(self.output_proj) is nn.Linear:
-            return F.linear(x, self.projection_weight, self.projection_bias)
-        # A module put in output_proj's place holds its own copy of the weight and adds
-        # the bias itself, inside its product rather than in another pass over the logits.
-        return self.output_proj(x)
+        if self.projector is not None:
+            return self.projector(x)
+        return F.linear(x, self.projection_weight, self.projection_bias)
 
     def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True) -> Tensor:
         """Teacher-forced logits (batch, tgt_len, vocab) for src (batch, src_len), tgt_in (batch, tgt_len).

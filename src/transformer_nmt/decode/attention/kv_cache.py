@@ -86,5 +86,5 @@ def cache_dtype(model: Transformer) -> torch.dtype | None:
     output stays the reference; without native bf16 the conversions would cost more
     than they save.
     """
-    quantized = isinstance(model.output_proj, torch.ao.nn.quantized.dynamic.Linear)
+    quantized = isinstance(model.projector, torch.ao.nn.quantized.dynamic.Linear)
     return torch.bfloat16 if quantized and bf16_supported(torch.device("cpu")) else None

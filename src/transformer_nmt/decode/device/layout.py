@@ -65,15 +65,18 @@ class PackedProduct:
 
 def _replace_linear_layers(model: nn.Module,
                            make: Callable[[Tensor, Tensor | None], nn.Module]) -> nn.Module:
-    """`model` with each Transformer's pre-softmax projection, tied or not, replaced by
-    make(its weight, its logits bias), and every other nn.Linear, in place, by
-    make(weight, bias)."""
-    for transformer in [m for m in model.modules() if isinstance(m, Transformer)]:
-        transformer.output_proj = make(transformer.projection_weight,
-                                       transformer.projection_bias)
+    """`model` with each Transformer's pre-softmax projection, tied or not, computed by
+    make(its weight, its logits bias) (the Transformer's `projector`), and every other
+    nn.Linear replaced, in place, by make(weight, bias)."""
+    transformers = [m for m in model.modules() if isinstance(m, Transformer)]
+    for transformer in transformers:
+        transformer.projector = make(transformer.projection_weight,
+                                     transformer.projection_bias)
+    # An untied projection's own layer is read through projection_weight only now.
+    projections = {id(transformer.output_proj) for transformer in transformers}
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear:
+            if type(child) is nn.Linear and id(child) not in projections:
                 setattr(parent, name, make(child.weight, child.bias))
     return model
 

@@ -81,8 +81,10 @@ def quantize(model: nn.Module) -> nn.Module:
             if bias is not None:
                 projection.bias = nn.Parameter(bias.detach())
             projection.qconfig = qconfig
-            transformer.output_proj = torch.ao.nn.quantized.dynamic.Linear.from_float(
+            transformer.projector = torch.ao.nn.quantized.dynamic.Linear.from_float(
                 projection)
+            if transformer.output_proj is not None:  # read through projection_weight only
+                transformer.output_proj.qconfig = None
         return torch.ao.quantization.quantize_dynamic(
             model, {nn.Linear: qconfig}, dtype=torch.qint8, inplace=True)
 
