@@ -5,7 +5,8 @@ Given a finished `nmt distill` directory, trains the student's preset on --data'
 references with the same --set overrides (the same time limit, so the same time), averages
 the same number of last checkpoints, and measures that model exactly as the distill
 report measured teacher and student (`distill.measure.measure`: the test split, greedy and
-beam search, in a fresh process). Prints one JSON line per model (the teacher's and the
+beam search, as served, in a fresh process; the reference-trained student has no shortlist,
+unlike the distilled one). Prints one JSON line per model (the teacher's and the
 student's from DIR/report.json, the reference-trained student's measured here), then the
 goals' figures: BLEU of the distilled student minus the reference-trained one's (goal
 > 0), the student's greedy sentences/s over the teacher's beam sentences/s (goal >= 3),
@@ -23,7 +24,7 @@ import json
 from pathlib import Path
 
 from transformer_nmt.data.manifest import text_path
-from transformer_nmt.distill.measure import format_report, measure
+from transformer_nmt.distill.measure import format_report, measure, served_options
 from transformer_nmt.distill.pipeline import average_last_checkpoints
 from transformer_nmt.distill.state import DistillState
 from transformer_nmt.evaluate import split_languages
@@ -53,8 +54,8 @@ def main() -> None:
     src, tgt = split_languages(args.data, None, None)
     rows = {"teacher": report["teacher"], "student": report["student"],
             "references": measure([model], text_path(args.data, "test", src),
-                                  text_path(args.data, "test", tgt), tgt, beam, None,
-                                  out / f"test.{tgt}")}
+                                  text_path(args.data, "test", tgt), tgt, beam,
+                                  served_options(beam), out / f"test.{tgt}")}
     rows["references"]["steps"] = summary.step
     for label, row in rows.items():
         print(json.dumps({"bench": "distill_vs_references", "model": label, **row}), flush=True)

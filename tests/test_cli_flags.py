@@ -54,7 +54,7 @@ NOT_SETTINGS = {
     "prepare": {"--vocab"} | {f"--{split}-{kind}" for split in ("train", "valid", "test")
                               for kind in ("src", "tgt", "tsv")},
     "quickstart": {"--set"},
-    "distill": {"--teacher", "--data", "--mono", "--out", "--set", "--device"},
+    "distill": {"--teacher", "--data", "--mono", "--out", "--set", "--export", "--device"},
     "export": {"--model", "--to", "out", "--quantization", "--force", "--from-code",
                "--to-code", "--package-version", "--shortlist"},
     "shortlist": {"--model", "--data", "--split", "--best", "--frequent"},

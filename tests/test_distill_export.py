@@ -1,7 +1,8 @@
-"""`nmt distill`'s stage 5: the student exported to CTranslate2 and as an Argos Translate
-package, recorded in distill.json like the other stages; asked for on a finished
-distillation it runs alone, a rerun skips it, a missing output is rebuilt, other settings
-redo it (they are not refused), and a missing runtime is refused before any work."""
+"""`nmt distill`'s stage 6: the student exported to CTranslate2 by default, in int8 with its
+shortlist as vmap.txt, and as an Argos Translate package when asked, recorded in
+distill.json like the other stages; asked for on a finished distillation it runs alone, a
+rerun skips it, a missing output is rebuilt, other settings redo it (they are not
+refused), --export none skips it, and a missing runtime is refused before any work."""
 
 from __future__ import annotations
 
@@ -52,14 +53,16 @@ class FakeExporter:
         return out
 
 
-def translate_one(directory: Path, student: Path) -> list[str]:
-    """CTranslate2's translation of one sentence, in pieces, by the export `directory`."""
+def translate_one(directory: Path, student: Path, use_vmap: bool = False) -> list[str]:
+    """CTranslate2's translation of one sentence, in pieces, by the export `directory`
+    (`use_vmap`: through its vocabulary map)."""
     import ctranslate2
 
     vocab = load_for_inference(student).vocab
     translator = ctranslate2.Translator(str(directory), device="cpu", intra_threads=1)
     [result] = translator.translate_batch(
-        [vocab.processor.encode("the cat sees a dog", out_type=str)], max_decoding_length=20)
+        [vocab.processor.encode("the cat sees a dog", out_type=str)], max_decoding_length=20,
+        use_vmap=use_vmap)
     return result.hypotheses[0]
 
 
@@ -82,13 +85,14 @@ def test_exports_asked_of_a_finished_distillation_run_stage_5_alone_and_load(
                                                 "--export", "argos"]) == 0
     printed = capsys.readouterr().out
     assert sum("done already" in line for line in printed.splitlines()) == len(STAGES) - 1
-    assert "[5/5] exporting the student (int8 weights) to ctranslate2 and argos" in printed
+    assert "[6/6] exporting the student (int8 weights) to ctranslate2 and argos" in printed
     stages = DistillState(out).stages
     assert stages["export"]["settings"]["formats"] == ["ctranslate2", "argos"]
     assert "report" in stages  # the report is not redone for an export
     student = out / "student.pt"
     ct2 = out / "student-ctranslate2"
     assert json.loads((ct2 / "transformer_nmt.json").read_text())["quantization"] == "int8"
+    assert (ct2 / "vmap.txt").exists()
     assert isinstance(translate_one(ct2, student), list)
     with zipfile.ZipFile(out / "student.argosmodel") as package:
         metadata = json.loads(package.read("student/metadata.json"))
@@ -96,6 +100,38 @@ def test_exports_asked_of_a_finished_distillation_run_stage_5_alone_and_load(
     assert (metadata["from_code"], metadata["to_code"]) == ("en", "xx")
     assert metadata["transformer_nmt"]["quantization"] == "int8"
     assert isinstance(translate_one(tmp_path / "argos" / "student" / "model", student), list)
+
+
+@needs_ctranslate2
+def test_by_default_the_student_is_exported_to_ctranslate2_in_int8_with_its_shortlist(
+        distilled, tmp_path, capsys):
+    out = copy_of(distilled, tmp_path)
+    assert main(command_line(distilled, out)) == 0
+    printed = capsys.readouterr().out
+    assert "[6/6] exporting the student (int8 weights) to ctranslate2" in printed
+    assert "translate_batch(..., use_vmap=True) uses its shortlist" in printed
+    assert sum("done already" in line for line in printed.splitlines()) == len(STAGES) - 1
+    ct2 = out / "student-ctranslate2"
+    record = json.loads((ct2 / "transformer_nmt.json").read_text())
+    assert (record["quantization"], record["shortlist"]) == ("int8", True)
+    vmap = (ct2 / "vmap.txt").read_text(encoding="utf-8").splitlines()
+    assert vmap and all("\t" in line for line in vmap)
+    student = out / "student.pt"
+    assert translate_one(ct2, student, use_vmap=True)
+    stages = DistillState(out).stages
+    assert stages["export"]["settings"]["shortlist"] is not None
+    assert not (out / EXPORTS["argos"]).exists()
+
+
+def test_export_none_exports_nothing_and_is_given_alone(distilled, tmp_path, capsys):
+    out = copy_of(distilled, tmp_path)
+    assert main(command_line(distilled, out) + ["--export", "none"]) == 0
+    assert "[6/6] exporting the student: none asked for" in capsys.readouterr().out
+    assert not (out / EXPORTS["ctranslate2"]).exists()
+    assert main(command_line(distilled, out) + ["--export", "none", "--export", "argos"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "nmt distill: error: --export none argos: none exports nothing; give it alone, or "
+        "leave it out")
 
 
 def test_a_rerun_skips_the_export_and_a_missing_output_is_rebuilt(distilled, tmp_path):
@@ -144,14 +180,15 @@ def test_a_student_ctranslate2_cannot_run_is_refused_before_any_work(trained_mod
     opts = options(trained_model_file, tiny_data, tmp_path / "out", exports=("ctranslate2",),
                    overrides=(*STUDENT_SETTINGS, ("d_v", "16")))
     with pytest.raises(UserError, match=r"^the student cannot be exported to ctranslate2, "
-                                        r"whose runtime is CTranslate2: .*d_v = 16"):
+                                        r"whose runtime is CTranslate2: .*d_v = 16.*"
+                                        r"--export none"):
         run(opts, EXPORTER)
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"quantization": "float16"}, "--quantization float16 is for the export stage; add "
-                                  "--export ctranslate2 or --export argos"),
+    ({"quantization": "float16", "exports": ()}, "--quantization float16 is for the export "
+                                                 "stage, which --export none skips"),
     ({"exports": ("argos", "argos")}, "--export argos argos names a format twice"),
     ({"exports": ("onnx",)}, "--export 'onnx' is not a format nmt distill exports to; "
                              "give ctranslate2 or argos"),
@@ -161,13 +198,14 @@ def test_bad_export_options_are_refused_in_one_line(tmp_path, changes, message):
         options(tmp_path / "t.pt", tmp_path, tmp_path / "out", **changes)
 
 
-def test_quantization_without_export_is_refused_on_the_command_line(distilled, tmp_path,
+def test_quantization_with_export_none_is_refused_on_the_command_line(distilled, tmp_path,
                                                                     capsys):
     out = tmp_path / "out"
-    assert main(command_line(distilled, out) + ["--quantization", "float16"]) == 2
+    assert main(command_line(distilled, out) + ["--export", "none", "--quantization",
+                                                "float16"]) == 2
     error = capsys.readouterr().err.strip()
-    assert error == ("nmt distill: error: --quantization float16 is for the export stage; "
-                     "add --export ctranslate2 or --export argos")
+    assert error == ("nmt distill: error: --quantization float16 is for the export stage, "
+                     "which --export none skips; drop one of them")
     assert not out.exists()
 
 
@@ -179,4 +217,5 @@ def test_a_retrained_student_removes_the_exports_of_the_old_one(distilled, tmp_p
     _finish(options_for(distilled, out), state, lambda line: None, "train",
             state.stages["train"]["settings"], [out / "student.pt"])
     assert not (out / EXPORTS["argos"]).exists()
+    assert not (out / "student.shortlist.npz").exists()
     assert set(DistillState(out).stages) == {"translate", "select", "train"}

@@ -1,15 +1,17 @@
 """`nmt distill` end to end on a tiny teacher: every stage runs and says so, a rerun skips
 what is done, an interrupted stage is redone, changed settings are refused in one line,
-and the report has its fields."""
+and the report has its fields, the comparison as served among them."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from distill_fixtures import (REPORT_FIELDS, copy_of, drop_record, options, options_for, run,
@@ -24,19 +26,23 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.interrupts import Terminated
 from transformer_nmt.model_file import read_model_file, save_model_file
 
+needs_ctranslate2 = pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None,
+                                       reason="the ctranslate2 extra is not installed")
+
 
 def test_every_stage_runs_and_leaves_its_files(distilled):
     out, report, log = distilled
     assert started(log) == [stage for stage in STAGES if stage != "export"]
     for path in ("translate/train.en", "select/train.en", "select/train.xx",
-                 "data/manifest.json", "run/config.json", "student.pt", "report.json",
+                 "data/manifest.json", "run/config.json", "student.pt",
+                 "student.shortlist.npz", "report.json",
                  "report/student.test.xx", "report/teacher.test.xx"):
         assert (out / path).exists(), path
     text = "\n".join(log)
     assert "kept 216 of 240 pairs" in text  # 10% of 240 dropped, none empty
     assert "nmt translate-corpus --model" in text and "--shard I/N" in text
-    # No --export: stage 5 says so and how to export by hand.
-    assert "[5/5] exporting the student: none asked for" in text
+    # No export: stage 6 says so and how to export by hand.
+    assert "[6/6] exporting the student: none asked for (--export none)" in text
     assert "nmt export --model" in text and "--to argos" in text
     assert not (out / "student-ctranslate2").exists()
 
@@ -50,6 +56,60 @@ def test_the_report_compares_teacher_and_student(distilled):
         assert report[label]["peak_memory_mb"] > 0
     assert report["student"]["presets"] == ["student-tiny"]  # as its run recorded it
     assert any(line.split()[:1] == ["student"] for line in "\n".join(log).splitlines())
+
+
+@needs_ctranslate2
+def test_the_report_compares_them_as_served(distilled):
+    """CTranslate2 in int8 for both, the student's shortlist, the same batches: the
+    teacher's beam search against the student's greedy search."""
+    out, report, log = distilled
+    teacher, student = report["teacher"], report["student"]
+    for row in (teacher, student):
+        assert row["runtime"] == "CTranslate2 int8_float32"
+        assert row["batch_sentences"] == student["batch_sentences"]
+    assert (teacher["shortlist"], student["shortlist"]) == (False, True)
+    served = report["served"]
+    assert served["teacher"] == {
+        "search": "beam 2", "runtime": teacher["runtime"], "shortlist": False,
+        "bleu": teacher["beam_bleu"], "chrf": teacher["beam_chrf"],
+        "sentences_per_second": teacher["beam_sentences_per_second"]}
+    assert served["student"] == {
+        "search": "greedy", "runtime": student["runtime"], "shortlist": True,
+        "bleu": student["greedy_bleu"], "chrf": student["greedy_chrf"],
+        "sentences_per_second": student["greedy_sentences_per_second"]}
+    assert served["speedup"] == pytest.approx(student["greedy_sentences_per_second"]
+                                              / teacher["beam_sentences_per_second"])
+    assert served["sentences"] == 24
+    text = "\n".join(log)
+    assert "student, greedy on CTranslate2 int8_float32, its shortlist: BLEU" in text
+    assert "x the teacher's sentences per second" in text
+
+
+def test_a_stage_whose_files_are_gone_is_redone_with_what_follows(distilled, tmp_path):
+    """The shortlist's here: it is built again (the same map), and the report, made from
+    it, is redone; the next run finds both done."""
+    out = copy_of(distilled, tmp_path)
+    shortlist = out / "student.shortlist.npz"
+    built = dict(np.load(shortlist))
+    shortlist.unlink()
+    _, log = run(options_for(distilled, out))
+    assert started(log) == ["shortlist", "report"]
+    rebuilt = np.load(shortlist)
+    for name in ("always", "offsets", "targets", "checksum"):
+        assert np.array_equal(rebuilt[name], built[name]), name
+    _, log = run(options_for(distilled, out))
+    assert started(log) == []
+
+
+def test_the_shortlist_of_a_student_whose_data_is_gone_is_refused_in_one_line(distilled,
+                                                                          tmp_path):
+    out = copy_of(distilled, tmp_path)
+    drop_record(out, "shortlist")
+    shutil.rmtree(out / "data")
+    with pytest.raises(UserError, match=r"the pairs the student learned from are gone.*"
+                                        r"delete .*student.pt and run again") as raised:
+        run(options_for(distilled, out))
+    assert "\n" not in str(raised.value)
 
 
 def test_a_rerun_skips_every_stage(distilled, tmp_path):
@@ -67,16 +127,9 @@ def test_an_interrupted_stage_is_redone_with_what_follows(distilled, tmp_path):
     whole = selected.read_text(encoding="utf-8")
     selected.write_text(whole[:len(whole) // 2], encoding="utf-8")  # a partial output
     report, log = run(options_for(distilled, out))
-    assert started(log) == ["select", "train", "report"]
+    assert started(log) == ["select", "train", "shortlist", "report"]
     assert selected.read_text(encoding="utf-8") == whole
     assert set(report) == set(distilled[1]) and REPORT_FIELDS <= set(report["student"])
-
-
-def test_a_stage_whose_files_are_gone_is_redone(distilled, tmp_path):
-    out = copy_of(distilled, tmp_path)
-    (out / "report.json").unlink()
-    _, log = run(options_for(distilled, out))
-    assert started(log) == ["report"]
 
 
 def test_changed_settings_of_a_done_stage_are_refused_in_one_line(distilled, tmp_path):
@@ -104,8 +157,9 @@ def test_help_lists_the_stages(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["distill", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for heading in ("(1) translate", "(2) select", "(3) train", "(4) report", "(5) export",
-                    "--export", "--quantization", "--teacher",
+    for heading in ("(1) translate", "(2) select", "(3) train", "(4) shortlist", "(5) report",
+                    "(6) export", "CTranslate2 in int8", "with its shortlist as vmap.txt",
+                    "--export none", "--export", "--quantization", "--teacher",
                     "--mono", "--student", "--set", "--drop",
                     "--shard $SLURM_ARRAY_TASK_ID/N", "--backend ray"):
         assert heading in text, heading

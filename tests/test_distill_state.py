@@ -1,6 +1,6 @@
 """DIR/distill.json: a stage is done when recorded with today's settings and its files are
 there; redoing one forgets those made from its output (report and export: from the
-student alone); another setting or a damaged file is refused in one line, or, where the
+student and its shortlist alone); another setting or a damaged file is refused in one line, or, where the
 stage asks, redoes it."""
 
 from __future__ import annotations
@@ -46,15 +46,16 @@ def test_a_damaged_state_file_is_refused_in_one_line(tmp_path):
         DistillState(tmp_path)
 
 
-def test_report_and_export_are_made_from_the_student_alone():
-    assert made_from("train") == ["report", "export"]
+def test_report_and_export_are_made_from_the_student_and_its_shortlist_alone():
+    assert made_from("train") == ["shortlist", "report", "export"]
+    assert made_from("shortlist") == ["report", "export"]
     assert made_from("report") == made_from("export") == []
-    assert made_from("translate") == ["select", "train", "report", "export"]
+    assert made_from("translate") == ["select", "train", "shortlist", "report", "export"]
 
 
 def test_redoing_the_report_keeps_the_export_and_the_reverse(tmp_path):
     state = DistillState(tmp_path)
-    for stage in ("translate", "select", "train", "report", "export"):
+    for stage in STAGES:
         state.finish(stage, {}, [])
     state.finish("report", {}, [])
     state.finish("export", {}, [])

@@ -1,6 +1,13 @@
-"""Stage 4 of `nmt distill`: teacher and student measured alike on this machine: size,
-BLEU and chrF on the test split, sentences per second greedy and with beam search, and
-peak memory.
+"""Stage 5 of `nmt distill`: teacher and student measured alike on this machine, as they
+are served: size, BLEU and chrF on the test split, sentences per second greedy and with
+beam search, and peak memory; then the comparison users care about, the teacher's beam
+search against the student's greedy one.
+
+Both decode as `nmt translate` does on a CPU by default: on CTranslate2 in int8, with the
+model's shortlist where it has one (the student's, from stage 4), PyTorch only where
+CTranslate2 cannot (not installed, an ensemble of teachers), each row saying which. Every
+search decodes the same lines in the same batches: neither model's speed comes from
+larger batches than the other's.
 
 Each model is measured in a fresh process of its own, so that its peak resident memory is
 its own (the operating system's high-water mark only ever rises within a process) and
@@ -15,11 +22,14 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.text import LineWriter
+from transformer_nmt.decode.device.policy import batch_size
+from transformer_nmt.decode.device.threads import default_workers
 from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
 from transformer_nmt.evaluate import read_text, score
@@ -53,16 +63,28 @@ def _peak_memory_mb() -> float:
     return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
 
 
+def served_options(beam: int) -> TranslatorOptions:
+    """How the report decodes every model and search: as `nmt translate` serves a model on
+    a CPU (CTranslate2 where it can, int8, the model's shortlist where it has one), but in
+    the batches of beam `beam`'s default size, whichever the search, so that the teacher's
+    beam search and the student's greedy one decode the same lines in the same batches.
+    No confidence: nothing reads it, and it would cost a calibrated teacher a pass."""
+    workers = default_workers("cpu")
+    return TranslatorOptions(engine="auto", device="cpu", precision="int8", workers=workers,
+                             batch_size=batch_size(DecodeConfig(beam=beam), workers),
+                             confidence=False)
+
+
 def measure_here(models: Sequence[str], sources: Path, references: Path, tgt_lang: str,
-                 beam: int, device: str | None, hypotheses: Path) -> dict[str, Any]:
-    """Translate `sources` greedily and with beam `beam`, timed (the model's loading
-    not counted), score both against `references`, and write the beam translations to
-    `hypotheses`; with this process's peak memory."""
+                 beam: int, base: TranslatorOptions, hypotheses: Path) -> dict[str, Any]:
+    """Translate `sources` greedily and with beam `beam`, as `base` says, timed (the
+    model's loading not counted), score both against `references`, and write the beam
+    translations to `hypotheses`; with the runtime that decoded, whether it used a
+    shortlist, and this process's peak memory."""
     lines, refs = read_text(sources), read_text(references)
     result: dict[str, Any] = {"sentences": len(lines), "beam": beam}
     for name, decode in (("greedy", DecodeConfig(beam=1)), ("beam", DecodeConfig(beam=beam))):
-        translator = Translator.from_files(list(models), TranslatorOptions(decode=decode,
-                                                                           device=device))
+        translator = Translator.from_files(list(models), replace(base, decode=decode))
         # One untimed pass over a few lines: the first batches pay for one-time work
         # (threads, kernels, weight layouts) that a running translator does not.
         list(translator.translate(lines[:WARM_UP_LINES]))
@@ -73,6 +95,9 @@ def measure_here(models: Sequence[str], sources: Path, references: Path, tgt_lan
         result[f"{name}_sentences_per_second"] = len(lines) / max(seconds, 1e-9)
         result[f"{name}_bleu"], result[f"{name}_chrf"] = scores["bleu"], scores["chrf"]
         result["precision"] = translator.options.precision
+        result["runtime"] = translator.runtime
+        result["shortlist"] = bool(translator.ctranslate2 and translator.ctranslate2.use_vmap)
+        result["batch_sentences"] = translator.options.batch_size
         if name == "beam":
             with LineWriter(hypotheses) as writer:
                 writer.write_lines(found)
@@ -82,25 +107,57 @@ def measure_here(models: Sequence[str], sources: Path, references: Path, tgt_lan
 
 
 def measure(models: Sequence[Path], sources: Path, references: Path, tgt_lang: str,
-            beam: int, device: str | None, hypotheses: Path) -> dict[str, Any]:
+            beam: int, base: TranslatorOptions, hypotheses: Path) -> dict[str, Any]:
     """`measure_here` in a fresh process, with the model's size and parameters added."""
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=context) as pool:
         try:
             result = pool.submit(measure_here, [str(m) for m in models], sources, references,
-                                 tgt_lang, beam, device, hypotheses).result()
+                                 tgt_lang, beam, base, hypotheses).result()
         except BrokenProcessPool:
             raise UserError(f"measuring {' + '.join(map(str, models))}: its process died "
                             "(out of memory?); run the command again to retry") from None
     return {"models": [str(m) for m in models], **model_size(models), **result}
 
 
-def format_report(rows: dict[str, dict[str, Any]]) -> str:
-    """The report's table: one row per model (teacher, student), one column per measure."""
+def served(rows: dict[str, dict[str, Any]], beam: int) -> dict[str, Any]:
+    """The teacher's beam search (beam `beam`) against the student's greedy search, as
+    users serve each, from `rows` (teacher and student, measured alike)."""
+    def search(row: dict[str, Any], name: str, words: str) -> dict[str, Any]:
+        return {"search": words, "runtime": row["runtime"], "shortlist": row["shortlist"],
+                "bleu": row[f"{name}_bleu"], "chrf": row[f"{name}_chrf"],
+                "sentences_per_second": row[f"{name}_sentences_per_second"]}
+
+    teacher = search(rows["teacher"], "beam", f"beam {beam}")
+    student = search(rows["student"], "greedy", "greedy")
+    return {"teacher": teacher, "student": student,
+            "sentences": rows["student"]["sentences"],
+            "batch_sentences": rows["student"]["batch_sentences"],
+            "speedup": student["sentences_per_second"] / teacher["sentences_per_second"],
+            "bleu_difference": student["bleu"] - teacher["bleu"]}
+
+
+def format_report(rows: dict[str, dict[str, Any]],
+                  comparison: dict[str, Any] | None = None) -> str:
+    """The report's table: one row per model (teacher, student), one column per measure;
+    then, where given, the teacher and the student as served (`served`)."""
     table = [["", *(heading for _, heading, _ in COLUMNS)]]
     for label, row in rows.items():
         table.append([label, *(form.format(row[key]) for key, _, form in COLUMNS)])
     widths = [max(len(cells[i]) for cells in table) for i in range(len(table[0]))]
-    return "\n".join("  ".join(cell.rjust(width) if i else cell.ljust(width)
-                               for i, (cell, width) in enumerate(zip(cells, widths)))
-                     for cells in table)
+    lines = ["  ".join(cell.rjust(width) if i else cell.ljust(width)
+                       for i, (cell, width) in enumerate(zip(cells, widths)))
+             for cells in table]
+    if comparison is None:
+        return "\n".join(lines)
+    lines.append(f"as served, the same {comparison['sentences']} lines in batches of at most "
+                 f"{comparison['batch_sentences']}:")
+    for label in ("teacher", "student"):
+        one = comparison[label]
+        shortlist = ", its shortlist" if one["shortlist"] else ""
+        lines.append(f"  {label}, {one['search']} on {one['runtime']}{shortlist}: BLEU "
+                     f"{one['bleu']:.1f}, chrF {one['chrf']:.1f}, "
+                     f"{one['sentences_per_second']:.1f} sent/s")
+    lines.append(f"  the student: {comparison['speedup']:.2f}x the teacher's sentences per "
+                 f"second, {comparison['bleu_difference']:+.1f} BLEU")
+    return "\n".join(lines)

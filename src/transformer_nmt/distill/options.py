@@ -12,16 +12,18 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.fields import check_types, setting
 
 ExportFormat = Literal["ctranslate2", "argos"]
-"""What stage 5 exports the student to, named as `nmt export --to` names them."""
+"""What stage 6 exports the student to, named as `nmt export --to` names them."""
 DEFAULT_QUANTIZATION = "int8"
 """The student's exported weights unless told: it is made to be small and fast."""
+DEFAULT_EXPORTS: tuple[ExportFormat, ...] = ("ctranslate2",)
+"""What the student is exported to unless told: the runtime users serve it with."""
 
 
 @dataclass(frozen=True)
 class DistillOptions:
     """One distillation: the teacher(s), the data, the student and how each stage runs.
-    The fields without a flag of their own (teachers, data, out, mono, overrides, device,
-    progress) are given by hand on the command line."""
+    The fields without a flag of their own (teachers, data, out, mono, overrides, exports,
+    device, progress) are given by hand on the command line."""
 
     teachers: tuple[str, ...]
     """The teacher's model file, or several for an ensemble (mean of log-probabilities)."""
@@ -63,17 +65,21 @@ class DistillOptions:
     """With --backend ray, the Ray cluster to join (e.g. auto); DIR must then be on a
     filesystem every node shares, at the same path."""
     report_beam: int = setting(4, metavar="K")
-    """The beam of the report's beam-search speed and scores (greedy is measured too)."""
-    exports: tuple[ExportFormat, ...] = setting((), flag="--export")
-    """Stage 5 exports the student to this runtime, as `nmt export --to` does (ctranslate2:
-    DIR/student-ctranslate2; argos: DIR/student.argosmodel; both need the ctranslate2
-    package); repeatable; default: no export."""
+    """The beam of the report's beam search (greedy is measured too): the teacher searching
+    with this beam, as it is served, is compared with the student's greedy search."""
+    exports: tuple[ExportFormat, ...] = DEFAULT_EXPORTS
+    """The runtimes stage 6 exports the student to, as `nmt export --to` does (ctranslate2:
+    DIR/student-ctranslate2, with the student's shortlist as its vmap.txt; argos:
+    DIR/student.argosmodel; both need the ctranslate2 package); () exports nothing. The
+    command line's --export is written by hand (cli/distill.py): a repeatable flag cannot
+    replace a default that is not empty."""
     quantization: Quantization = DEFAULT_QUANTIZATION
-    """With --export: how CTranslate2 stores the student's weights, as `nmt export
+    """With an export: how CTranslate2 stores the student's weights, as `nmt export
     --quantization` (int8: about 4x smaller and faster on CPUs, which is what a student is
     for)."""
     device: str | None = None
-    """Where every stage computes: 'cpu', 'cuda', or None for CUDA when present."""
+    """Where the teacher translates and the student trains: 'cpu', 'cuda', or None for
+    CUDA when present (the report measures on the CPU, in int8, as a student is served)."""
     progress: bool = True
     """Show progress bars."""
 
@@ -88,8 +94,8 @@ class DistillOptions:
             raise UserError(f"--export {' '.join(self.exports)} names a format twice; "
                             "give each once")
         if not self.exports and self.quantization != DEFAULT_QUANTIZATION:
-            raise UserError(f"--quantization {self.quantization} is for the export stage; "
-                            "add --export ctranslate2 or --export argos")
+            raise UserError(f"--quantization {self.quantization} is for the export stage, "
+                            "which --export none skips; drop one of them")
         if not self.teachers:
             raise UserError("give at least one --teacher model file")
         if not 0 <= self.drop <= 1:

@@ -10,10 +10,12 @@ DIR/
                    valid and test splits of --data
   run/             stage 3: the student's training run
   student.pt       stage 3: its last checkpoints averaged
-  report/          stage 4: each model's test translations
-  report.json      stage 4: teacher and student measured alike
-  student-ctranslate2/   stage 5, with --export ctranslate2: the student for CTranslate2
-  student.argosmodel     stage 5, with --export argos: an Argos Translate package of it
+  student.shortlist.npz  stage 4: its lexical shortlist, counted on data/'s train split
+  report/          stage 5: each model's test translations
+  report.json      stage 5: teacher and student measured alike, as they are served
+  student-ctranslate2/   stage 6, by default: the student for CTranslate2, its shortlist
+                         as vmap.txt
+  student.argosmodel     stage 6, with --export argos: an Argos Translate package of it
 ```
 
 Within a stage, an interrupted run resumes where the stage's own machinery can: the
@@ -32,10 +34,12 @@ from typing import Any, Callable, Protocol
 from transformer_nmt.config import DecodeConfig, ModelConfig, get_preset
 from transformer_nmt.corpus import (CorpusOptions, file_sha256_of, merge, output_name,
                                     translate_corpus)
-from transformer_nmt.data.manifest import SPLITS, text_path
+from transformer_nmt.data.manifest import MANIFEST, SPLITS, text_path
 from transformer_nmt.data.prepare import PrepareOptions, prepare
+from transformer_nmt.data.shortlist import DEFAULT_BEST, DEFAULT_FREQUENT
+from transformer_nmt.decode.runtime.vmap import SUFFIX, make_shortlist, shortlist_path
 from transformer_nmt.decode.text.translator import TranslatorOptions
-from transformer_nmt.distill.measure import format_report, measure
+from transformer_nmt.distill.measure import format_report, measure, served, served_options
 from transformer_nmt.distill.options import DistillOptions
 from transformer_nmt.distill.select import select
 from transformer_nmt.distill.state import STAGES, DistillState, made_from
@@ -65,15 +69,17 @@ def _skipped(log: Log, stage: str, text: str, record: dict[str, Any]) -> dict[st
 
 
 EXPORTS = {"ctranslate2": "student-ctranslate2", "argos": "student.argosmodel"}
-"""Where stage 5 writes each export of the student, in DIR."""
+"""Where stage 6 writes each export of the student, in DIR."""
+SHORTLIST = Path(STUDENT).stem + SUFFIX
+"""The student's shortlist, beside it in DIR, where decoding and `nmt export` find it."""
 OUTPUTS = {"translate": ("translate",), "select": ("select",),
-           "train": ("data", "run", STUDENT), "report": ("report", REPORT),
-           "export": tuple(EXPORTS.values())}
+           "train": ("data", "run", STUDENT), "shortlist": (SHORTLIST,),
+           "report": ("report", REPORT), "export": tuple(EXPORTS.values())}
 """What each stage makes in DIR."""
 
 
 class Exporter(Protocol):
-    """What writes stage 5's exports: the export layer's `export.student.EXPORTER`,
+    """What writes stage 6's exports: the export layer's `export.student.EXPORTER`,
     handed in by the command, since this layer lies below that one and cannot import it."""
 
     def check(self, fmt: str, model: ModelConfig) -> None:
@@ -241,14 +247,46 @@ def train_stage(options: DistillOptions, state: DistillState, selected: dict[str
                    data=str(data), run=str(run))
 
 
+def shortlist_stage(options: DistillOptions, state: DistillState, student: Path,
+                    log: Log) -> dict[str, Any]:
+    """Stage 4: the student's lexical shortlist, counted on the pairs it learned from
+    (DIR/data's train split) and written beside it, where CTranslate2 finds it: in the
+    report and in the export, each batch's output layer is cut to its sources' candidate
+    pieces. It takes seconds, so that other settings redo it rather than being refused."""
+    data = Path(options.out) / "data"
+    settings = {"student": file_sha256_of(student), "best": DEFAULT_BEST,
+                "frequent": DEFAULT_FREQUENT}
+    text = "counting the student's shortlist on the pairs it learned from"
+    if (record := state.done("shortlist", settings, redo_if_changed=True)) is not None:
+        return _skipped(log, "shortlist", text, record)
+    _stage(log, "shortlist", text)
+    if not (data / MANIFEST).exists():
+        raise UserError(f"{data}: the pairs the student learned from are gone, and its "
+                        f"shortlist is counted on them; delete {student} and run again: "
+                        "stage 3 prepares them again and finds the training done")
+    path, stats = make_shortlist(student, data, "train", DEFAULT_BEST, DEFAULT_FREQUENT,
+                                 progress=options.progress)
+    summary = (f"{path} from {stats.pairs} pairs: a sentence's candidates "
+               f"{stats.mean_candidates:.0f} of the {stats.vocab_size} pieces on average")
+    log(f"  {summary}")
+    return _finish(options, state, log, "shortlist", settings, [path], summary=summary)
+
+
 def report_stage(options: DistillOptions, state: DistillState, student: Path,
                  log: Log) -> dict[str, Any]:
-    """Stage 4: teacher and student measured alike on the test split, on this machine."""
+    """Stage 5: teacher and student measured alike on the test split, on this machine's
+    CPU, as they are served: on CTranslate2 in int8, the student with its shortlist, the
+    same lines in the same batches, one model after the other in this run."""
     src, tgt = split_languages(options.data, None, None)
     out = Path(options.out)
-    settings = {"beam": options.report_beam, "student": file_sha256_of(student)}
-    text = (f"measuring teacher and student on the test split: greedy and beam "
-            f"{options.report_beam}, each in a fresh process")
+    shortlist = shortlist_path(student)
+    base = served_options(options.report_beam)
+    settings = {"beam": options.report_beam, "student": file_sha256_of(student),
+                "shortlist": file_sha256_of(shortlist) if shortlist.exists() else None,
+                "engine": base.engine, "precision": base.precision}
+    text = (f"measuring teacher and student on the test split as they are served (CTranslate2 "
+            f"int8 on the CPU, the student with its shortlist): greedy and beam "
+            f"{options.report_beam}, in the same batches, each in a fresh process")
     if (record := state.done("report", settings)) is not None:
         _skipped(log, "report", text, record)
         log(record["table"])
@@ -257,11 +295,13 @@ def report_stage(options: DistillOptions, state: DistillState, student: Path,
     sources, references = text_path(options.data, "test", src), text_path(options.data, "test", tgt)
     rows = {}
     for label, models in (("teacher", [Path(t) for t in options.teachers]), ("student", [student])):
-        rows[label] = measure(models, sources, references, tgt, options.report_beam,
-                              options.device, out / "report" / f"{label}.test.{tgt}")
-    table = format_report(rows)
+        rows[label] = measure(models, sources, references, tgt, options.report_beam, base,
+                              out / "report" / f"{label}.test.{tgt}")
+    comparison = served(rows, options.report_beam)
+    table = format_report(rows, comparison)
     log(table)
-    write_json_atomic(out / REPORT, {"split": "test", "data": str(options.data), **rows})
+    write_json_atomic(out / REPORT, {"split": "test", "data": str(options.data), **rows,
+                                     "served": comparison})
     return _finish(options, state, log, "report", settings, [out / REPORT],
                    summary=f"{out / REPORT}", table=table)
 
@@ -283,27 +323,30 @@ def _needed(exporter: Exporter | None) -> Exporter:
 
 def _export_by_hand(student: Path, log: Log) -> None:
     q = shlex.quote(str(student))
-    log(f"  or later, by hand: nmt export --model {q} --to ctranslate2 OUT --quantization int8")
+    log(f"  or later, by hand: nmt export --model {q} --to ctranslate2 OUT --quantization int8"
+        " (its shortlist included)")
     log(f"                     nmt export --model {q} --to argos OUT.argosmodel")
     log(f"  int8 without an export: nmt translate --model {q} --precision int8 ...")
 
 
 def export_stage(options: DistillOptions, state: DistillState, student: Path,
                  exporter: Exporter | None, log: Log) -> dict[str, Any] | None:
-    """Stage 5: the student exported to each --export format, or, with none, the commands
-    that would export it printed. Changed settings redo it rather than being refused: an
+    """Stage 6: the student exported to each --export format (its shortlist, where stage 4
+    made it, in CTranslate2's as vmap.txt), or, with none, the commands that would export
+    it printed. Changed settings redo it rather than being refused: an
     export takes seconds, nothing is made from it, and each output is replaced only once
     the new one is complete. An earlier export of this student in a format not asked for
     this time is left as it was (a retrained student removes them all, see `_finish`)."""
     if not options.exports:
-        _stage(log, "export", "exporting the student: none asked for (--export ctranslate2, "
-               "--export argos)")
+        _stage(log, "export", "exporting the student: none asked for (--export none)")
         _export_by_hand(student, log)
         return None
     exporter = _needed(exporter)
     out = Path(options.out)
+    shortlist = shortlist_path(student)
     settings = {"formats": list(options.exports), "quantization": options.quantization,
-                "student": file_sha256_of(student)}
+                "student": file_sha256_of(student),
+                "shortlist": file_sha256_of(shortlist) if shortlist.exists() else None}
     text = (f"exporting the student ({options.quantization} weights) to "
             f"{' and '.join(options.exports)}")
     if (record := state.done("export", settings, redo_if_changed=True)) is not None:
@@ -316,6 +359,8 @@ def export_stage(options: DistillOptions, state: DistillState, student: Path,
         megabytes[fmt] = round(_bytes(path) / 1e6, 2)
         use = (f"ctranslate2.Translator({str(path)!r}) loads it" if fmt == "ctranslate2"
                else "`argospm install` or LibreTranslate takes it")
+        if (path / "vmap.txt").exists():
+            use += ", and translate_batch(..., use_vmap=True) uses its shortlist"
         log(f"  wrote {path} ({megabytes[fmt]} MB); {use}")
         files.append(path)
     for fmt, name in EXPORTS.items():
@@ -329,7 +374,7 @@ def export_stage(options: DistillOptions, state: DistillState, student: Path,
 def distill(options: DistillOptions, log: Log = print,
             exporter: Exporter | None = None) -> dict[str, Any]:
     """Run every stage not done yet; the report (what DIR/report.json holds). `exporter`
-    writes stage 5's exports (`export.student.EXPORTER`); needed with options.exports."""
+    writes stage 6's exports (`export.student.EXPORTER`); needed with options.exports."""
     # An unknown preset or a bad --set is refused before hours of translating.
     preset = get_preset(options.student)
     student_config, _ = apply_overrides(preset.model, preset.train, options.overrides)
@@ -355,6 +400,7 @@ def distill(options: DistillOptions, log: Log = print,
     selected = select_stage(options, state, translated, log)
     trained = train_stage(options, state, selected, log)
     student = Path(trained["files"][0])
+    shortlist_stage(options, state, student, log)
     report_stage(options, state, student, log)
     export_stage(options, state, student, exporter, log)
     return json.loads((Path(options.out) / REPORT).read_text(encoding="utf-8"))

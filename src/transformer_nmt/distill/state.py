@@ -5,7 +5,7 @@ Each stage's record holds the settings it ran with and the files it made (relati
 DIR); a stage is done when its record is there, its settings are today's and its files
 still exist. A stage done again drops the records of every stage made from its output,
 directly or not, since their inputs have changed; report and export are both made from
-the student alone, so that redoing one keeps the other.
+the student and its shortlist alone, so that redoing one keeps the other.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from transformer_nmt.files import check_format, write_json_atomic
 FORMAT = "nmt-distill"
 VERSION = 1
 STATE = "distill.json"
-STAGES = ("translate", "select", "train", "report", "export")
+STAGES = ("translate", "select", "train", "shortlist", "report", "export")
 """The stages in order."""
-INPUT = {"select": "translate", "train": "select", "report": "train", "export": "train"}
+INPUT = {"select": "translate", "train": "select", "shortlist": "train",
+         "report": "shortlist", "export": "shortlist"}
 """The stage whose output each stage is made from."""
 
 

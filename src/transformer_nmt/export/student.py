@@ -1,4 +1,4 @@
-"""The exports of `nmt distill`'s stage 5, by the names `nmt export --to` gives them.
+"""The exports of `nmt distill`'s stage 6, by the names `nmt export --to` gives them.
 
 The distill layer lies below this one and cannot import it: the command hands the
 pipeline `EXPORTER` (cli/distill.py), which the pipeline calls to check before any work
@@ -28,11 +28,15 @@ class StudentExporter:
         cannot run a model of configuration `model`."""
         if fmt not in self.formats:
             raise UserError(f"cannot export to {fmt!r}; give one of {', '.join(self.formats)}")
-        require_ctranslate2()
+        try:
+            require_ctranslate2()
+        except UserError as missing:
+            # The default export needs it too: say how to distill without one.
+            raise UserError(f"{missing}; or distill with --export none") from None
         reason = config_unsupported_reason(model)
         if reason is not None:
             raise UserError(f"the student cannot be exported to {fmt}, whose runtime is "
-                            f"CTranslate2: {reason}; change its --set, or drop --export")
+                            f"CTranslate2: {reason}; change its --set, or give --export none")
 
     def write(self, fmt: str, model: Path, out: Path, quantization: str) -> Path:
         """The model file `model` exported as `fmt` to `out` (replacing an earlier export
