@@ -213,8 +213,6 @@ def test_the_decode_flags_follow_decode_config():
     (TrainConfig, {"lr_scale": "2"}, "lr_scale must be a number, not '2'"),
     (DecodeConfig, {"alpha": 11.0}, "alpha must be a finite number between -10 and 10"),
     (ServeSettings, {"log_level": "loud"}, "log_level must be one of 'critical'"),
-    (PrepareOptions, {"corpus": "files", "src": "en", "tgt": "de", "out": Path("d"),
-                      "errors": "ignore"}, "errors must be one of 'strict', 'replace'"),
 ])
 def test_values_of_the_wrong_type_or_choice_are_refused(config, values, message):
     with pytest.raises(UserError, match="^" + message):
