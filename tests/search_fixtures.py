@@ -1,5 +1,6 @@
 """Helpers of the search tests: a toy model written against the search protocol, a
-tiny random Transformer, random sources, and a teacher-forced reference score.
+tiny random Transformer, random sources, a teacher-forced reference score, and every
+output of a toy vocabulary scored, the reference of exhaustive search.
 
 `ToyModel` is a small recurrent model whose EOS becomes likelier past the source length,
 so that hypotheses finish at different steps, as a trained model's do.
@@ -7,6 +8,7 @@ so that hypotheses finish at different steps, as a trained model's do.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -113,6 +115,28 @@ def sequence_log_prob(model, src: Tensor, tokens: list[int]) -> float:
 def unpadded(src: Tensor, row: int) -> Tensor:
     """Row `row` of a padded batch as a batch of one, without padding."""
     return src[row, : int(src[row].ne(PAD).sum())].unsqueeze(0)
+
+VOCAB = 6
+"""The toy vocabulary of the exhaustive searches: PAD 0 and BOS 2 are never generated;
+outputs use WORDS, then EOS 3."""
+WORDS = (1, 4, 5)
+LIMIT = 3
+"""The most words of an output in the exhaustive searches."""
+
+
+def lp(length: int, alpha: float) -> float:
+    """GNMT's length penalty of an output of `length` tokens, EOS counted."""
+    return ((5 + length) / 6) ** alpha
+
+
+def every_output(model, src: Tensor, alpha: float) -> list[tuple[float, list[int]]]:
+    """(score, tokens) of every output of at most LIMIT of WORDS, best first."""
+    found = []
+    for length in range(LIMIT + 1):
+        for tokens in itertools.product(WORDS, repeat=length):
+            log_p = sequence_log_prob(model, src, list(tokens))
+            found.append((log_p / lp(length + 1, alpha), list(tokens)))
+    return sorted(found, key=lambda pair: -pair[0])
 
 
 def searches_with_and_without_cache(model, src, beam: int):

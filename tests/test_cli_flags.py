@@ -213,8 +213,6 @@ def test_the_decode_flags_follow_decode_config():
     (TrainConfig, {"lr_scale": "2"}, "lr_scale must be a number, not '2'"),
     (DecodeConfig, {"alpha": 11.0}, "alpha must be a finite number between -10 and 10"),
     (ServeSettings, {"log_level": "loud"}, "log_level must be one of 'critical'"),
-    (PrepareOptions, {"corpus": "files", "src": "en", "tgt": "de", "out": Path("d"),
-                      "errors": "ignore"}, "errors must be one of 'strict', 'replace'"),
 ])
 def test_values_of_the_wrong_type_or_choice_are_refused(config, values, message):
     with pytest.raises(UserError, match="^" + message):
@@ -234,17 +232,3 @@ def test_a_set_outside_the_choices_is_a_one_line_error(tmp_path, capsys):
     assert capsys.readouterr().err == (
         "nmt train: error: positional must be one of 'sinusoidal', 'learned', "
         "'sinusoidal-halves', 'sinusoidal-fairseq', not 'rotary'\n")
-
-
-def test_text_reads_as_each_fields_type():
-    """--set and NMT_* variables read their text through one parser (fields.parse_text)."""
-    from transformer_nmt.fields import parse_text
-
-    assert parse_text(Made, "width", "7") == 7
-    assert parse_text(Made, "loud", "Yes") is True
-    assert parse_text(Made, "tags", "a, b,") == ("a", "b")
-    assert parse_text(Made, "name", "") == ""  # an optional string is the text itself
-    assert parse_text(PrepareOptions, "threads", "none") is None
-    assert parse_text(TrainConfig, "max_time", "1h30m") == 5400.0
-    with pytest.raises(UserError, match="^width must be an int, not '7.5'"):
-        parse_text(Made, "width", "7.5")

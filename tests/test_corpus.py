@@ -1,18 +1,16 @@
 """`nmt translate-corpus`: the outputs are `nmt translate`'s line for line, whatever the
-shards, workers, parts and dead workers; reruns do only what is not done; another
-model or setting is refused in one line."""
+shards, workers and parts; reruns do only what is not done; another model or setting is
+refused in one line. (A dead worker's shard redone: tests/test_corpus_workers.py.)"""
 
 from __future__ import annotations
 
 import errno
 import gzip
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from corpus_fixtures import killing_a_worker_mid_shard
 from decode_fixtures import make_model_file, sentences
 from transformer_nmt.cli import main
 from transformer_nmt.corpus.manifest import MANIFEST
@@ -128,38 +126,9 @@ def test_two_parts_then_merge_equal_the_local_result(model_file, corpus, expecte
     assert len(error.strip().splitlines()) == 1
 
     assert _run(model_file, corpus, out, "--shard", "1/2", "--workers", "1") == 0
-    capsys.readouterr()
-    (out / SHARDS / "000002.txt").write_text("damaged\n")
-    assert main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),
-                 "--out", str(out), "--merge"]) == 2
-    error = capsys.readouterr().err
-    assert "shard 2 (" in error and "damaged" in error and len(error.strip().splitlines()) == 1
-    (out / SHARDS / "000003.json").rename(tmp_path / "record")
-    (out / SHARDS / "000003.json").mkdir()  # unreadable as a file
-    assert main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),
-                 "--out", str(out), "--merge"]) == 2
-    error = capsys.readouterr().err
-    assert "shard 3 (" in error and "unreadable (Is a directory)" in error
-    assert len(error.strip().splitlines()) == 1
-    (out / SHARDS / "000003.json").rmdir()
-    (tmp_path / "record").rename(out / SHARDS / "000003.json")
-
-    assert _run(model_file, corpus, out, "--shard", "0/2", "--workers", "1") == 0
     assert main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),
                  "--out", str(out), "--merge"]) == 0
     assert _outputs(out) == expected
-
-
-def test_a_worker_killed_mid_shard_has_its_shard_redone(model_file, corpus, expected,
-                                                       tmp_path):
-    out = tmp_path / "out"
-    with killing_a_worker_mid_shard(out) as killed:
-        assert _run(model_file, corpus, out, "--workers", "2", "--report",
-                    str(out / "report.json")) == 0
-    assert len(killed) == 1
-    assert _outputs(out) == expected
-    report = _report(out)
-    assert report["shards_translated"] == 9 and report["shards_redone"] >= 1
 
 
 @pytest.mark.parametrize("what, says", [("input", "missing.en: no such file"),
@@ -178,14 +147,6 @@ def test_the_help_says_how_to_run_it_under_slurm(capsys):
     with pytest.raises(SystemExit):
         main(["translate-corpus", "--help"])
     assert "--shard $SLURM_ARRAY_TASK_ID/4" in " ".join(capsys.readouterr().out.split())
-
-
-def test_an_input_directory_with_two_files_of_one_name_is_refused(model_file, corpus,
-                                                                  tmp_path, capsys):
-    shutil.copy(corpus / "c.en", tmp_path / "b.en")
-    assert main(["translate-corpus", "--model", str(model_file), "--input", str(corpus),
-                 str(tmp_path / "b.en"), "--out", str(tmp_path / "out")]) == 2
-    assert "would both be translated into b.en" in capsys.readouterr().err
 
 
 def test_a_full_disk_is_one_line_and_the_rerun_finishes(model_file, corpus, expected, tmp_path,

@@ -7,7 +7,6 @@ Two kinds of model (tests/search_fixtures.py): the tiny random Transformer, and
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import replace
 
 import pytest
@@ -17,11 +16,9 @@ from search_fixtures import (BOS, EOS, PAD, SPECIAL, ToyCache, ToyModel, random_
                              searches_with_and_without_cache, sequence_log_prob,
                              tiny_transformer, unpadded)
 from transformer_nmt.config import DecodeConfig
-from transformer_nmt.decode.search.ranking import draw_tokens
 from transformer_nmt.decode.search.base import length_penalty, max_lengths
 from transformer_nmt.decode.search.searches import beam_search, greedy_search, search
 from transformer_nmt.decode.search.teacher_forced import attach_details
-from transformer_nmt.decode.search.step import best_possible_scores
 from transformer_nmt.errors import UserError
 
 
@@ -168,57 +165,9 @@ def test_pad_and_bos_are_never_generated(beam):
         assert PAD not in hyps[0].tokens and BOS not in hyps[0].tokens
 
 
-def test_attention_of_each_hypothesis():
-    model, src = tiny_transformer(), random_sources(3, 40, seed=7)
-    results = search(model, src, DecodeConfig(beam=2, nbest=2, max_len_b=3), SPECIAL)
-    attach_details(model, src, results, SPECIAL)
-    for row, hyps in enumerate(results):
-        src_len = int(src[row].ne(PAD).sum())
-        for hyp in hyps:
-            assert hyp.attention.shape == (len(hyp.tokens) + 1, src_len)
-            torch.testing.assert_close(hyp.attention.sum(-1), torch.ones(len(hyp.tokens) + 1))
-
-
 def test_nbest_larger_than_beam_is_refused():
     with pytest.raises(UserError, match="nbest must be between 1 and the beam size"):
         DecodeConfig(beam=2, nbest=3)
-
-
-def test_bound_uses_the_longest_reachable_length():
-    """The early-stopping bound for alpha >= 0 is log P / lp(max_len + 1) (math check of
-    the helper against a direct maximum over every reachable length)."""
-    open_log_probs = torch.tensor([[-2.0, -3.0], [-0.5, -9.0]])
-    limits = torch.tensor([6, 9])
-    for alpha in (0.6, -0.4):
-        bound = best_possible_scores(open_log_probs, 2, limits, alpha)
-        for i, limit in enumerate(limits.tolist()):
-            direct = max(float(open_log_probs[i].max()) / length_penalty(n, alpha)
-                         for n in range(3, limit + 2))
-            assert float(bound[i]) == pytest.approx(direct)
-            assert math.isfinite(direct)
-
-
-@pytest.mark.parametrize("beam", [1, 3])
-def test_token_scores_are_each_tokens_log_probability(beam):
-    model = tiny_transformer()
-    src = random_sources(4, 12, seed=5)
-    cfg = DecodeConfig(beam=beam, nbest=beam, max_len_b=5)
-    found = search(model, src, cfg, SPECIAL)
-    attach_details(model, src, found, SPECIAL, attention=False, token_scores=True)
-    for row, hyps in enumerate(found):
-        for hyp in hyps:
-            assert len(hyp.token_scores) == len(hyp.tokens) + 1
-            assert sum(hyp.token_scores) == pytest.approx(hyp.log_prob, abs=1e-4)
-            # The last token's score: log P(Y) minus log P of the sequence without it.
-            if hyp.tokens:
-                shorter = hyp.tokens[:-1]
-                with torch.inference_mode():
-                    tgt = torch.tensor([[BOS] + shorter])
-                    logits = model.decode(tgt, model.encode(unpadded(src, row))).logits
-                last = torch.log_softmax(logits.float(), -1)[0, -1, hyp.tokens[-1]]
-                assert hyp.token_scores[-2] == pytest.approx(float(last), abs=1e-4)
-    plain = search(model, src, cfg, SPECIAL)
-    assert all(hyp.token_scores is None for hyps in plain for hyp in hyps)
 
 
 def ngrams(tokens: list[int], n: int) -> list[tuple[int, ...]]:
@@ -300,17 +249,6 @@ def test_top_1_and_a_cold_temperature_sample_the_greedy_output():
     for cfg in replace(SAMPLING, nbest=1, topk=1), replace(SAMPLING, nbest=1, temperature=1e-4), \
             replace(SAMPLING, nbest=1, topp=1e-6):
         assert [hyps[0].tokens for hyps in search(model, src, cfg, SPECIAL)] == greedy
-
-
-def test_top_k_draws_only_among_the_k_likeliest():
-    log_probs = torch.log_softmax(torch.tensor([[3.0, 2.0, 1.0, 0.0, -1.0]]), dim=1).repeat(200, 1)
-    uniforms = torch.rand(200, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    drawn = draw_tokens(log_probs, uniforms, replace(SAMPLING, topk=2))
-    assert set(drawn.tolist()) == {0, 1}
-    drawn = draw_tokens(log_probs, uniforms, SAMPLING)
-    assert set(drawn.tolist()) == {0, 1, 2, 3, 4}
-    # top-p 0.7: token 0 has 0.64 of the mass, tokens 0 and 1 reach it.
-    assert set(draw_tokens(log_probs, uniforms, replace(SAMPLING, topp=0.7)).tolist()) == {0, 1}
 
 
 # Outputs of beam search before its loop was shared with constrained search (captured on

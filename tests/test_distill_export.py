@@ -186,18 +186,6 @@ def test_a_student_ctranslate2_cannot_run_is_refused_before_any_work(trained_mod
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"quantization": "float16", "exports": ()}, "--quantization float16 is for the export "
-                                                 "stage, which --export none skips"),
-    ({"exports": ("argos", "argos")}, "--export argos argos names a format twice"),
-    ({"exports": ("onnx",)}, "--export 'onnx' is not a format nmt distill exports to; "
-                             "give ctranslate2 or argos"),
-])
-def test_bad_export_options_are_refused_in_one_line(tmp_path, changes, message):
-    with pytest.raises(UserError, match=message):
-        options(tmp_path / "t.pt", tmp_path, tmp_path / "out", **changes)
-
-
 def test_quantization_with_export_none_is_refused_on_the_command_line(distilled, tmp_path,
                                                                     capsys):
     out = tmp_path / "out"

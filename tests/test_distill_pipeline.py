@@ -165,16 +165,6 @@ def test_help_lists_the_stages(capsys):
         assert heading in text, heading
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"drop": 1.5}, "--drop is a share of the sentences, from 0 to 1, not 1.5"),
-    ({"nbest": 5}, "--nbest 5 is more candidates than --beam 2"),
-    ({"teachers": ()}, "give at least one --teacher"),
-])
-def test_bad_options_are_refused_in_one_line(tmp_path, changes, message):
-    with pytest.raises(UserError, match=message):
-        options(tmp_path / "t.pt", tmp_path, tmp_path / "out", **changes)
-
-
 def test_a_missing_teacher_or_unknown_preset_is_refused_before_any_work(tmp_path, tiny_data):
     with pytest.raises(UserError, match="no such teacher model file"):
         distill(options(tmp_path / "missing.pt", tiny_data, tmp_path / "out"))

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from transformer_nmt import memory
-from transformer_nmt.decode.attention.spare_pool import SparePool
 from transformer_nmt.runtime import bf16_supported
 
 pytestmark = pytest.mark.skipif(memory._LIBC is None, reason="needs Linux with glibc")
@@ -41,18 +40,6 @@ def test_release_rows_leaves_small_tails_and_views_alone():
     big = torch.ones(8, 2**18)
     memory.release_rows(big[2:], 0)  # does not start at its storage: left alone
     assert bool(big.eq(1).all())
-
-
-def test_a_spare_taken_for_fewer_rows_gives_the_rest_back():
-    pool = SparePool()
-    like = torch.empty(32, 8, 128, 64)  # 8 MB, 256 KB a row
-    spare = torch.ones_like(like)
-    pool.give(spare)
-    before = resident_bytes()
-    taken = pool.take(8, like)
-    assert taken.shape == (8, 8, 128, 64) and taken.data_ptr() == spare.data_ptr()
-    assert before - resident_bytes() >= 0.9 * 24 * 256 * 2**10
-    assert bool(taken.eq(1).all())
 
 
 def test_kept_apart_maps_large_blocks_apart_and_trims_the_heap_after_even_on_error(

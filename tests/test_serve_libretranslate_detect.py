@@ -1,7 +1,7 @@
-"""Language detection (serve/detect.py, libretranslate.py): POST /detect and source=auto in
-LibreTranslate's shapes, restricted to the languages the server translates from, through
-raw requests and through LibreTranslate's own client; and a clear refusal without
-py3langid."""
+"""Language detection through LibreTranslate's API (libretranslate.py): POST /detect and
+source=auto in LibreTranslate's shapes, restricted to the languages the server translates
+from, through raw requests and through LibreTranslate's own client; and a clear refusal
+without py3langid (the detector itself: tests/test_serve_detect.py)."""
 
 from __future__ import annotations
 
@@ -31,38 +31,6 @@ def client(served_model):
 @pytest.fixture
 def without_py3langid(monkeypatch):
     monkeypatch.setattr(detect, "LanguageIdentifier", None)
-
-
-def test_each_sentence_is_found_in_its_language_among_those_served():
-    detector = LanguageDetector(["en", "de", "fr"])
-    for sentence, language in ((ENGLISH, "en"), (GERMAN, "de"), (FRENCH, "fr")):
-        found = detector.detect([sentence])
-        assert [entry["language"] for entry in found][0] == language
-        assert found[0]["confidence"] > 90
-        assert [entry["confidence"] for entry in found] == sorted(
-            (entry["confidence"] for entry in found), reverse=True)
-
-
-def test_only_served_languages_are_named_with_their_unrenormalized_probability():
-    detector = LanguageDetector(["en"])
-    [english] = detector.detect([ENGLISH])
-    [german] = detector.detect([GERMAN])
-    assert english["language"] == german["language"] == "en"
-    assert english["confidence"] > 90 and german["confidence"] < 5
-
-
-def test_several_texts_average_and_regional_codes_use_their_language():
-    detector = LanguageDetector(["de-CH", "en"])
-    found = detector.detect([GERMAN, ENGLISH])
-    assert {entry["language"] for entry in found} == {"de-CH", "en"}
-    assert all(40 < entry["confidence"] < 60 for entry in found)
-    assert LanguageDetector([]).detect([ENGLISH]) == []
-
-
-def test_texts_without_letters_count_for_no_language_and_alone_get_confidence_0():
-    detector = LanguageDetector(["de", "en"])
-    assert detector.detect([ENGLISH, "", "12345 67890", "!?"]) == detector.detect([ENGLISH])
-    assert detector.detect(["", "  \n", "3.14"]) == [{"language": "de", "confidence": 0.0}]
 
 
 @pytest.mark.parametrize("text", ["", "   \n", "12345 67890", "!!! ..."])

@@ -1,7 +1,7 @@
-"""One server for every pair (serve/pairs.py, models.py, pivot.py): the models of --model
-and --models, routing by source and target, pivoting through a shared language, models
-loaded on demand and the least recently used unloaded beyond --max-models-loaded, and
-what /v1/models, /languages and /frontend/settings say of them."""
+"""One server for every pair (serve/pairs.py, models.py; pivot.py's hops in the app): the
+models of --model and --models, routing by source and target, pivoting through a shared
+language, models loaded on demand and the least recently used unloaded beyond
+--max-models-loaded, and what /v1/models, /languages and /frontend/settings say of them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from serve_fixtures import make_app, running_server, with_languages
 from transformer_nmt.errors import UserError
 from transformer_nmt.serve.models import model_paths, scan_models
 from transformer_nmt.serve.pairs import ModelEntry, NoRoute, PairRoutes
-from transformer_nmt.serve.pivot import composed
 
 GERMAN = "Ein Mann in einem blauen Hemd fährt mit seinem Fahrrad die Straße hinunter."
 
@@ -55,12 +54,6 @@ def test_a_lone_model_without_recorded_languages_takes_any_pair():
     routes = PairRoutes([entry(None, None)])
     assert routes.route("xx", "yy").hops == (routes.only,)
     assert routes.sources() == [] and routes.languages() == []
-
-
-def test_alignments_are_composed_through_the_pivots_words():
-    assert composed([(0, 0), (1, 2), (2, 1)], [(0, 1), (2, 0), (1, 3), (1, 2)]) == [
-        [0, 1], [1, 0], [2, 2], [2, 3]]
-    assert composed(None, [(0, 0)]) is None and composed([(0, 0)], None) is None
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""training/run.py: durations, --set assignments and overrides, and the decision to start,
+"""training/run.py: --set assignments and overrides, and the decision to start,
 resume or refuse a run directory (plan_run), without training anything."""
 
 from __future__ import annotations
@@ -13,31 +13,9 @@ from transformer_nmt.errors import UserError
 from transformer_nmt.training.batch_size import BatchPlan, plan_batch
 from transformer_nmt.training.checkpoint import LAST
 from transformer_nmt.training.run import (CONFIG_FILE, apply_overrides, parse_assignment,
-                                       parse_duration, plan_run, write_run_config)
+                                       plan_run, write_run_config)
 
 from train_fixtures import tiny_overrides
-
-
-@pytest.mark.parametrize("text, seconds", [
-    ("90", 90), (90, 90), ("90s", 90), ("10m", 600), ("2h", 7200), ("1h30m", 5400),
-    ("1.5d", 129600), (" 2H ", 7200), ("0", 0), ("1d2h3m4s", 93784), ("0.5", 0.5),
-])
-def test_durations(text, seconds):
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text, message", [
-    ("", "cannot read duration ''"),
-    ("x", "cannot read duration 'x'"),
-    ("10q", "cannot read duration '10q'"),
-    ("1h 30m", "cannot read duration '1h 30m'"),
-    ("h", "cannot read duration 'h'"),
-    ("-5", "duration '-5' must not be negative"),
-    ("nan", "duration 'nan' "),
-])
-def test_unreadable_or_negative_durations_are_user_errors(text, message):
-    with pytest.raises(UserError, match="^" + message):
-        parse_duration(text)
 
 
 @pytest.mark.parametrize("text, assignment", [

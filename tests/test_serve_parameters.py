@@ -1,22 +1,56 @@
-"""LibreTranslate's parameters (serve/parameters.py, libretranslate.py) as raw HTTP: a JSON
-body, a URL-encoded form, a multipart form, the query string of a POST without a body,
-LibreTranslate's precedence between them, on /translate and /detect; and the same refusals
-of hostile text in each as in JSON."""
+"""LibreTranslate's parameters (serve/parameters.py): a JSON body, a URL-encoded form, a
+multipart form, the query string of a POST without a body, LibreTranslate's precedence
+between them, read from a request directly and as raw HTTP on /translate and /detect; and
+the same refusals of hostile text in each as in JSON."""
 
 from __future__ import annotations
 
+import asyncio
 from urllib.parse import quote
 
 import pytest
+from fastapi import HTTPException
 from fastapi.testclient import TestClient
+from starlette.requests import Request
 
 from serve_fixtures import make_app
+from transformer_nmt.serve.parameters import request_parameters
 
 TEXT = "the cat sleeps on a warm roof"
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
 BOUNDARY = "nmt-test-boundary-7f3a"
 KEY = "param-key"
+
+
+def read(body: bytes, content_type: str | None = None, query: str = "") -> dict:
+    """request_parameters of a POST with `body` and `query`, no server in between."""
+    headers = [(b"content-type", content_type.encode())] if content_type else []
+    scope = {"type": "http", "method": "POST", "path": "/translate", "headers": headers,
+             "query_string": query.encode()}
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return asyncio.run(request_parameters(Request(scope, receive)))
+
+
+def test_a_request_is_read_from_its_query_and_whichever_body_it_has():
+    assert read(b"", None, "q=a&q=b&source=en") == {"q": ["a", "b"], "source": "en"}
+    assert read(b'{"q": "x", "source": "de"}', "application/vnd.api+json", "source=en&t=1") \
+        == {"q": "x", "source": "de", "t": "1"}  # +json is JSON, and JSON wins
+    assert read(b"q=x&source=de", None, "source=en") == {"q": "x", "source": "en"}
+    assert read(b"q=&target=de", FORM) == {"q": "", "target": "de"}  # blanks kept
+
+
+def test_what_cannot_be_read_is_a_400_naming_it():
+    for body, content_type, says in [
+            (b"[1, 2]", JSON, "the body must be a JSON object"),
+            (b"{", JSON, "the body is not JSON"),
+            (b"q=1", "multipart/form-data", "needs a boundary")]:
+        with pytest.raises(HTTPException) as refused:
+            read(body, content_type)
+        assert refused.value.status_code == 400 and says in refused.value.detail
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,60 @@
+"""The named presets (config/presets.py): each a valid configuration, found by name or by
+architecture, and listed in `nmt presets`' table."""
+
+import dataclasses
+
+import pytest
+
+from transformer_nmt.config.presets import (PRESETS, get_preset, preset_of_architecture,
+                                            presets_table)
+from transformer_nmt.errors import UserError
+
+
+def test_every_preset_is_valid_and_replace_revalidates():
+    for name in ("base", "big", "tiny", "small", "d-drop2"):
+        preset = get_preset(name)
+        with pytest.raises(UserError, match="dropout"):
+            dataclasses.replace(preset.model, dropout=2.0)
+
+
+def test_max_positions_is_part_of_the_architecture_everywhere(tmp_path):
+    """A learned table has max_positions rows and every model takes inputs up to it: a
+    fine-tuning run may not change it, and a model with other positions is no preset."""
+    from transformer_nmt.training.init_from import check_init_architecture
+
+    tiny = get_preset("tiny").model
+    recorded = dataclasses.asdict(tiny)
+    check_init_architecture(tmp_path / "m.pt", recorded, dataclasses.replace(tiny, dropout=0.3))
+    with pytest.raises(UserError, match="max_positions: 256 -> 512"):
+        check_init_architecture(tmp_path / "m.pt", recorded,
+                                dataclasses.replace(tiny, max_positions=512))
+    assert preset_of_architecture(dataclasses.replace(tiny, dropout=0.3)) == "tiny"
+    assert preset_of_architecture(dataclasses.replace(tiny, max_positions=512)) is None
+
+
+@pytest.mark.parametrize("name, d_model", [("student-tiny", 256), ("student-base", 512)])
+def test_student_presets_have_a_deep_encoder_and_a_shallow_decoder(name, d_model):
+    """Decoding runs the decoder once per output token and the encoder once per sentence:
+    a student's depth belongs in its encoder."""
+    model = get_preset(name).model
+    assert (model.encoder_layers, model.decoder_layers, model.d_model) == (6, 2, d_model)
+    assert model.heads * model.d_k == d_model
+    assert model.pre_norm  # a post-norm six-layer encoder trained too slowly to be used
+    assert preset_of_architecture(model) == name
+
+
+def test_an_unknown_preset_is_refused_with_the_known_names():
+    assert get_preset("base").model == PRESETS["base"].model
+    with pytest.raises(UserError, match="unknown preset 'huge'; known presets: base, big, "):
+        get_preset("huge")
+
+
+def test_the_table_has_a_row_for_every_preset_under_aligned_columns():
+    lines = presets_table().splitlines()
+    assert lines[0].split()[:3] == ["name", "N", "d_model"]
+    assert set(lines[1]) == {"-", " "}
+    assert [line.split()[0] for line in lines[2:]] == list(PRESETS)
+    base = lines[2 + list(PRESETS).index("base")].split()
+    assert base[:7] == ["base", "6", "512", "2048", "8", "64", "64"] and "65M" in base
+    student = next(line for line in lines if line.startswith("student-tiny "))
+    assert student.split()[1] == "6+2"  # encoder+decoder layers where they differ
