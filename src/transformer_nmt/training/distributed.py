@@ -63,8 +63,12 @@ class Heartbeat:
                 return
 
     def stop(self) -> None:
-        """End the thread (at most one store call later)."""
+        """End the thread and wait for it (at most one store call later): a process that
+        left the process group, or exited, while the thread was inside a store call
+        aborted ("terminate called without an active exception")."""
         self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=max(10.0, 2 * self.interval))
 
 
 def heartbeat_key(rank: int) -> str:
