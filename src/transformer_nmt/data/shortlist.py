@@ -236,12 +236,13 @@ def _chosen(scores: np.ndarray, best: int) -> np.ndarray:
     return chosen & (scores > 0)
 
 
-def _count_block(sentences: _Sentences, a: int, b: int, frequent: np.ndarray, best: int,
+def _count_block(sentences: _Sentences, a: int, b: int, in_always: np.ndarray, best: int,
                  covered: np.ndarray, strongest: np.ndarray) -> np.ndarray:
-    """The entries (source * vocab + target) of source pieces a..b-1; marks the target
-    occurrences they cover in `covered` and keeps in `strongest`, per occurrence, the most
-    associated source piece of its sentence so far (score bits above, piece below)."""
-    vocab = len(frequent)
+    """The entries (source * vocab + target) of source pieces a..b-1, leaving out the
+    pieces `in_always` (vocab,) marks; marks the target occurrences they cover in
+    `covered` and keeps in `strongest`, per occurrence, the most associated source piece
+    of its sentence so far (score bits above, piece below)."""
+    vocab = len(in_always)
     rows, occurrences = _block_pairs(sentences, a, b)
     pieces = sentences.target_pieces[occurrences]
     counts = np.bincount(rows * vocab + pieces, minlength=(b - a) * vocab)
@@ -249,7 +250,7 @@ def _count_block(sentences: _Sentences, a: int, b: int, frequent: np.ndarray, be
                           sentences.source_count[a:b, None].astype(np.float64),
                           sentences.target_count[None, :].astype(np.float64), sentences.pairs)
     # The frequent pieces are every sentence's candidates already: entries are the others.
-    scores[:, frequent] = 0
+    scores[:, in_always] = 0
     chosen = _chosen(scores, best)
     covered[occurrences[chosen[rows, pieces]]] = True
     # Scores are >= 0, whose float32 bits order as the numbers do.

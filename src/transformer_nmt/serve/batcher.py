@@ -21,7 +21,6 @@ request.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -217,14 +216,12 @@ class Batcher:
     async def _decode(self, batch: list[Piece], slot: int) -> None:
         job, starts = join_jobs([piece.job for piece in batch])
         alone = decodes_alone(slot, self.busy_slots, bool(self.queue), self.busy_elsewhere(self))
-        # A batch decoding alone gets every core; batches side by side share them.
-        translate = functools.partial(self.translator.translate_job, job, 1,
-                                      1 if alone else self.slots)
 
         def decode() -> list[list[Translation]]:
             # Read from the slot's thread: a future's state is a plain attribute.
             with stop_when(lambda: all(piece.future.done() for piece in batch)):
-                return translate()
+                # A batch decoding alone gets every core; batches side by side share them.
+                return self.translator.translate_job(job, 1, 1 if alone else self.slots)
 
         started = time.perf_counter()
         try:

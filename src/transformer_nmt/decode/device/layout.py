@@ -159,7 +159,8 @@ class RowTiledLinear(PackedLinear):
     so the order of each row's sums, by the number of rows: a row's result changes with
     the rows computed beside it. Within a product of a fixed number of rows, a row's
     result depends on that row alone (checked by tests/test_decode_invariant.py), so
-    every row gets the same sums whatever its batch. One product shape per layer also keeps oneDNN's per-shape kernels to one.
+    every row gets the same sums whatever its batch. One product shape per layer also
+    keeps oneDNN's per-shape kernels to one.
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None, tile: int) -> None:
