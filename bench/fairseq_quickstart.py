@@ -56,6 +56,7 @@ from transformer_nmt.config import get_preset
 from transformer_nmt.data.manifest import SPM_MODEL, read_manifest
 from transformer_nmt.evaluate import read_text, score
 from transformer_nmt.quickstart import QuickstartOptions, training_overrides
+from transformer_nmt.training.run import parse_assignment
 
 FAIRSEQ = "fairseq==0.12.2"
 REQUIREMENTS = [
@@ -157,9 +158,10 @@ def pieces(data: Path, work: Path, languages: tuple[str, str]) -> Path:
     return out
 
 
-def recipe(minutes: float) -> dict[str, str]:
-    """The quickstart's training settings: its preset's, with its overrides on top."""
-    options = QuickstartOptions(minutes=minutes)
+def recipe(minutes: float, overrides: list[tuple[str, str]]) -> dict[str, str]:
+    """The quickstart's training settings: its preset's, with its overrides on top (and
+    the candidate's, given as `nmt quickstart --set` takes them)."""
+    options = QuickstartOptions(minutes=minutes, overrides=overrides)
     preset = get_preset(options.preset)
     settings = {name: str(value) for name, value in vars(preset.model).items()}
     settings.update({name: str(value) for name, value in vars(preset.train).items()})
@@ -222,6 +224,9 @@ def main() -> None:
     parser.add_argument("--average-last", type=int, default=QuickstartOptions.average_last)
     parser.add_argument("--save-every", type=int, default=150,
                         help="updates between checkpoints (about a minute here)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a setting on top of the quickstart's recipe, as `nmt quickstart "
+                        "--set` takes it (repeatable): the same candidate on both sides")
     parser.add_argument("--python", default=sys.executable,
                         help="the Python that fairseq's environment is made from")
     args = parser.parse_args()
@@ -248,7 +253,7 @@ def main() -> None:
         stamp.write_text(source)
 
     environment = dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
-    settings = recipe(args.minutes)
+    settings = recipe(args.minutes, [parse_assignment(text) for text in args.set])
     checkpoints = args.work / "checkpoints"
     # fairseq-train resumes from a checkpoint_last.pt it finds: every run starts afresh.
     shutil.rmtree(checkpoints, ignore_errors=True)
@@ -286,7 +291,7 @@ def main() -> None:
         "minutes": args.minutes, "train_seconds": round(trained, 1),
         "install_seconds": round(installed, 1), "steps": averaged["steps"],
         "epoch": averaged["epoch"], "averaged": averaged["averaged"],
-        "dropout": settings["dropout"], "batch_tokens": settings["batch_tokens"],
+        "set": args.set, "dropout": settings["dropout"], "batch_tokens": settings["batch_tokens"],
         "warmup": settings["warmup_steps"], "missing_hypotheses": len(references) - len(found),
         "sacrebleu": round(result["bleu"], 2), "chrf": round(result["chrf"], 2),
         "tokenized_bleu": result.get("tokenized_bleu"),

@@ -3,7 +3,7 @@ back to back on the same prepared data, each judged on the validation split.
 
 Each candidate is the quickstart's training (`quickstart.training_overrides`: its budget,
 checkpoint spacing, validation, batch, warm-up and recipe) with a few fields set on top. After
-each run the last 1, 2, 3 and 5 checkpoints are averaged and decoded with beam 4 in fp32
+each run the last 1, 2, 3 and 5 checkpoints (or --average) are averaged and decoded with beam 4 in fp32
 (the same output on every CPU, whatever the batch) on the validation split, which is what
 chooses, and on the test split, which is only reported. One JSON line per (candidate,
 averaging) and one per candidate with its validation curve (greedy BLEU against
@@ -34,7 +34,7 @@ from transformer_nmt.training.metrics import read_metrics
 from transformer_nmt.training.run import parse_assignment
 from transformer_nmt.training.session import train
 
-AVERAGED = (1, 2, 3, 5)
+AVERAGED = "1,2,3,5"
 
 
 def parse_recipe(text: str) -> tuple[str, list[tuple[str, str]]]:
@@ -49,11 +49,11 @@ def validation_curve(run_dir: Path) -> list[dict]:
             for r in read_metrics(run_dir / "metrics.jsonl") if r["event"] == "valid"]
 
 
-def score_averages(run_dir: Path, data: Path) -> list[dict]:
+def score_averages(run_dir: Path, data: Path, averaged: list[int]) -> list[dict]:
     """Valid and test sacreBLEU/chrF of the last k checkpoints averaged, for each k."""
     decoding = TranslatorOptions(precision="fp32")  # DecodeConfig: beam 4, alpha 0.6
     rows = []
-    for count in AVERAGED:
+    for count in averaged:
         model = run_dir / f"average-{count}.pt"
         save_model_file(average_checkpoints(checkpoints_to_average([run_dir], count)), model)
         row = {"average_last": count}
@@ -73,6 +73,9 @@ def main() -> None:
                         help="a candidate: its name and the fields it sets (repeatable)")
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--preset", default="small")
+    parser.add_argument("--average", default=AVERAGED, metavar="K,K",
+                        help=f"the counts of last checkpoints averaged and scored "
+                        f"(default {AVERAGED})")
     args = parser.parse_args()
 
     # Each candidate trains in a process of its own: a third run in one process trained at
@@ -99,7 +102,7 @@ def run_recipe(args: argparse.Namespace, name: str, settings: list[tuple[str, st
               "tgt_tok_s": round(summary.tgt_tokens / max(summary.wall, 1e-9), 1)}
     print(json.dumps({"figure": "valid_curve", **common,
                       "curve": validation_curve(run_dir)}), flush=True)
-    for row in score_averages(run_dir, args.data):
+    for row in score_averages(run_dir, args.data, [int(k) for k in args.average.split(",")]):
         print(json.dumps({"figure": "recipe", "date": time.strftime("%Y-%m-%d"),
                           "machine": platform.machine(), **common, **row,
                           "command": "python bench/quickstart_recipe.py "

@@ -1,7 +1,7 @@
 """Where a training step's time goes, by operator family: matrix products, casts,
 attention, normalization, the loss, the optimizer and the rest.
 
-Trains the base preset on the throughput benchmark's random batches (4000 target tokens,
+Trains the base preset (or --preset) on the throughput benchmark's random batches (4000 target tokens,
 lengths 20, 25 and 32, vocabulary 8000) through `Trainer.train_step`, warms up one step
 per shape, then profiles --steps steps with torch.profiler and prints JSON lines: each
 family's share of the operators' own (self) time, then the --top operators. The time is
@@ -68,8 +68,9 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--tokens", type=int, default=4000, help="target tokens per batch")
+    parser.add_argument("--preset", default="base", help="the model's preset (default: base)")
     args = parser.parse_args()
-    preset = get_preset("base")
+    preset = get_preset(args.preset)
     trainer = Trainer(Transformer(preset.model, 8000), preset.train,
                       init_distributed(args.device), args.precision)
     batches = make_batches(args.tokens)
@@ -95,7 +96,7 @@ def main() -> None:
         return event.self_device_time_total if gpu else event.self_cpu_time_total
 
     total = sum(own_time(event) for event in events)
-    common = {"bench": "train_step_profile", "device": args.device,
+    common = {"bench": "train_step_profile", "device": args.device, "preset": args.preset,
               "precision": args.precision, "tokens": args.tokens}
     print(json.dumps({**common, "wall_ms_per_step": round(wall * 1000 / args.steps, 1),
                       "own_ms_per_step": round(total / 1000 / args.steps, 1),
