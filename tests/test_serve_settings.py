@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from transformer_nmt.errors import UserError
@@ -83,3 +85,48 @@ def test_the_help_names_every_variable():
     epilog = " ".join(parser.epilog.split())
     for name in ServeSettings.__dataclass_fields__:
         assert f"NMT_{name.upper()}" in epilog
+
+
+def test_serve_has_one_token_budget_and_the_old_flag_names_it(capsys):
+    """A server's batches have one token budget, --max-batch-tokens (the queue's, across
+    every request); translate's --max-tokens is refused on serve naming it."""
+    from transformer_nmt.cli import build_parser
+
+    parser = build_parser()._subparsers._group_actions[0].choices["serve"]
+    budgets = [option for action in parser._actions if action.help != argparse.SUPPRESS
+               for option in action.option_strings if "tokens" in option]
+    assert budgets == ["--max-batch-tokens"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--model", "m.pt", "--max-tokens", "100"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "nmt serve: error: --max-tokens is not an option of nmt serve: a batch's tokens, "
+        "across every request, are limited by --max-batch-tokens (NMT_MAX_BATCH_TOKENS)")
+
+
+@pytest.mark.parametrize("flag, variable, budget", [
+    (["--max-batch-tokens", "123"], None, 123), ([], "77", 77)])
+def test_the_token_budget_of_serve_reaches_the_batcher_and_the_translator(
+        served_model, monkeypatch, flag, variable, budget):
+    """The flag (or NMT_MAX_BATCH_TOKENS) is the queue's budget and the translator's too,
+    so that the translator never cuts again a batch the queue formed."""
+    from fastapi.testclient import TestClient
+
+    from transformer_nmt.cli import main
+    from transformer_nmt.serve import server
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # run_serve leaves it as it is
+    monkeypatch.delenv("NMT_MAX_BATCH_TOKENS", raising=False)
+    if variable is not None:
+        monkeypatch.setenv("NMT_MAX_BATCH_TOKENS", variable)
+    seen = {}
+
+    def serve(models, options, settings, **_):
+        with TestClient(server.build_app(models, options, settings)) as client:
+            (model,) = client.app.state.pool.loaded.values()
+            batcher = model.service.batcher
+            seen["budgets"] = (batcher.budget.tokens, batcher.translator.budget.tokens)
+
+    monkeypatch.setattr(server, "serve", serve)
+    assert main(["serve", "--model", str(served_model), "--engine", "torch", "--precision",
+                 "fp32", "--workers", "1", *flag]) == 0
+    assert seen["budgets"] == (budget, budget)

@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 
 
-def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False) -> None:
+def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = False,
+                          max_tokens: bool = True) -> None:
     """Search, sampling, batching and precision options shared by translate, evaluate and
-    serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked)."""
+    serve; the search and sampling ones are DecodeConfig's fields (nbest only if asked),
+    --max-tokens only if asked (a server's token budget is its queue's)."""
     groups = {
         "search": parser.add_argument_group(
             "search", "the defaults are the paper's settings (section 6.1), and the search "
@@ -30,11 +32,12 @@ def _add_decode_arguments(parser: argparse.ArgumentParser, *, nbest: bool = Fals
             "K samples per line"),
     }
     add_fields(parser, DecodeConfig, exclude=() if nbest else ("nbest",), groups=groups)
-    _add_speed_arguments(parser)
+    _add_speed_arguments(parser, max_tokens=max_tokens)
 
 
-def _add_speed_arguments(parser: argparse.ArgumentParser) -> None:
-    """How decoding runs: runtime, precision, batches, threads and device."""
+def _add_speed_arguments(parser: argparse.ArgumentParser, *, max_tokens: bool = True) -> None:
+    """How decoding runs: runtime, precision, batches (--max-tokens only if asked), threads
+    and device."""
     speed = parser.add_argument_group(
         "speed", "how decoding runs: the defaults are the fastest on a CPU")
     speed.add_argument("--engine", choices=DECODE_ENGINES, default="auto",
@@ -54,9 +57,10 @@ def _add_speed_arguments(parser: argparse.ArgumentParser) -> None:
     speed.add_argument("--batch-size", type=int, metavar="N",
                        help="sentences translated together, sorted by length (default: "
                        "enough to keep the cores busy, fewer for a wider beam)")
-    speed.add_argument("--max-tokens", type=int, metavar="N",
-                       help="also limit a batch to N source tokens, padding included "
-                       "(default: no limit)")
+    if max_tokens:
+        speed.add_argument("--max-tokens", type=int, metavar="N",
+                           help="also limit a batch to N source tokens, padding included "
+                           "(default: no limit)")
     speed.add_argument("--precision", choices=DECODE_PRECISIONS, default="auto",
                        help="auto (default): on CTranslate2, int8 on a CPU (faster, and as "
                        "good as fp32), its fastest type on a GPU; on PyTorch, "
@@ -113,8 +117,8 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
     decode = DecodeConfig(**field_values(args, DecodeConfig,
                                          exclude=() if "nbest" in args else ("nbest",)))
     return TranslatorOptions(decode=decode, engine=args.engine, device=args.device,
-                             precision=args.precision,
-                             batch_size=args.batch_size, max_tokens=args.max_tokens,
+                             precision=args.precision, batch_size=args.batch_size,
+                             max_tokens=getattr(args, "max_tokens", None),
                              workers=args.workers, threads=args.threads,
                              batch_invariant=args.batch_invariant, shortlist=args.shortlist,
                              **fields)

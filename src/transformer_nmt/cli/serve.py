@@ -58,8 +58,21 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
         "access": parser.add_argument_group("access"),
     }
     add_fields(parser, ServeSettings, groups=groups, unset=True)
-    _add_decode_arguments(parser)
+    # One token budget, the queue's (--max-batch-tokens), which the translator's batches
+    # keep too; the --max-tokens of translate and evaluate says where it went.
+    _add_decode_arguments(parser, max_tokens=False)
+    parser.add_argument("--max-tokens", action=_Renamed, nargs="?", help=argparse.SUPPRESS)
     parser.set_defaults(func=run_serve)
+
+
+class _Renamed(argparse.Action):
+    """--max-tokens on `nmt serve`: refused in one line naming the option that took its
+    place."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(f"{option_string} is not an option of nmt serve: a batch's tokens, "
+                     "across every request, are limited by --max-batch-tokens "
+                     "(NMT_MAX_BATCH_TOKENS)")
 
 
 SERVER_OMP_WAIT_POLICY = "PASSIVE"

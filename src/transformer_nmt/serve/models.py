@@ -9,7 +9,7 @@ import asyncio
 import logging
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
@@ -132,7 +132,10 @@ class ModelPool:
         self._read = {item.entry.path: item.payload for item in scanned
                       if item.payload is not None}
         self.cards = {item.entry.path: item.card for item in scanned}
-        self.options, self.settings, self.metrics = options, settings, metrics
+        # The server has one token budget, its queue's: a translator cutting the batches it
+        # is handed by another would split what the queue formed.
+        self.options = replace(options, max_tokens=settings.max_batch_tokens)
+        self.settings, self.metrics = settings, metrics
         self.loaded: dict[Path, LoadedModel] = {}
         self._loading: dict[Path, asyncio.Lock] = {}
         self._started = False

@@ -35,9 +35,11 @@ class ServeSettings:
     used idle one is unloaded beyond N (a pivot uses two at once, and a model that is
     translating is never unloaded, so the count may pass N while they work)."""
     max_batch_tokens: int = setting(4096, group="batching")
-    """Most source tokens (padding and EOS included) of one batch, and of one piece of a
-    request taken into a decoder at once (a longer request is cut by length into pieces
-    that several decoders share, by the rule offline batches follow)."""
+    """Most source tokens (padding and EOS included) of one batch, sentences of every
+    request together, and of one piece of a request taken into a decoder at once (a longer
+    request is cut by length into pieces that several decoders share, by the rule offline
+    batches follow); the server's one token budget, which `nmt translate`'s --max-tokens
+    is offline."""
     max_wait_ms: float = setting(5.0, group="batching", metavar="MS")
     """Longest a sentence waits for others to share its batch while the decoders are
     busy (while one is idle, a sentence goes at once)."""

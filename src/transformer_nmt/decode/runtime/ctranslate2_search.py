@@ -78,10 +78,16 @@ class CTranslate2Search:
         target_prefix = None
         if prefixes is not None:
             target_prefix = [[str(token) for token in prefix] or None for prefix in prefixes]
+            # A forced prefix is kept whole, as the PyTorch search lengthens its limit.
+            limits = [max(limit, len(prefix)) for limit, prefix in zip(limits, prefixes)]
+        longest = max(limits)
         results = self.translator(side_by_side).translate_batch(
             source, target_prefix, beam_size=decode.beam, num_hypotheses=decode.nbest,
             length_penalty=decode.alpha, no_repeat_ngram_size=decode.no_repeat_ngram,
-            min_decoding_length=decode.min_len, max_decoding_length=max(limits) + 1,
+            # The maximum length wins over the minimum (CTranslate2 refuses a minimum
+            # beyond it); each sentence is cut at its own below.
+            min_decoding_length=min(decode.min_len, longest),
+            max_decoding_length=longest + 1,
             max_input_length=0, use_vmap=self.use_vmap, return_scores=True)
         # Best first by GNMT's score, as the paper's search orders its n-best.
         return [sorted((_hypothesis(tokens, score, decode.alpha, limit)

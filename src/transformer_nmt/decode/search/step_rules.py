@@ -73,14 +73,15 @@ class ForceEos:
 
 
 class MinLength:
-    """No EOS before an output has `tokens` tokens (fairseq's --min-len)."""
+    """No EOS before an output has `tokens` tokens (fairseq's --min-len), except at a
+    row's maximum length, which wins: `ForceEos` keeps the EOS score it finds there."""
 
     def __init__(self, eos: int, tokens: int) -> None:
         self.eos, self.tokens = eos, tokens
 
     def __call__(self, log_probs: Tensor, step: Step) -> None:
         if step.index < self.tokens:
-            log_probs[:, self.eos] = float("-inf")
+            log_probs[~step.at_limit, self.eos] = float("-inf")
 
 
 class NoRepeatNgram:
