@@ -38,10 +38,10 @@ from transformer_nmt.config import TrainConfig
 from transformer_nmt.data.collate import Batch
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID
 from transformer_nmt.memory import keep_freed_memory, kept_apart
-from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runtime import compiles_per_shape
 from transformer_nmt.training.distributed import Distributed
+from transformer_nmt.training.flops import train_step_flops
 from transformer_nmt.training.loss import perplexity, projected_label_smoothed_nll
 from transformer_nmt.training.precision import attention_kernels, autocast
 from transformer_nmt.training.schedule import InverseSqrtSchedule
