@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_nmt.config import ModelConfig
-from transformer_nmt.model.cache import DecoderCache, DecodingCache
+from transformer_nmt.model.cache import DecoderCache, DecodingCache, KVCache
 from transformer_nmt.model.dropout import bool_mask_dropout
 from transformer_nmt.model.layer_norm import OutputSavingLayerNorm
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer
@@ -200,9 +200,12 @@ class Transformer(nn.Module):
         return EncoderOut(x, src_mask, weights)
 
     def new_cache(self, max_length: int = 0) -> DecoderCache:
-        """An empty cache for incremental decoding with `decode(..., cache=cache)`;
-        max_length: the most target positions the caller will decode (0: unknown)."""
-        return DecoderCache.plain(len(self.decoder_layers), max_length)
+        """An empty plain cache for incremental decoding with `decode(..., cache=cache)`.
+        max_length, the most target positions the caller will decode, is a hint that
+        plain tensors do not need."""
+        layers = len(self.decoder_layers)
+        return DecoderCache([KVCache() for _ in range(layers)],
+                            [KVCache(memory=True) for _ in range(layers)])
 
     def decode(self, tgt: Tensor, enc: EncoderOut, cache: DecodingCache | None = None,
                need_weights: bool = False) -> DecoderOut:
