@@ -1,12 +1,7 @@
 """The key/value caches of incremental decoding: at each step the decoder feeds only the
 new positions and attends over the keys and values of the ones before (section 3.2.3's
-masked self-attention makes those unchanged by later positions).
-
-Read top to bottom: what the model reads of a decoder's cache (`DecodingCache`, all that
-decoding plugs into), the plain cache of one attention layer, then the cache of a whole
-decoder. Decoding brings its own layer caches (transformer_nmt.decode.attention), each
-owning how its keys and values are stored and attended (model/attention.py,
-AttentionCache).
+masked self-attention makes those unchanged by later positions). Other caches plug in
+through `DecodingCache` and model/attention.py's AttentionCache.
 """
 
 from __future__ import annotations
@@ -57,8 +52,7 @@ class KVCache:
     def attend(self, q: Tensor, k: Tensor | None, v: Tensor | None, mask: Tensor | None,
                causal: bool, need_weights: bool, kernel: Kernel, dropout: float = 0.0
                ) -> tuple[Tensor, Tensor | None]:
-        """Eq. (1) of q (batch, heads, tgt_len, d_k) over every key kept, after keeping
-        the new keys k and values v (batch, heads, new, d), None where memory's are kept."""
+        """AttentionCache.attend, the keys and values kept as concatenated tensors."""
         if k is not None:
             self.keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
             self.values = v if self.values is None else torch.cat([self.values, v], dim=2)
