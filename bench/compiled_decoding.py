@@ -39,16 +39,16 @@ import translate_speed
 from translate_speed import figure
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.vocab import Vocab
-from transformer_nmt.decode.attention.kv_cache import decoder_cache
+from transformer_nmt.decode.attention.kv_cache import StoredKVCache, decoder_cache
 from transformer_nmt.decode.runtime.precision import prepare_model
 from transformer_nmt.decode.search.base import SpecialIds
 from transformer_nmt.decode.search.searches import beam_search, greedy_search
 from transformer_nmt.model.attention import MultiHeadAttention, _fold_group, _unfold_group
-from transformer_nmt.model.cache import DecoderCache, KVCache
+from transformer_nmt.model.cache import DecoderCache
 from transformer_nmt.model.transformer import DecoderOut, EncoderOut, Transformer
 
 
-def extend(cache: KVCache, new: int) -> tuple[Tensor, Tensor]:
+def extend(cache: StoredKVCache, new: int) -> tuple[Tensor, Tensor]:
     """Views (batch, heads, length + new, d) of a cache's keys and values after `new` more
     positions, whose last `new` the compiled step writes in place."""
     end = cache.length + new
@@ -58,7 +58,7 @@ def extend(cache: KVCache, new: int) -> tuple[Tensor, Tensor]:
     return cache.keys, cache.values
 
 
-def compact(cache: KVCache) -> None:
+def compact(cache: StoredKVCache) -> None:
     """Shrink a cache's buffers to its positions, so that its views are contiguous."""
     if cache._keys is not None and cache._keys.size(2) != cache.length:
         cache._keys, cache._values = cache.keys.contiguous(), cache.values.contiguous()

@@ -2,7 +2,7 @@
 
 Prints one JSON line per figure: the machine's measured matrix-product rate per precision,
 then target tokens/s and the fraction of that rate the model achieves (FLOPs counted
-analytically by transformer_nmt.model.flops).
+analytically by transformer_nmt.training.flops).
 
     python bench/model_forward.py [--preset base] [--steps 3] [--tokens 4000]
 """
@@ -19,8 +19,8 @@ import torch.nn.functional as F
 
 from transformer_nmt.config import get_preset
 from transformer_nmt.runtime import bf16_supported
-from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.training.flops import train_step_flops
 
 
 def autocast(precision: str):

@@ -70,8 +70,8 @@ from transformer_nmt.data.collate import Batch
 from transformer_nmt.model.transformer import Transformer, sinusoidal_encodings
 from transformer_nmt.runtime import matmul_rate
 from transformer_nmt.training.distributed import init_distributed
+from transformer_nmt.training.flops import train_step_flops
 from transformer_nmt.training.loss import label_smoothed_nll
-from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.training.metrics import measure_peak_flops
 from transformer_nmt.training.precision import DTYPES, autocast
 from transformer_nmt.training.trainer import Trainer

@@ -192,6 +192,31 @@ def test_the_model_checks_no_layers_type():
                 raise AssertionError(f"model/{path.name}:{node.lineno} compares a type")
 
 
+def test_no_private_method_of_the_model_is_overridden_outside_it():
+    """What plugs into the model does so through its public interface: a class outside
+    model/ that subclasses one of the model's overrides none of its private methods."""
+    private = {}  # model class name -> its private (not dunder) methods
+    for path in (PACKAGE_DIR / "model").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                private[node.name] = {item.name for item in node.body
+                                      if isinstance(item, ast.FunctionDef)
+                                      and item.name.startswith("_")
+                                      and not item.name.endswith("__")}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        if path.parent.name == "model":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = {getattr(base, "id", getattr(base, "attr", "")) for base in node.bases}
+            hooks = set().union(*(private.get(base, set()) for base in bases))
+            overridden = sorted(item.name for item in node.body
+                                if isinstance(item, ast.FunctionDef) and item.name in hooks)
+            assert not overridden, (f"{path.relative_to(PACKAGE_DIR)}: {node.name} "
+                                    f"overrides the model's private {overridden}")
+
+
 NAMED_MODULE = re.compile(r"\btransformer_nmt(?:\.\w+)+")
 NAMED_FILE = re.compile(r"(?<![\w./-])((?:[\w-]+/)*[\w-]+\.py)\b")
 FILE_SUFFIXES = ("json", "jsonl", "txt", "pt", "md")

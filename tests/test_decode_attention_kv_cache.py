@@ -1,4 +1,5 @@
-"""The caches the searches decode with (decode/attention/kv_cache.py): the same keys and values as
+"""The caches the searches decode with (decode/attention/kv_cache.py): one allocation when the
+capacity is known, memory's keys kept once and attended as given, the same keys and values as
 plain concatenated tensors through growth and reorders into shared spare buffers
 (decode/attention/spare_pool.py), keys and values stored in bf16 where asked, and the cache each
 model gets."""
@@ -14,9 +15,35 @@ from transformer_nmt.config import get_preset
 from transformer_nmt.decode.search.ensemble import Ensemble, EnsembleCache
 from transformer_nmt.decode.attention.kv_cache import StoredKVCache, decoder_cache, stored_decoder_cache
 from transformer_nmt.decode.attention.spare_pool import SparePool
+from transformer_nmt.model.attention import attend, eq1_kernel
 from transformer_nmt.model.transformer import Transformer
 
 VOCAB = 53
+
+
+def test_kv_cache_with_a_capacity_allocates_once_then_grows_past_it():
+    cache = StoredKVCache(SparePool(), capacity=20)
+    chunk = torch.randn(3, 2, 1, 4)
+    cache.append(chunk, chunk)
+    buffer = cache.keys.data_ptr()
+    for _ in range(19):
+        cache.append(chunk, chunk)
+    assert cache.length == 20 and cache.keys.data_ptr() == buffer  # no growth, no copy
+    keys, _ = cache.append(chunk, chunk)
+    assert cache.length == 21 and keys.shape == (3, 2, 21, 4)
+    torch.testing.assert_close(keys[:, :, -1:], chunk)
+
+
+def test_a_memory_cache_keeps_memory_once_and_attends_as_a_cacheless_layer_does():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(4, 2, 1, 3), torch.randn(2, 2, 6, 3), torch.randn(2, 2, 6, 5)
+    cache = StoredKVCache(SparePool(), memory=True)
+    assert not cache.holds_memory
+    first, _ = cache.attend(q, k, v, None, False, False, eq1_kernel)
+    assert cache.holds_memory and cache.length == 6
+    again, _ = cache.attend(q, None, None, None, False, False, eq1_kernel)
+    expected, _ = attend(q, k, v, None, False, False)
+    assert torch.equal(first, expected) and torch.equal(again, expected)
 
 
 def test_kv_cache_matches_plain_tensors_through_growth_and_reorders():

@@ -261,7 +261,7 @@ def test_the_logits_bias_shifts_every_logit_by_exactly_its_value(tie_embeddings)
     torch.testing.assert_close(biased(src, tgt) - plain(src, tgt),
                                biased.logits_bias.expand(2, 5, VOCAB))
     states = biased(src, tgt, project=False)
-    torch.testing.assert_close(F.linear(states, biased.projection_weight, biased.projection_bias),
+    torch.testing.assert_close(F.linear(states, biased.projection_weight, biased.logits_bias),
                                biased(src, tgt))
 
 
@@ -275,9 +275,9 @@ def test_the_new_fields_default_to_the_paper_and_add_no_weights():
     biased = Transformer(tiny_config(logits_bias=True), VOCAB)
     assert set(biased.state_dict()) == keys | {"logits_bias"}
     # A buffer: stored, never trained, and not counted among the parameters.
-    assert biased.projection_bias is biased.logits_bias and not biased.logits_bias.requires_grad
+    assert not biased.logits_bias.requires_grad
     assert all(parameter is not biased.logits_bias for parameter in biased.parameters())
-    assert Transformer(cfg, VOCAB).projection_bias is None
+    assert Transformer(cfg, VOCAB).logits_bias is None
 
 
 def test_tied_weights_are_one_tensor():

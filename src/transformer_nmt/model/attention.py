@@ -3,10 +3,7 @@
 Two paths compute eq. (1): the fused one through
 `torch.nn.functional.scaled_dot_product_attention` (used for training and decoding), and
 the explicit one below, which also returns the attention weights (for plots and
-alignments). Read top to bottom: eq. (1), the kernel that picks a path, `attend` (eq. (1)
-on every head, with the causal rule and beams sharing their sentence's keys), the cache
-interface of incremental decoding, and the module itself (its projections, then the
-attention). The plain key/value caches are in model/cache.py.
+alignments). The key/value caches of incremental decoding are in model/cache.py.
 """
 
 from __future__ import annotations
@@ -53,12 +50,8 @@ and dropout as `eq1_kernel` takes them: the output and, if need_weights, the wei
 
 def eq1_kernel(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool,
                need_weights: bool, dropout: float) -> tuple[Tensor, Tensor | None]:
-    """Eq. (1): the explicit path when the weights are asked for, else the fused one.
-
-    q (batch, heads, tgt_len, d_k), k (batch, heads, src_len, d_k), v (batch, heads,
-    src_len, d_v); returns the output (batch, heads, tgt_len, d_v) and the weights
-    (batch, heads, tgt_len, src_len) or None. causal: the fused kernel's own causal rule.
-    """
+    """Eq. (1) as a `Kernel`: the explicit path when the weights are asked for, else the
+    fused one, with its own causal rule."""
     if need_weights:
         return scaled_dot_product_attention(q, k, v, mask, dropout)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
@@ -133,33 +126,29 @@ class MultiHeadAttention(nn.Module):
         """How eq. (1) is computed (`eq1_kernel`); decoding may install its own: the
         same equation, other numerics."""
 
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor | None = None,
-        mask: Tensor | None = None,
-        causal: bool = False,
-        cache: AttentionCache | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                causal: bool = False, cache: AttentionCache | None = None,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """Attend from x (batch, tgt_len, d_model) to itself or to memory (batch, src_len, d_model).
 
         mask: bool, broadcastable to (batch, heads, tgt_len, src_len), True = may attend.
         causal: forbid attending to later positions (the decoder's self-attention).
-        cache: for incremental decoding; it keeps x's keys/values (self-attention) or
-        memory's, projected once (encoder-decoder attention, memory None once it holds
-        them), and attends over what it keeps.
-        Encoder-decoder attention accepts x with a batch `group` times memory's: rows
-        r * group .. r * group + group - 1 attend to memory row r (beams of one sentence).
+        cache: for incremental decoding, the AttentionCache that keeps x's or memory's
+        keys/values (memory projected once) and attends over them.
+        Encoder-decoder attention accepts x with a batch `group` times memory's (`attend`).
         Returns the output (batch, tgt_len, d_model) and, if need_weights, the weights
         (batch, heads, tgt_len, src_len).
         """
+        hk, hv = self.heads * self.d_k, self.heads * self.d_v
         if self.self_attention:
-            q, k, v = self._self_projections(x)
+            q, k, v = self.qkv_proj(x).split([hk, hk, hv], dim=-1)  # (batch, tgt_len, h * d)
         else:
-            q = self._split_heads(self.q_proj(x), self.d_k)  # (batch, heads, tgt_len, d_k)
-            k, v = (None, None) if cache is not None and cache.holds_memory \
-                else self.memory_keys_values(memory)
+            q, k, v = self.q_proj(x), None, None
+            if cache is None or not cache.holds_memory:
+                k, v = self.kv_proj(memory).split([hk, hv], dim=-1)  # (batch, src_len, h * d)
+        q = self._split_heads(q, self.d_k)  # (batch, heads, tgt_len, d_k)
+        if k is not None:
+            k, v = self._split_heads(k, self.d_k), self._split_heads(v, self.d_v)
         dropout = self.attention_dropout if self.training else 0.0
         if cache is None:
             out, weights = attend(q, k, v, mask, causal, need_weights, self.kernel, dropout)
@@ -173,18 +162,6 @@ class MultiHeadAttention(nn.Module):
         # (batch, len, heads * width) -> (batch, heads, len, width)
         return x.unflatten(-1, (self.heads, width)).transpose(1, 2)
 
-    def _self_projections(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Q, K (batch, heads, tgt_len, d_k) and V (batch, heads, tgt_len, d_v) of x."""
-        q, k, v = self.qkv_proj(x).split(
-            [self.heads * self.d_k, self.heads * self.d_k, self.heads * self.d_v], dim=-1)
-        return (self._split_heads(q, self.d_k), self._split_heads(k, self.d_k),
-                self._split_heads(v, self.d_v))
-
-    def memory_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Encoder-decoder attention's K and V of memory (batch, src_len, d_model):
-        (batch, heads, src_len, d_k) and (batch, heads, src_len, d_v)."""
-        k, v = self.kv_proj(memory).split([self.heads * self.d_k, self.heads * self.d_v], dim=-1)
-        return self._split_heads(k, self.d_k), self._split_heads(v, self.d_v)
 
 
 def _causal_mask(mask: Tensor | None, tgt_len: int, src_len: int, need_weights: bool,

@@ -1,18 +1,14 @@
 """The key/value caches of incremental decoding: at each step the decoder feeds only the
 new positions and attends over the keys and values of the ones before (section 3.2.3's
-masked self-attention makes those unchanged by later positions).
-
-Read top to bottom: what the model reads of a decoder's cache (`DecodingCache`, all that
-decoding plugs into), one attention layer's cache, then the cache of a whole decoder
-(every layer's self- and encoder-decoder attention). Each cache owns how its keys and
-values are stored and attended (model/attention.py, AttentionCache), so that other
-caches plug in without the model knowing them.
+masked self-attention makes those unchanged by later positions). Other caches plug in
+through `DecodingCache` and model/attention.py's AttentionCache.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, Sequence, runtime_checkable
 
+import torch
 from torch import Tensor
 
 from transformer_nmt.model.attention import AttentionCache, Kernel, attend
@@ -22,8 +18,7 @@ from transformer_nmt.model.attention import AttentionCache, Kernel, attend
 class DecodingCache(Protocol):
     """What the model reads of an incremental-decoding cache, and all it reads: each
     decoder layer's self- and encoder-decoder attention cache (None for a layer that
-    keeps nothing) and where the positions fed next start. `DecoderCache` below is the
-    plain one; decoding's own implement the same (transformer_nmt.decode.attention)."""
+    keeps nothing) and where the positions fed next start."""
 
     self_attention: Sequence[AttentionCache | None]
     """Per decoder layer, its self-attention's cache."""
@@ -35,92 +30,38 @@ class DecodingCache(Protocol):
 
 
 class KVCache:
-    """Keys and values of one attention layer kept between incremental decoding steps.
+    """Keys and values of one attention layer kept between incremental decoding steps, as
+    plain tensors: self-attention's grow by each step's positions; encoder-decoder
+    attention's (`memory`) are memory's, given once per source sentence."""
 
-    Self-attention appends one step's keys/values per call; encoder-decoder attention
-    (`memory`) keeps memory's keys/values, given once per source sentence. Beam search
-    calls `reorder`.
-
-    They live in contiguous buffers (batch, heads, capacity, d), so that a step writes
-    only its own positions (torch.cat would copy the whole cache every step).
-    `capacity` positions are set aside at the first append: the operating system backs
-    only the pages that are written, so the unused tail costs address space, not memory,
-    where growing the buffers (in steps of GROWTH positions, past the capacity) leaves
-    the allocator holes of every smaller size, which raise a beam search's peak memory.
-    """
-
-    GROWTH = 16
-
-    def __init__(self, capacity: int = 0, memory: bool = False) -> None:
-        self._keys: Tensor | None = None  # (batch, heads, capacity, d_k)
-        self._values: Tensor | None = None  # (batch, heads, capacity, d_v)
-        self._capacity = capacity
+    def __init__(self, memory: bool = False) -> None:
         self.memory = memory
-        """Encoder-decoder attention's cache: memory's keys and values, kept once."""
-        self.length = 0
-        """Number of cached positions."""
+        self.keys: Tensor | None = None  # (batch, heads, length, d_k)
+        self.values: Tensor | None = None  # (batch, heads, length, d_v)
 
     @property
     def holds_memory(self) -> bool:
         """Whether memory's keys and values are kept (encoder-decoder attention)."""
-        return self.memory and self._keys is not None
+        return self.memory and self.keys is not None
 
     @property
-    def keys(self) -> Tensor | None:
-        """(batch, heads, length, d_k) the cached keys, or None before the first append."""
-        return None if self._keys is None else self._keys[:, :, : self.length]
-
-    @property
-    def values(self) -> Tensor | None:
-        """(batch, heads, length, d_v) the cached values, or None before the first append."""
-        return None if self._values is None else self._values[:, :, : self.length]
+    def length(self) -> int:
+        """Number of cached positions."""
+        return 0 if self.keys is None else self.keys.size(2)
 
     def attend(self, q: Tensor, k: Tensor | None, v: Tensor | None, mask: Tensor | None,
                causal: bool, need_weights: bool, kernel: Kernel, dropout: float = 0.0
                ) -> tuple[Tensor, Tensor | None]:
-        """Eq. (1) of q (batch, heads, tgt_len, d_k) over every key kept, after keeping
-        the new keys k and values v (batch, heads, new, d). Encoder-decoder attention
-        passes memory's once (attended as given) and None after."""
-        if k is None:
-            k, v = self.keys, self.values
-        elif self.memory:
-            self.append(k, v)
-        else:
-            k, v = self.append(k, v)
-        return attend(q, k, v, mask, causal, need_weights, kernel, dropout)
-
-    def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """Add new positions, keys (batch, heads, new, d_k) and values; return all so far."""
-        end = self.length + keys.size(2)
-        if self._keys is None or end > self._keys.size(2):
-            self._grow(keys, values, end)
-        self._keys[:, :, self.length: end] = keys
-        self._values[:, :, self.length: end] = values
-        self.length = end
-        return self.keys, self.values
-
-    def _grow(self, keys: Tensor, values: Tensor, needed: int) -> None:
-        capacity = max(-(-needed // self.GROWTH) * self.GROWTH, self._capacity)
-        grown = []
-        for old, new in ((self._keys, keys), (self._values, values)):
-            batch, heads, _, width = new.shape
-            buffer = new.new_empty(batch, heads, capacity, width)
-            if old is not None:
-                buffer[:, :, : self.length] = old[:, :, : self.length]
-            grown.append(buffer)
-        self._keys, self._values = grown
+        """AttentionCache.attend, the keys and values kept as concatenated tensors."""
+        if k is not None:
+            self.keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
+            self.values = v if self.values is None else torch.cat([self.values, v], dim=2)
+        return attend(q, self.keys, self.values, mask, causal, need_weights, kernel, dropout)
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows `index` (batch,) in that order, e.g. the surviving beams."""
-        if self._keys is None:
-            return
-        self._keys = self._gather(self._keys, index)
-        self._values = self._gather(self._values, index)
-
-    def _gather(self, buffer: Tensor, index: Tensor) -> Tensor:
-        """Rows `index` of buffer (batch, heads, capacity, d); a copy, which carries
-        gradients."""
-        return buffer[index]
+        if self.keys is not None:
+            self.keys, self.values = self.keys[index], self.values[index]
 
 
 class DecoderCache:
@@ -129,12 +70,6 @@ class DecoderCache:
     def __init__(self, self_attention: Sequence, cross_attention: Sequence) -> None:
         self.self_attention = list(self_attention)
         self.cross_attention = list(cross_attention)
-
-    @classmethod
-    def plain(cls, layers: int, max_length: int = 0) -> "DecoderCache":
-        """KVCaches for `layers` layers, room for max_length target positions (0: unknown)."""
-        return cls([KVCache(max_length) for _ in range(layers)],
-                   [KVCache(memory=True) for _ in range(layers)])
 
     @property
     def length(self) -> int:

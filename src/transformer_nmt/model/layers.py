@@ -7,6 +7,7 @@ or, with pre_norm, as x + Dropout(Sublayer(LayerNorm(x))).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import torch.nn.functional as F
@@ -18,13 +19,9 @@ from transformer_nmt.model.dropout import bool_mask_dropout
 from transformer_nmt.model.layer_norm import OutputSavingLayerNorm
 
 
-def _relu_in_place(x: Tensor) -> Tensor:
-    # In place: x is linear1's output, a temporary that nothing else reads.
-    return F.relu(x, inplace=True)
-
-
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "relu": _relu_in_place,
+    # relu in place: its input is linear1's output, a temporary that nothing else reads.
+    "relu": partial(F.relu, inplace=True),
     "swish": F.silu,
     "gelu": F.gelu,
 }
@@ -101,15 +98,10 @@ class DecoderLayer(nn.Module):
         self.cross_attn_block = SublayerConnection(cfg.d_model, cfg.dropout, cfg.pre_norm)
         self.ffn_block = SublayerConnection(cfg.d_model, cfg.dropout, cfg.pre_norm)
 
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor | None,
-        memory_mask: Tensor | None,
-        self_cache: AttentionCache | None = None,
-        cross_cache: AttentionCache | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def forward(self, x: Tensor, memory: Tensor | None, memory_mask: Tensor | None,
+                self_cache: AttentionCache | None = None,
+                cross_cache: AttentionCache | None = None, need_weights: bool = False
+                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """x: (batch, tgt_len, d_model); memory: (batch, src_len, d_model) from the encoder
         (None when cross_cache holds its keys and values); memory_mask: (batch, 1, 1,
         src_len), True at real source tokens.

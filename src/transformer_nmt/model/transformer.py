@@ -1,10 +1,6 @@
 """The Transformer (section 3): embeddings and softmax (section 3.4), positional encodings
-(section 3.5), the stacks, the output.
-
-Read top to bottom: positional encodings, what the encoder hands the decoder and what the
-decoder returns, then the model itself (encoder, decoder, pre-softmax projection). The
-layers are in model/layers.py, attention in model/attention.py, and the key/value cache
-of incremental decoding in model/cache.py.
+(section 3.5), the stacks, the output. The layers are in model/layers.py, attention in
+model/attention.py, the key/value caches of incremental decoding in model/cache.py.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_nmt.config import ModelConfig
-from transformer_nmt.model.cache import DecoderCache, DecodingCache
+from transformer_nmt.model.cache import DecoderCache, DecodingCache, KVCache
 from transformer_nmt.model.dropout import bool_mask_dropout
 from transformer_nmt.model.layer_norm import OutputSavingLayerNorm
 from transformer_nmt.model.layers import DecoderLayer, EncoderLayer
@@ -82,7 +78,7 @@ class EncoderOut:
     """Per layer (batch, heads, src_len, src_len) self-attention weights, when asked for."""
 
     def select(self, index: Tensor) -> "EncoderOut":
-        """Rows `index` (new_batch,) of the batch, e.g. each sentence repeated beam times."""
+        """Rows `index` (new_batch,) of the batch, in that order, repeats allowed."""
         return EncoderOut(self.states.index_select(0, index), self.src_mask.index_select(0, index))
 
 
@@ -114,9 +110,9 @@ class Transformer(nn.Module):
         self.output_proj = (None if cfg.tie_embeddings in ("all", "decoder")
                             else nn.Linear(cfg.d_model, vocab_size, bias=False))
         self.projector: nn.Module | None = None
-        """Where decoding installs its own pre-softmax transformation (a packed, tiled or
-        int8 copy of the weight that adds the logits bias inside its product), `project`
-        calls it; the weights stay where they are, for everything else that reads them."""
+        """Another implementation of the pre-softmax transformation (x W^T + logits_bias),
+        installed from outside, which `project` calls; the weights stay where they are,
+        for everything else that reads them."""
         # The decoder's learned table, and the encoder's too unless tie_positions is False.
         self.src_positions = None
         if cfg.positional == "learned":
@@ -128,8 +124,9 @@ class Transformer(nn.Module):
             self.register_buffer("sinusoids", SINUSOIDS[cfg.positional](cfg.max_positions,
                                                                         cfg.d_model),
                                  persistent=False)
-        # A buffer, as Hugging Face's final_logits_bias: in the state dict, so model files
-        # carry it, converted with the model's dtype, but not trained. None registers no key.
+        # (vocab,) the bias added to the logits (cfg.logits_bias). A buffer, as Hugging Face's
+        # final_logits_bias: in the state dict, so model files carry it, converted with the
+        # model's dtype, but not trained. None registers no key.
         self.register_buffer("logits_bias", torch.zeros(vocab_size) if cfg.logits_bias else None)
 
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
@@ -200,9 +197,12 @@ class Transformer(nn.Module):
         return EncoderOut(x, src_mask, weights)
 
     def new_cache(self, max_length: int = 0) -> DecoderCache:
-        """An empty cache for incremental decoding with `decode(..., cache=cache)`;
-        max_length: the most target positions the caller will decode (0: unknown)."""
-        return DecoderCache.plain(len(self.decoder_layers), max_length)
+        """An empty plain cache for incremental decoding with `decode(..., cache=cache)`.
+        max_length, the most target positions the caller will decode, is a hint that
+        plain tensors do not need."""
+        layers = len(self.decoder_layers)
+        return DecoderCache([KVCache() for _ in range(layers)],
+                            [KVCache(memory=True) for _ in range(layers)])
 
     def decode(self, tgt: Tensor, enc: EncoderOut, cache: DecodingCache | None = None,
                need_weights: bool = False) -> DecoderOut:
@@ -247,17 +247,12 @@ class Transformer(nn.Module):
         """(vocab, d_model) the pre-softmax linear transformation's weight."""
         return self.tgt_embed.weight if self.output_proj is None else self.output_proj.weight
 
-    @property
-    def projection_bias(self) -> Tensor | None:
-        """(vocab,) the bias added to the logits (cfg.logits_bias), or None without one."""
-        return self.logits_bias
-
     def project(self, x: Tensor) -> Tensor:
         """Pre-softmax linear transformation (batch, len, d_model) -> (batch, len, vocab),
         x W^T + logits_bias."""
         if self.projector is not None:
             return self.projector(x)
-        return F.linear(x, self.projection_weight, self.projection_bias)
+        return F.linear(x, self.projection_weight, self.logits_bias)
 
     def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True) -> Tensor:
         """Teacher-forced logits (batch, tgt_len, vocab) for src (batch, src_len), tgt_in (batch, tgt_len).
@@ -273,10 +268,8 @@ class Transformer(nn.Module):
 
 
 def count_parameters(cfg: ModelConfig, vocab_size: int) -> int:
-    """Exact number of trainable parameters of `cfg` at `vocab_size`, shared tensors once.
-
-    Built on the meta device, so even the big model costs no memory.
-    """
+    """Exact number of trainable parameters of `cfg` at `vocab_size`, shared tensors once,
+    counted on the meta device, so that even the big model costs no memory."""
     with torch.device("meta"):
         model = Transformer(cfg, vocab_size)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -164,7 +164,7 @@ def projected_label_smoothed_nll(states: Tensor, weight: Tensor, target: Tensor,
 
     states: (batch, tgt_len, d_model) the decoder's output; weight: (vocab, d_model) the
     pre-softmax projection (the target embedding when they are tied); bias: (vocab,) the
-    logits bias, which gets no gradient (Transformer.projection_bias), or None; target as
+    logits bias, which gets no gradient (Transformer.logits_bias), or None; target as
     in label_smoothed_nll. Under autocast the products run in the autocast dtype, as
     F.linear's would; the softmax and the sums run in float32. The whole-batch logits,
     their gradient and logsumexp's temporary, three (tokens, vocab) float32 tensors, are

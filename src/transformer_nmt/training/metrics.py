@@ -1,6 +1,6 @@
 """What training reports: the device's peak rate for MFU, metrics.jsonl, TensorBoard, the plot.
 
-The analytic FLOPs of a step come from transformer_nmt.model.flops (6 FLOPs per weight
+The analytic FLOPs of a step come from transformer_nmt.training.flops (6 FLOPs per weight
 per token plus the attention products, over the padded batch). MFU is that count per
 second over the device's peak rate, which is measured at start-up with a dense matmul in
 the training precision: an achievable peak, not the datasheet's. It is measured again

@@ -38,10 +38,10 @@ from transformer_nmt.config import TrainConfig
 from transformer_nmt.data.collate import Batch
 from transformer_nmt.data.vocab import BOS_ID, EOS_ID
 from transformer_nmt.memory import keep_freed_memory, kept_apart
-from transformer_nmt.model.flops import train_step_flops
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runtime import compiles_per_shape
 from transformer_nmt.training.distributed import Distributed
+from transformer_nmt.training.flops import train_step_flops
 from transformer_nmt.training.loss import perplexity, projected_label_smoothed_nll
 from transformer_nmt.training.precision import attention_kernels, autocast
 from transformer_nmt.training.schedule import InverseSqrtSchedule
@@ -136,7 +136,7 @@ class Trainer:
             states = self.model(batch.src, batch.tgt_in, project=False)  # (batch, tgt_len, d_model)
             loss, nll = projected_label_smoothed_nll(
                 states, self.raw_model.projection_weight, batch.tgt_out,
-                self.cfg.label_smoothing, self.raw_model.pad_id, self.raw_model.projection_bias)
+                self.cfg.label_smoothing, self.raw_model.pad_id, self.raw_model.logits_bias)
         scaled = loss * weight
         (self.scaler.scale(scaled) if self.scaler else scaled).backward()
         return loss.detach() * weight, nll * weight
@@ -293,7 +293,7 @@ class Trainer:
                 states = model(batch.src, batch.tgt_in, project=False)  # (batch, tgt_len, d_model)
                 loss, nll = projected_label_smoothed_nll(
                     states, model.projection_weight, batch.tgt_out, self.cfg.label_smoothing,
-                    model.pad_id, model.projection_bias)
+                    model.pad_id, model.logits_bias)
             sums += torch.stack([loss.double(), nll.double(),
                                  torch.tensor(batch.tgt_tokens, dtype=torch.float64,
                                               device=self.device)])

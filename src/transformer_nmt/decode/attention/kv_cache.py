@@ -1,7 +1,8 @@
-"""The key/value caches the searches decode with: the model's plain caches
-(model/cache.py) storing keys and values in the dtype decoding chose (`cache_dtype`)
-and gathering reorders into spare buffers (decode/attention/spare_pool.py); and the cache a search's
-step decodes with, a probe on one layer where asked (decode/attention/probe.py)."""
+"""The key/value caches the searches decode with, plugged into the model's cache
+interface (model/cache.py): keys and values in preallocated buffers, stored in the dtype
+decoding chose (`cache_dtype`), reorders gathered into spare buffers
+(decode/attention/spare_pool.py); and the cache a search's step decodes with, a probe on
+one layer where asked (decode/attention/probe.py)."""
 
 from __future__ import annotations
 
@@ -12,31 +13,108 @@ from torch import Tensor
 
 from transformer_nmt.decode.attention.probe import Probe, Unkept, install_probe
 from transformer_nmt.decode.attention.spare_pool import SparePool
-from transformer_nmt.model.cache import DecoderCache, KVCache
+from transformer_nmt.model.attention import Kernel, attend
+from transformer_nmt.model.cache import DecoderCache
 from transformer_nmt.model.transformer import Transformer
 from transformer_nmt.runtime import bf16_supported
 
 
-class StoredKVCache(KVCache):
-    """A KVCache whose keys and values are stored in `dtype` (None: as they come), and
-    whose reorders gather into a spare buffer from `pool` rather than a new one."""
+class StoredKVCache:
+    """Keys and values of one attention layer kept between incremental decoding steps
+    (the model's AttentionCache), stored in `dtype` (None: as they come), reorders
+    gathered into a spare buffer from `pool` rather than a new one.
+
+    Self-attention appends one step's keys/values per call; encoder-decoder attention
+    (`memory`) keeps memory's keys/values, given once per source sentence. Beam search
+    calls `reorder`.
+
+    They live in contiguous buffers (batch, heads, capacity, d), so that a step writes
+    only its own positions (torch.cat would copy the whole cache every step).
+    `capacity` positions are set aside at the first append: the operating system backs
+    only the pages that are written, so the unused tail costs address space, not memory,
+    where growing the buffers (in steps of GROWTH positions, past the capacity) leaves
+    the allocator holes of every smaller size, which raise a beam search's peak memory.
+    """
+
+    GROWTH = 16
 
     def __init__(self, pool: SparePool, capacity: int = 0, memory: bool = False,
                  dtype: torch.dtype | None = None) -> None:
-        super().__init__(capacity, memory)
+        self._keys: Tensor | None = None  # (batch, heads, capacity, d_k)
+        self._values: Tensor | None = None  # (batch, heads, capacity, d_v)
+        self._capacity = capacity
         self._pool = pool
+        self.memory = memory
+        """Encoder-decoder attention's cache: memory's keys and values, kept once."""
         self.dtype = dtype
         """The dtype keys and values are stored in (None: the dtype they come in)."""
+        self.length = 0
+        """Number of cached positions."""
+
+    @property
+    def holds_memory(self) -> bool:
+        """Whether memory's keys and values are kept (encoder-decoder attention)."""
+        return self.memory and self._keys is not None
+
+    @property
+    def keys(self) -> Tensor | None:
+        """(batch, heads, length, d_k) the cached keys, or None before the first append."""
+        return None if self._keys is None else self._keys[:, :, : self.length]
+
+    @property
+    def values(self) -> Tensor | None:
+        """(batch, heads, length, d_v) the cached values, or None before the first append."""
+        return None if self._values is None else self._values[:, :, : self.length]
+
+    def attend(self, q: Tensor, k: Tensor | None, v: Tensor | None, mask: Tensor | None,
+               causal: bool, need_weights: bool, kernel: Kernel, dropout: float = 0.0
+               ) -> tuple[Tensor, Tensor | None]:
+        """Eq. (1) of q (batch, heads, tgt_len, d_k) over every key kept, after keeping
+        the new keys k and values v (batch, heads, new, d). Encoder-decoder attention
+        passes memory's once (attended as given) and None after."""
+        if k is None:
+            k, v = self.keys, self.values
+        elif self.memory:
+            self.append(k, v)
+        else:
+            k, v = self.append(k, v)
+        return attend(q, k, v, mask, causal, need_weights, kernel, dropout)
 
     def append(self, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
-        """As KVCache.append, keys and values converted to `dtype` first."""
+        """Add new positions, keys (batch, heads, new, d_k) and values, converted to
+        `dtype`; return all so far."""
         if self.dtype is not None:
             keys, values = keys.to(self.dtype), values.to(self.dtype)
-        return super().append(keys, values)
+        end = self.length + keys.size(2)
+        if self._keys is None or end > self._keys.size(2):
+            self._grow(keys, values, end)
+        self._keys[:, :, self.length: end] = keys
+        self._values[:, :, self.length: end] = values
+        self.length = end
+        return self.keys, self.values
+
+    def _grow(self, keys: Tensor, values: Tensor, needed: int) -> None:
+        capacity = max(-(-needed // self.GROWTH) * self.GROWTH, self._capacity)
+        grown = []
+        for old, new in ((self._keys, keys), (self._values, values)):
+            batch, heads, _, width = new.shape
+            buffer = new.new_empty(batch, heads, capacity, width)
+            if old is not None:
+                buffer[:, :, : self.length] = old[:, :, : self.length]
+            grown.append(buffer)
+        self._keys, self._values = grown
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` (batch,) in that order, e.g. the surviving beams."""
+        if self._keys is None:
+            return
+        self._keys = self._gather(self._keys, index)
+        self._values = self._gather(self._values, index)
 
     def _gather(self, buffer: Tensor, index: Tensor) -> Tensor:
+        """Rows `index` of buffer (batch, heads, capacity, d), into a spare buffer."""
         if buffer.requires_grad:
-            return super()._gather(buffer, index)  # out= cannot carry gradients
+            return buffer[index]  # out= cannot carry gradients
         gathered = self._pool.take(index.numel(), buffer)
         torch.index_select(buffer[:, :, : self.length], 0, index,
                            out=gathered[:, :, : self.length])

@@ -71,7 +71,7 @@ def _replace_linear_layers(model: nn.Module,
     transformers = [m for m in model.modules() if isinstance(m, Transformer)]
     for transformer in transformers:
         transformer.projector = make(transformer.projection_weight,
-                                     transformer.projection_bias)
+                                     transformer.logits_bias)
     # An untied projection's own layer is read through projection_weight only now.
     projections = {id(transformer.output_proj) for transformer in transformers}
     for parent in list(model.modules()):

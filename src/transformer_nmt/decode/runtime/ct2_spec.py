@@ -109,8 +109,8 @@ def model_spec(model: Transformer, pieces: list[str], bos: int, eos: int, unk: i
     spec.decoder.embeddings.weight = _array(model.tgt_embed.weight)
     spec.decoder.position_encodings.encodings = _position_table(model, model.positions)
     spec.decoder.projection.weight = _array(model.projection_weight)
-    if model.projection_bias is not None:
-        spec.decoder.projection.bias = _array(model.projection_bias)
+    if model.logits_bias is not None:
+        spec.decoder.projection.bias = _array(model.logits_bias)
     for layer_spec, layer in zip(spec.decoder.layer, model.decoder_layers):
         _attention_and_ffn(layer_spec, layer, layer.self_attn_block.norm)
         _linear(layer_spec.attention.linear[0], layer.cross_attn.q_proj)

@@ -74,7 +74,7 @@ def quantize(model: nn.Module) -> nn.Module:
             # embedding matrix, which quantize_dynamic cannot see, and at 8000+ rows it is
             # the largest product of a decoding step; the logits bias is not an nn.Linear's
             # either. An int8 copy of the weight (the embedding stays float) with the bias.
-            bias = transformer.projection_bias
+            bias = transformer.logits_bias
             projection = nn.Linear(transformer.cfg.d_model, transformer.vocab_size,
                                    bias=bias is not None)
             projection.weight = nn.Parameter(transformer.projection_weight.detach())

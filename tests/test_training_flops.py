@@ -1,4 +1,4 @@
-"""The analytic FLOP count of model/flops.py, against a hand count and against torch.
+"""The analytic FLOP count of training/flops.py, against a hand count and against torch.
 
 The convention flops.py documents: a (m, k) by (k, n) matrix product is 2·m·k·n
 operations; attention scores and weighted sums are counted over the full square (the
@@ -17,8 +17,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_nmt.config import BASE, get_preset
-from transformer_nmt.model.flops import forward_flops, train_step_flops
 from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.training.flops import forward_flops, train_step_flops
 
 SRC_LEN, TGT_LEN, VOCAB, SENTENCES = 27, 25, 37000, 4
 
