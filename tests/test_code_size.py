@@ -87,3 +87,15 @@ def test_no_module_over_450_lines_and_no_function_over_60():
     assert functions == [], (f"functions over {MAX_FUNCTION_LINES} lines: split them by "
                              "concern")
 
+
+
+MAX_MODEL_LINES = 800
+"""The network alone fits in a sitting's read: the model package's lines, all modules."""
+
+
+def test_the_model_package_stays_readable_in_one_sitting():
+    lines = sum(module_size(path.read_text(encoding="utf-8"))
+                for path in (PACKAGE_DIR / "model").rglob("*.py"))
+    assert lines <= MAX_MODEL_LINES, (
+        f"src/transformer_nmt/model/ has {lines} lines (at most {MAX_MODEL_LINES}): move what "
+        "is not the network (decoding's, training's) to the layer that uses it")
