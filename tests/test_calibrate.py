@@ -1,5 +1,6 @@
-"""`nmt calibrate`: the fit, its quality numbers, and the round trip through the model
-file: fitted on a small model's own translations, stored, loaded, the same confidence."""
+"""The calibration (calibrate.py): the fit, its quality numbers, and the round trip
+through the model file: fitted on a small model's own translations, stored, loaded, the
+same confidence."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import shutil
 import pytest
 
 from transformer_nmt.calibrate import calibrate, fit_logistic, fit_quality
-from transformer_nmt.cli import main
 from transformer_nmt.data.manifest import text_path
 from transformer_nmt.decode.quality.confidence import FEATURES, Calibration
 from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
@@ -66,15 +66,3 @@ def test_a_threshold_nobody_reaches_is_a_user_error(tiny_model_file, tiny_data, 
         calibrate(tiny_model_file, tiny_data, "valid", out=tmp_path / "m.pt", threshold=100,
                   options=OPTIONS, log=lambda text: None)
     assert not (tmp_path / "m.pt").exists()
-
-
-def test_the_command_and_its_mistakes(tiny_model_file, tiny_data, tmp_path, capsys):
-    with pytest.raises(SystemExit) as stopped:
-        main(["calibrate", "--help"])
-    assert stopped.value.code == 0 and "chrF2" in capsys.readouterr().out
-    assert main(["calibrate", "--model", str(tiny_model_file), "--data", str(tiny_data),
-                 "--threshold", "150"]) == 2
-    assert "--threshold" in capsys.readouterr().err
-    assert main(["calibrate", "--model", str(tiny_model_file), "--data", str(tiny_data),
-                 "--split", "nowhere", "--out", str(tmp_path / "m.pt")]) == 2
-    assert "no such file" in capsys.readouterr().err

@@ -131,24 +131,6 @@ def test_two_parts_then_merge_equal_the_local_result(model_file, corpus, expecte
     assert _outputs(out) == expected
 
 
-@pytest.mark.parametrize("what, says", [("input", "missing.en: no such file"),
-                                        ("model", "missing.pt: no such model file")])
-def test_a_missing_input_or_model_is_one_line(model_file, corpus, tmp_path, capsys, what,
-                                              says):
-    model = tmp_path / "missing.pt" if what == "model" else model_file
-    inputs = tmp_path / "missing.en" if what == "input" else corpus
-    assert _run(model, inputs, tmp_path / "out") == 2
-    error = capsys.readouterr().err
-    assert says in error and len(error.strip().splitlines()) == 1
-    assert not (tmp_path / "out").exists()
-
-
-def test_the_help_says_how_to_run_it_under_slurm(capsys):
-    with pytest.raises(SystemExit):
-        main(["translate-corpus", "--help"])
-    assert "--shard $SLURM_ARRAY_TASK_ID/4" in " ".join(capsys.readouterr().out.split())
-
-
 def test_a_full_disk_is_one_line_and_the_rerun_finishes(model_file, corpus, expected, tmp_path,
                                                         capsys, monkeypatch):
     from transformer_nmt.data.text import LineWriter
