@@ -64,6 +64,16 @@ def fake_wmt14_mirror() -> Callable[..., Path]:
     return make
 
 
+@pytest.fixture
+def keep_torch_threads():
+    """CTranslate2 sets the OpenMP thread count it shares with torch: put torch's back
+    after a test that runs it, or later tests in this process (bit-exact resume) would run
+    on other threads. Modules that run CTranslate2 use it on every test (pytestmark)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory) -> Path:
     """A data directory of 240 train and 24 valid pairs of a toy copy-and-reverse task,

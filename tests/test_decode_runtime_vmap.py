@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import transformer_nmt.cli.shortlist as cli_shortlist
 import transformer_nmt.data.shortlist as data_shortlist
@@ -33,12 +32,7 @@ LINES = [source for source, _ in reversal_pairs(12, seed=5, words=(2, 8))]
 VOCAB = 64
 
 
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    """CTranslate2 sets the OpenMP thread count it shares with torch: put torch's back."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")
 
 
 @pytest.fixture

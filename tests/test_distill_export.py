@@ -12,7 +12,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import torch
 
 from distill_fixtures import (STUDENT_SETTINGS, copy_of, options, options_for, run,
                               started)
@@ -27,13 +26,7 @@ needs_ctranslate2 = pytest.mark.skipif(importlib.util.find_spec("ctranslate2") i
                                        reason="the ctranslate2 extra is not installed")
 
 
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    """CTranslate2 sets the OpenMP thread count it shares with torch: put torch's back
-    (as tests/test_export_ctranslate2.py does)."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")
 
 
 class FakeExporter:

@@ -13,8 +13,6 @@ import torch
 
 from export_fixtures import (ctranslate2_log_probs, ctranslate2_tokens, our_tokens,
                              task_sentences)
-from transformer_nmt.cli import main
-from transformer_nmt.cli.export import QUANTIZATIONS as CLI_QUANTIZATIONS
 from transformer_nmt.config import DecodeConfig, get_preset
 from transformer_nmt.data.text import normalize
 from transformer_nmt.decode.text.scoring import score_ids
@@ -30,13 +28,7 @@ ctranslate2 = pytest.importorskip("ctranslate2", reason="the ctranslate2 extra i
 from transformer_nmt.export.ctranslate2 import QUANTIZATIONS, export_ctranslate2  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    """CTranslate2 sets the OpenMP thread count it shares with torch: put torch's back, or
-    later tests in this process (bit-exact resume) would run on other threads."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("keep_torch_threads")
 
 
 @pytest.fixture(scope="module")
@@ -163,34 +155,3 @@ def test_heads_with_values_wider_than_keys_are_refused_in_one_line(tmp_path, mod
     with pytest.raises(UserError, match="d_k = 4 but d_v = 8") as caught:
         export_ctranslate2(path, tmp_path / "ct2")
     assert "\n" not in str(caught.value) and not (tmp_path / "ct2").exists()
-
-
-def test_an_existing_output_is_kept_without_force_and_replaced_with_it(tmp_path, model_file,
-                                                                       capsys):
-    out = tmp_path / "ct2"
-    out.mkdir()
-    (out / "notes.txt").write_text("mine")
-    assert main(["export", "--model", str(model_file), "--to", "ctranslate2", str(out)]) == 2
-    assert "already exists and is not empty" in capsys.readouterr().err
-    assert [path.name for path in out.iterdir()] == ["notes.txt"]
-    assert main(["export", "--model", str(model_file), "--to", "ctranslate2", str(out),
-                 "--force"]) == 0
-    assert not (out / "notes.txt").exists() and (out / "model.bin").is_file()
-    assert [path.name for path in tmp_path.iterdir()] == ["ct2"]  # no leftovers
-
-
-def test_int8_weights_load_and_translate(tmp_path, trained_model_file, capsys):
-    out = tmp_path / "int8"
-    assert main(["export", "--model", str(trained_model_file), "--to", "ctranslate2",
-                 str(out), "--quantization", "int8"]) == 0
-    assert "int8 weights" in capsys.readouterr().out
-    assert (out / "model.bin").stat().st_size < 0.5 * (trained_model_file.stat().st_size)
-    translator = ctranslate2.Translator(str(out), compute_type="int8", intra_threads=1)
-    [result] = translator.translate_batch([["▁the", "▁house"]])
-    assert result.hypotheses[0]
-
-
-def test_the_cli_offers_ctranslate2s_own_weight_types():
-    from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
-
-    assert set(CLI_QUANTIZATIONS) == set(QUANTIZATIONS) == set(ACCEPTED_MODEL_TYPES)

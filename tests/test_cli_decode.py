@@ -1,4 +1,4 @@
-"""`nmt translate` end to end on a tiny random model with a tiny BPE vocabulary."""
+"""`nmt translate` (cli/decode.py) end to end on a tiny random model with a tiny BPE vocabulary."""
 
 from __future__ import annotations
 
