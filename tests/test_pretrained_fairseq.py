@@ -375,13 +375,6 @@ def test_fairseqs_options_are_refused_for_another_source(tmp_path):
             "give the sentencepiece model", bpe_model=tmp_path / "missing.model")
 
 
-def test_the_cli_offers_the_bpes_the_library_knows():
-    from transformer_nmt.cli.pretrained import BPES as CLI_BPES
-    from transformer_nmt.pretrained.fairseq import BPES
-
-    assert CLI_BPES == BPES
-
-
 def test_the_imported_model_is_calibrated_evaluated_and_drawn(imported, tmp_path, capsys):
     """The commands after import work on it with no special case: a confidence fitted on
     a corpus of its vocabulary, BLEU on that corpus, the attention pictures."""

@@ -192,13 +192,6 @@ def test_a_directory_of_something_else_is_refused(marian_dir, tmp_path):
         import_model("huggingface", tmp_path / "missing", tmp_path / "out.pt")
 
 
-def test_the_cli_offers_the_sources_the_library_reads():
-    from transformer_nmt.cli.pretrained import SOURCES as CLI_SOURCES
-    from transformer_nmt.pretrained.write import SOURCES
-
-    assert CLI_SOURCES == SOURCES
-
-
 def test_beam_search_finds_the_sources_own_output_under_the_same_stopping_rule(imported,
                                                                             marian_dir):
     """transformers' early_stopping=True is our rule (a sentence ends with k finished
