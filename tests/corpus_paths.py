@@ -1,7 +1,7 @@
 """Where the shared real corpora are, and skip markers for tests that need them.
 
 Constants and markers cannot be pytest fixtures (markers decorate at import time), so
-the corpus test modules and test_prepare_cli import them from here rather than from
+the corpus test modules and test_cli_prepare import them from here rather than from
 each other.
 """
 

@@ -1,5 +1,5 @@
-"""`nmt prepare` end to end through transformer_nmt.cli.main: the data directory, its
-manifest, resumability and the one-line errors."""
+"""`nmt prepare` (cli/prepare.py) end to end through transformer_nmt.cli.main: the data
+directory, its manifest, resumability and the one-line errors."""
 
 import json
 import random
