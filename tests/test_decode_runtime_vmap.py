@@ -1,22 +1,17 @@
-"""A model's shortlist (decode/runtime/vmap.py, built by cli/shortlist.py): stored beside
+"""A model's shortlist (decode/runtime/vmap.py, built by `nmt shortlist`): stored beside
 the model with its checksum, a stale or damaged one refused in one line, written as
 CTranslate2's vocabulary map; the CTranslate2 runtime and the export use it where present
 (the conversion's cache key includes it) and --no-shortlist leaves it out."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import transformer_nmt.cli.shortlist as cli_shortlist
-import transformer_nmt.data.shortlist as data_shortlist
-from data_fixtures import make_split
 from train_fixtures import reversal_pairs
-from transformer_nmt.cli import main
 from transformer_nmt.config import DecodeConfig
 from transformer_nmt.data.shortlist import LexicalMap, build_map
 from transformer_nmt.decode.runtime.ct2_cache import model_key
@@ -61,11 +56,6 @@ def _tokens(model: Path, shortlist: bool = True) -> list[list[int]]:
         return [nbest[0].tokens for nbest in translator.translate_nbest(LINES)]
     finally:
         translator.close()
-
-
-def test_the_cli_and_the_library_share_the_defaults():
-    assert cli_shortlist.DEFAULT_BEST == data_shortlist.DEFAULT_BEST
-    assert cli_shortlist.DEFAULT_FREQUENT == data_shortlist.DEFAULT_FREQUENT
 
 
 def test_stored_beside_the_model_and_read_back(model, tiny_data, tmp_path):
@@ -131,32 +121,3 @@ def test_the_shortlist_is_part_of_the_conversions_cache_key(model):
     without = Translator.from_file(model, TranslatorOptions(engine="ctranslate2",
                                                             shortlist=False)).ctranslate2
     assert not without.use_vmap and not (without.directory / "vmap.txt").exists()
-
-
-def test_nmt_shortlist_then_translate_and_export(model, tiny_data, tmp_path, capsys):
-    assert main(["shortlist", "--model", str(model), "--data", str(tiny_data),
-                 "--best", "3"]) == 0
-    out = capsys.readouterr().out
-    assert f"wrote the shortlist {tmp_path / 'model.shortlist.npz'}" in out
-    assert "counted on 240 pairs" in out and "of the 64 pieces" in out
-    source = tmp_path / "in.txt"
-    source.write_text("\n".join(LINES[:3]) + "\n")
-    assert main(["translate", "--model", str(model), "--input", str(source), "--output",
-                 str(tmp_path / "out.txt"), "--engine", "ctranslate2"]) == 0
-    assert main(["export", "--model", str(model), "--to", "ctranslate2",
-                 str(tmp_path / "ct2")]) == 0
-    first = (tmp_path / "ct2" / "vmap.txt").read_text().splitlines()[0]
-    assert first.startswith("\t") and "▁" in first  # the pieces' spelling
-    assert "use_vmap=True" in capsys.readouterr().out
-    assert main(["export", "--model", str(model), "--to", "ctranslate2", "--no-shortlist",
-                 str(tmp_path / "plain")]) == 0
-    assert not (tmp_path / "plain" / "vmap.txt").exists()
-
-
-def test_nmt_shortlist_refuses_another_vocabulary(model, tmp_path, capsys):
-    make_split(tmp_path, src=[[5]], tgt=[[6]])
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
-    manifest["vocab"]["sha256"] = "f" * 64
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    assert main(["shortlist", "--model", str(model), "--data", str(tmp_path)]) == 2
-    assert "encoded with another vocabulary" in capsys.readouterr().err
