@@ -1,5 +1,5 @@
-"""`nmt train`, `nmt average` and `nmt plot` end to end through transformer_nmt.cli.main,
-and a real process stopped by a signal."""
+"""`nmt train`, `nmt average` and `nmt plot` (cli/train.py) end to end through
+transformer_nmt.cli.main, and a real process stopped by a signal."""
 
 import json
 import os
