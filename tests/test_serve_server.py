@@ -1,4 +1,4 @@
-"""`nmt serve` as a real process (serve/server.py, cli/serve.py): LibreTranslate's own
+"""`nmt serve` as a real process (serve/server.py): LibreTranslate's own
 client works unchanged, SIGTERM loses no accepted request, clients that stall are cut off
 and the work of those that leave is dropped."""
 
@@ -160,14 +160,6 @@ def test_clients_that_go_away_stop_their_batch_and_their_sentences_leave_the_que
             time.sleep(0.05)
         assert metric(url, gone) == len(clients)
         assert metric(url, "nmt_batch_sentences_count") == 0  # nothing decoded to its end
-
-
-def test_a_wrong_model_path_is_a_one_line_error(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "transformer_nmt.cli", "serve", "--model",
-                             str(tmp_path / "missing.pt")], capture_output=True, text=True,
-                            timeout=60)
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "missing.pt" in result.stderr
 
 
 def nmt_serve(*arguments: str) -> subprocess.CompletedProcess:
@@ -572,27 +564,3 @@ def test_without_h11_s_count_a_chunk_announced_over_the_limit_is_refused_as_it_a
                 received += chunk
     assert consulted
     assert received.startswith(b"HTTP/1.1 413 "), received
-
-
-@pytest.mark.parametrize("given, expected", [
-    ({}, ("PASSIVE", "30000")), ({"OMP_WAIT_POLICY": "ACTIVE"}, ("ACTIVE", None)),
-    ({"GOMP_SPINCOUNT": "0"}, ("PASSIVE", "0"))])
-def test_the_server_s_openmp_threads_sleep_when_idle_unless_the_user_says(
-        monkeypatch, served_model, given, expected):
-    """OMP_WAIT_POLICY and GOMP_SPINCOUNT are set before torch loads OpenMP: spinning
-    threads cost a shared machine several times the CPU, threads that sleep at once cost a
-    lone sentence 1.6x its time (bench/RESULTS.md); a user's own settings are kept."""
-    import transformer_nmt.serve.server as server
-    from transformer_nmt.cli import build_parser
-    from transformer_nmt.cli.serve import run_serve
-
-    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):  # restored after the test either way
-        monkeypatch.setenv(name, "")
-        monkeypatch.delenv(name)
-    for name, value in given.items():
-        monkeypatch.setenv(name, value)
-    seen = []
-    monkeypatch.setattr(server, "serve", lambda *args, **kwargs: seen.append(
-        (os.environ["OMP_WAIT_POLICY"], os.environ.get("GOMP_SPINCOUNT"))))
-    run_serve(build_parser().parse_args(["serve", "--model", str(served_model)]))
-    assert seen == [expected]
