@@ -1,11 +1,14 @@
-"""Language detection through LibreTranslate's API (libretranslate.py): POST /detect and
-source=auto in LibreTranslate's shapes, restricted to the languages the server translates
-from, through raw requests and through LibreTranslate's own client; and a clear refusal
-without py3langid (the detector itself: tests/test_serve_detect.py)."""
+"""LibreTranslate's API (serve/libretranslate.py): /translate as JSON and as a form, with
+our API's translations, /languages and a pair the server does not translate; POST /detect
+and source=auto in LibreTranslate's shapes, restricted to the languages the server
+translates from, through raw requests and through LibreTranslate's own client; and a
+clear refusal without py3langid (the detector itself: tests/test_serve_detect.py; the
+ways of sending the parameters: tests/test_serve_parameters.py)."""
 
 from __future__ import annotations
 
 import asyncio
+from unittest.mock import ANY
 
 import pytest
 from fastapi import HTTPException
@@ -26,6 +29,34 @@ FRENCH = "Un homme en chemise bleue descend la rue à vélo."
 def client(served_model):
     with TestClient(make_app(served_model, max_characters=500)) as client:
         yield client
+
+
+def test_libretranslate_json_and_form_requests(client):
+    text = "the cat sleeps on a warm roof"
+    ours = client.post("/v1/translate", json={"text": text}).json()["translations"][0]["text"]
+    as_json = client.post("/translate", json={"q": text, "source": "en", "target": "de",
+                                              "format": "text"})
+    assert as_json.json() == {"translatedText": ours}
+    as_form = client.post("/translate", data={"q": text, "source": "auto", "target": "de"})
+    assert as_form.json() == {"translatedText": ours,
+                              "detectedLanguage": {"language": "en", "confidence": ANY}}
+    listed = client.post("/translate", json={"q": [text, ""], "source": "en", "target": "de"})
+    assert listed.json() == {"translatedText": [ours, ""]}
+    with_alternatives = client.post("/translate", json={"q": text, "source": "en",
+                                                        "target": "de", "alternatives": 1})
+    assert len(with_alternatives.json()["alternatives"]) == 1
+
+
+def test_libretranslate_languages_and_a_pair_the_model_does_not_serve(client):
+    assert client.get("/languages").json() == [
+        {"code": "en", "name": "English", "targets": ["de"]},
+        {"code": "de", "name": "German", "targets": []}]
+    refused = client.post("/translate", json={"q": "a", "source": "fr", "target": "de"})
+    assert refused.status_code == 400
+    assert refused.json() == {"error": "fr is not supported as source language: this server "
+                              "translates en-de"}
+    assert client.post("/translate", json={"source": "en", "target": "de"}).json() == {
+        "error": "Invalid request: missing q parameter"}
 
 
 @pytest.fixture
