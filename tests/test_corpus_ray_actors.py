@@ -1,6 +1,6 @@
-"""`nmt translate-corpus --backend ray`: Ray actors give the local backend's output, which
-is `nmt translate`'s, byte for byte; a rerun does nothing; an actor killed mid-shard has
-its shard redone and every line is there once."""
+"""`nmt translate-corpus --backend ray` (corpus/ray_actors.py): Ray actors give the local
+backend's output, which is `nmt translate`'s, byte for byte; a rerun does nothing; an actor
+killed mid-shard has its shard redone and every line is there once."""
 
 from __future__ import annotations
 
