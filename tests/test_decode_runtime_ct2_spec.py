@@ -37,7 +37,8 @@ def test_the_specification_holds_the_weights_vocabulary_and_special_tokens():
     pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
     model = Transformer(TINY, VOCAB).eval()
     spec = model_spec(model, PIECES, bos=2, eos=3, unk=1)
-    assert np.array_equal(spec.encoder.embeddings[0].weight, model.src_embed.weight.detach().numpy())
+    assert np.array_equal(spec.encoder.embeddings[0].weight,
+                          model.src_embed.weight.detach().numpy())
     assert np.array_equal(spec.decoder.projection.weight,
                           model.projection_weight.detach().numpy())
     assert len(spec.encoder.layer) == TINY.encoder_layers
