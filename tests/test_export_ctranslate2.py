@@ -25,7 +25,7 @@ from transformer_nmt.model_file import (load_for_inference, model_payload, read_
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
 
-from transformer_nmt.export.ctranslate2 import QUANTIZATIONS, export_ctranslate2  # noqa: E402
+from transformer_nmt.export.ctranslate2 import export_ctranslate2  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("keep_torch_threads")
