@@ -15,7 +15,8 @@ from transformer_nmt.config import get_preset
 from transformer_nmt.decode.search.ensemble import Ensemble, EnsembleCache
 from transformer_nmt.decode.attention.kv_cache import StoredKVCache, decoder_cache, stored_decoder_cache
 from transformer_nmt.decode.attention.spare_pool import SparePool
-from transformer_nmt.model.attention import attend, eq1_kernel
+from transformer_nmt.model.attention import eq1_kernel
+from transformer_nmt.model.cache import KVCache
 from transformer_nmt.model.transformer import Transformer
 
 VOCAB = 53
@@ -34,16 +35,16 @@ def test_kv_cache_with_a_capacity_allocates_once_then_grows_past_it():
     torch.testing.assert_close(keys[:, :, -1:], chunk)
 
 
-def test_a_memory_cache_keeps_memory_once_and_attends_as_a_cacheless_layer_does():
+def test_a_memory_cache_keeps_memory_once_and_attends_as_the_models_plain_cache():
     torch.manual_seed(0)
     q, k, v = torch.randn(4, 2, 1, 3), torch.randn(2, 2, 6, 3), torch.randn(2, 2, 6, 5)
-    cache = StoredKVCache(SparePool(), memory=True)
-    assert not cache.holds_memory
-    first, _ = cache.attend(q, k, v, None, False, False, eq1_kernel)
-    assert cache.holds_memory and cache.length == 6
-    again, _ = cache.attend(q, None, None, None, False, False, eq1_kernel)
-    expected, _ = attend(q, k, v, None, False, False)
-    assert torch.equal(first, expected) and torch.equal(again, expected)
+    stored, plain = StoredKVCache(SparePool(), memory=True), KVCache(memory=True)
+    assert not stored.holds_memory
+    for keys, values in ((k, v), (None, None)):  # memory given once, then attended as kept
+        got, _ = stored.attend(q, keys, values, None, False, False, eq1_kernel)
+        want, _ = plain.attend(q, keys, values, None, False, False, eq1_kernel)
+        assert torch.equal(got, want)
+        assert stored.holds_memory and stored.length == plain.length == 6
 
 
 def test_kv_cache_matches_plain_tensors_through_growth_and_reorders():
