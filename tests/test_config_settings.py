@@ -102,3 +102,12 @@ def test_a_configuration_from_a_dict_refuses_unknown_keys_by_name():
     with pytest.raises(UserError, match="unknown DecodeConfig field.s. beem, size; known: "
                                         "alpha, beam"):
         config_from_dict(DecodeConfig, {"beem": 2, "size": 1})
+
+
+@pytest.mark.parametrize("setting", [{"topk": 5}, {"topp": 0.9}, {"temperature": 0.7}])
+def test_a_sampling_setting_without_sampling_is_refused_naming_it(setting):
+    (name,) = setting
+    with pytest.raises(UserError, match=f"^{name} applies only with sampling: add --sampling"):
+        DecodeConfig(**setting)
+    assert getattr(DecodeConfig(sampling=True, **setting), name) == setting[name]
+    assert DecodeConfig(seed=3).seed == 3  # harmless without sampling, kept in settings files

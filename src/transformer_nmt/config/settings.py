@@ -273,6 +273,11 @@ BATCH_SPLIT = marked(TrainConfig, "resume", "batch split")
 them all (see TrainConfig)."""
 
 
+SAMPLING_DEFAULTS = {"temperature": 1.0, "topk": 0, "topp": 1.0}
+"""The sampling settings that change nothing but sampling, at the values that change
+nothing (the seed is left out: it is harmless without sampling, and kept in settings files)."""
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """Beam search and sampling settings (section 6.1 of the paper: beam 4, alpha 0.6,
@@ -338,6 +343,14 @@ class DecodeConfig:
         _require_positive(self, "temperature", "topp")
         if self.topp > 1:
             raise UserError(f"topp must be a probability in (0, 1], not {self.topp!r}")
+        # A sampling setting without sampling would be ignored in silence: the search is
+        # deterministic, and the user most likely forgot --sampling.
+        unused = [name for name, default in SAMPLING_DEFAULTS.items()
+                  if getattr(self, name) != default]
+        if unused and not self.sampling:
+            verb = "applies" if len(unused) == 1 else "apply"
+            raise UserError(f"{', '.join(unused)} {verb} only with sampling: add --sampling "
+                            "(sampling: true), or leave them at their defaults")
         _require_at_least(self, 0, "max_len_a", "max_len_b")
         low, high = ALPHA_RANGE
         if not _finite_number(self.alpha) or not low <= self.alpha <= high:
