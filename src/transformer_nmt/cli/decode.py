@@ -118,7 +118,7 @@ def _translator_options(args: argparse.Namespace, **fields) -> TranslatorOptions
                                          exclude=() if "nbest" in args else ("nbest",)))
     return TranslatorOptions(decode=decode, engine=args.engine, device=args.device,
                              precision=args.precision, batch_size=args.batch_size,
-                             max_tokens=getattr(args, "max_tokens", None),
+                             max_tokens=args.max_tokens,
                              workers=args.workers, threads=args.threads,
                              batch_invariant=args.batch_invariant, shortlist=args.shortlist,
                              **fields)

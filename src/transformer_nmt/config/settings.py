@@ -273,9 +273,9 @@ BATCH_SPLIT = marked(TrainConfig, "resume", "batch split")
 them all (see TrainConfig)."""
 
 
-SAMPLING_DEFAULTS = {"temperature": 1.0, "topk": 0, "topp": 1.0}
-"""The sampling settings that change nothing but sampling, at the values that change
-nothing (the seed is left out: it is harmless without sampling, and kept in settings files)."""
+SAMPLING_ONLY = ("temperature", "topk", "topp")
+"""The settings that change nothing but sampling (the seed is left out: it is harmless
+without sampling, and kept in settings files); at their field defaults they change nothing."""
 
 
 @dataclass(frozen=True)
@@ -345,8 +345,8 @@ class DecodeConfig:
             raise UserError(f"topp must be a probability in (0, 1], not {self.topp!r}")
         # A sampling setting without sampling would be ignored in silence: the search is
         # deterministic, and the user most likely forgot --sampling.
-        unused = [name for name, default in SAMPLING_DEFAULTS.items()
-                  if getattr(self, name) != default]
+        unused = [field.name for field in dataclasses.fields(self)
+                  if field.name in SAMPLING_ONLY and getattr(self, field.name) != field.default]
         if unused and not self.sampling:
             verb = "applies" if len(unused) == 1 else "apply"
             raise UserError(f"{', '.join(unused)} {verb} only with sampling: add --sampling "

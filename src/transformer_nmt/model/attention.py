@@ -163,7 +163,6 @@ class MultiHeadAttention(nn.Module):
         return x.unflatten(-1, (self.heads, width)).transpose(1, 2)
 
 
-
 def _causal_mask(mask: Tensor | None, tgt_len: int, src_len: int, need_weights: bool,
                  device: torch.device) -> tuple[Tensor | None, bool]:
     """The decoder self-attention's (mask, is_causal) for the attention kernel.
