@@ -1,7 +1,9 @@
 """The test session's settings and the fixtures shared by test modules."""
 
+import atexit
 import io
 import os
+import shutil
 import tarfile
 import tempfile
 from pathlib import Path
@@ -23,8 +25,10 @@ torch.set_num_threads(1)
 # whose OpenMP threads would otherwise wait on each other beside the session's own work.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # What training's precision 'auto' measures about the machine is cached; the tests (and
-# the commands they start) keep theirs aside rather than in the user's cache.
+# the commands they start) keep theirs aside rather than in the user's cache, and remove
+# it when the process ends (each xdist worker has its own).
 os.environ["NMT_CACHE_DIR"] = tempfile.mkdtemp(prefix="nmt-test-cache-")
+atexit.register(shutil.rmtree, os.environ["NMT_CACHE_DIR"], ignore_errors=True)
 from transformer_nmt.config import get_preset
 from transformer_nmt.data.manifest import SPM_MODEL
 from transformer_nmt.data.text import read_lines
