@@ -41,6 +41,8 @@ def test_every_stage_runs_and_leaves_its_files(distilled):
     text = "\n".join(log)
     assert "kept 216 of 240 pairs" in text  # 10% of 240 dropped, none empty
     assert "nmt translate-corpus --model" in text and "--shard I/N" in text
+    # Stage 3 names the student's shape as trained, the preset's changed by --set.
+    assert "preset student-tiny with --set (" in text and "d_model 32)" in text
     # No export: stage 6 says so and how to export by hand.
     assert "[6/6] exporting the student: none asked for (--export none)" in text
     assert "nmt export --model" in text and "--to argos" in text

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import resource
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -43,6 +44,10 @@ COLUMNS = (("parameters", "params", "{:,}"), ("megabytes", "MB", "{:.1f}"),
            ("peak_memory_mb", "peak MB", "{:.0f}"))
 """The report's columns: key, heading, format. BLEU and chrF are beam search's."""
 WARM_UP_LINES = 16
+TIMED_PASSES = 3
+"""Timed passes over the test split per search, of which the median counts: a student's
+greedy pass over a few hundred lines takes well under a second, where one pass's time
+varied by a third."""
 
 
 def model_size(paths: Sequence[Path]) -> dict[str, Any]:
@@ -78,9 +83,9 @@ def served_options(beam: int) -> TranslatorOptions:
 def measure_here(models: Sequence[str], sources: Path, references: Path, tgt_lang: str,
                  beam: int, base: TranslatorOptions, hypotheses: Path) -> dict[str, Any]:
     """Translate `sources` greedily and with beam `beam`, as `base` says, timed (the
-    model's loading not counted), score both against `references`, and write the beam
-    translations to `hypotheses`; with the runtime that decoded, whether it used a
-    shortlist, and this process's peak memory."""
+    median of TIMED_PASSES passes, the model's loading not counted), score both against
+    `references`, and write the beam translations to `hypotheses`; with the runtime that
+    decoded, whether it used a shortlist, and this process's peak memory."""
     lines, refs = read_text(sources), read_text(references)
     result: dict[str, Any] = {"sentences": len(lines), "beam": beam}
     for name, decode in (("greedy", DecodeConfig(beam=1)), ("beam", DecodeConfig(beam=beam))):
@@ -88,9 +93,12 @@ def measure_here(models: Sequence[str], sources: Path, references: Path, tgt_lan
         # One untimed pass over a few lines: the first batches pay for one-time work
         # (threads, kernels, weight layouts) that a running translator does not.
         list(translator.translate(lines[:WARM_UP_LINES]))
-        started = time.perf_counter()
-        found = list(translator.translate(lines))
-        seconds = time.perf_counter() - started
+        times = []
+        for _ in range(TIMED_PASSES):
+            started = time.perf_counter()
+            found = list(translator.translate(lines))
+            times.append(time.perf_counter() - started)
+        seconds = statistics.median(times)
         scores = score(found, refs, tgt_lang)
         result[f"{name}_sentences_per_second"] = len(lines) / max(seconds, 1e-9)
         result[f"{name}_bleu"], result[f"{name}_chrf"] = scores["bleu"], scores["chrf"]

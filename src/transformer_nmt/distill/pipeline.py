@@ -110,10 +110,11 @@ def _finish(options: DistillOptions, state: DistillState, log: Log, stage: str,
 
 def _translator(options: DistillOptions) -> TranslatorOptions:
     """The teacher's search: beam with n-best and each token's log-probability, which
-    stage 2 chooses and filters by."""
+    stage 2 chooses and filters by. No confidence: stage 2 does not read it, and for a
+    calibrated teacher its pass cost more than the search."""
     return TranslatorOptions(decode=DecodeConfig(beam=options.beam, nbest=options.nbest),
                              engine=options.engine, device=options.device, token_scores=True,
-                             workers=options.workers)
+                             workers=options.workers, confidence=False)
 
 
 def cluster_command(options: DistillOptions, inputs: list[str], out: Path) -> str:
@@ -219,9 +220,10 @@ def train_stage(options: DistillOptions, state: DistillState, selected: dict[str
     preset = get_preset(options.student)
     settings = {"student": options.student, "overrides": [list(o) for o in options.overrides],
                 "average_last": options.average_last}
-    model = preset.model
-    text = (f"training the student, preset {options.student} ({model.encoder_layers} encoder "
-            f"and {model.decoder_layers} decoder layers, d_model {model.d_model}), on the "
+    model, _ = apply_overrides(preset.model, preset.train, options.overrides)
+    shaped = " with --set" if model != preset.model else ""
+    text = (f"training the student, preset {options.student}{shaped} ({model.encoder_layers} "
+            f"encoder and {model.decoder_layers} decoder layers, d_model {model.d_model}), on the "
             "selected pairs with the teacher's vocabulary")
     if (record := state.done("train", settings)) is not None:
         return _skipped(log, "train", text, record)
