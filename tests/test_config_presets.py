@@ -8,6 +8,7 @@ import pytest
 from transformer_nmt.config.presets import (PRESETS, get_preset, preset_of_architecture,
                                             presets_table)
 from transformer_nmt.errors import UserError
+from transformer_nmt.model.transformer import Transformer
 
 
 def test_every_preset_is_valid_and_replace_revalidates():
@@ -32,15 +33,30 @@ def test_max_positions_is_part_of_the_architecture_everywhere(tmp_path):
     assert preset_of_architecture(dataclasses.replace(tiny, max_positions=512)) is None
 
 
-@pytest.mark.parametrize("name, d_model", [("student-tiny", 256), ("student-base", 512)])
-def test_student_presets_have_a_deep_encoder_and_a_shallow_decoder(name, d_model):
+@pytest.mark.parametrize("name, layers, d_model", [("student-tiny", (3, 1), 192),
+                                                   ("student-base", (6, 2), 512)])
+def test_student_presets_have_a_deep_encoder_and_a_shallow_decoder(name, layers, d_model):
     """Decoding runs the decoder once per output token and the encoder once per sentence:
     a student's depth belongs in its encoder."""
     model = get_preset(name).model
-    assert (model.encoder_layers, model.decoder_layers, model.d_model) == (6, 2, d_model)
+    assert (model.encoder_layers, model.decoder_layers, model.d_model) == (*layers, d_model)
     assert model.heads * model.d_k == d_model
     assert model.pre_norm  # a post-norm six-layer encoder trained too slowly to be used
     assert preset_of_architecture(model) == name
+
+
+def test_the_tiny_student_has_at_most_half_the_small_presets_parameters():
+    """A student of the quickstart's model (the small preset) at its 8000 pieces, trained
+    with the quickstart's short-run regime (its batch, warm-up and peak learning rate)."""
+    def parameters(config) -> int:
+        return sum(p.numel() for p in Transformer(config, 8000).parameters())
+
+    student, small = get_preset("student-tiny"), get_preset("small")
+    assert parameters(student.model) <= parameters(small.model) / 2
+    assert (student.train.batch_tokens, student.train.warmup_steps) == (2048, 300)
+    peak = student.train.lr_scale * student.train.warmup_steps ** -0.5
+    small_peak = small.train.lr_scale * small.train.warmup_steps ** -0.5
+    assert peak == pytest.approx(small_peak, rel=1e-5)  # per d_model^-0.5, as eq. (3)
 
 
 def test_an_unknown_preset_is_refused_with_the_known_names():
@@ -57,4 +73,4 @@ def test_the_table_has_a_row_for_every_preset_under_aligned_columns():
     base = lines[2 + list(PRESETS).index("base")].split()
     assert base[:7] == ["base", "6", "512", "2048", "8", "64", "64"] and "65M" in base
     student = next(line for line in lines if line.startswith("student-tiny "))
-    assert student.split()[1] == "6+2"  # encoder+decoder layers where they differ
+    assert student.split()[1] == "3+1"  # encoder+decoder layers where they differ

@@ -16,6 +16,7 @@ def test_the_defaults_are_a_tiny_student_from_beam_4_exported_to_ctranslate2():
     chosen = DistillOptions(("t.pt",), Path("data"), Path("out"))
     assert (chosen.student, chosen.beam, chosen.nbest, chosen.drop) == ("student-tiny", 4, 4,
                                                                         0.05)
+    assert chosen.average_last == 2  # a short run still improving, as the quickstart's
     assert (chosen.exports, chosen.quantization, chosen.backend) == (
         ("ctranslate2",), DEFAULT_QUANTIZATION, "local")
     exported = DistillOptions(("t.pt",), Path("data"), Path("out"), exports=("ctranslate2",),

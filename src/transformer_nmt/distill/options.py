@@ -47,8 +47,10 @@ class DistillOptions:
     drop: float = setting(0.05, metavar="SHARE")
     """Share of the chosen translations dropped, those with the teacher's worst per-token
     cross-entropy (Mozilla's translations pipeline drops 5%)."""
-    average_last: int = setting(4, metavar="N")
-    """The student's last numbered checkpoints averaged into DIR/student.pt."""
+    average_last: int = setting(2, metavar="N")
+    """The student's last numbered checkpoints averaged into DIR/student.pt: 2, as the
+    quickstart averages a short run still improving (student-tiny saves a checkpoint a
+    minute); a run of hours may average more."""
     engine: DecodeEngine = "auto"
     """The runtime the teacher translates stage 1's shards on (as `nmt translate
     --engine`; an ensemble of teachers decodes on torch)."""
