@@ -9,7 +9,7 @@ beam search, as served, in a fresh process; the reference-trained student has no
 unlike the distilled one). Prints one JSON line per model (the teacher's and the
 student's from DIR/report.json, the reference-trained student's measured here), then the
 goals' figures: BLEU of the distilled student minus the reference-trained one's (goal
-> 0), the student's greedy sentences/s over the teacher's beam sentences/s (goal >= 3),
+> 0), the student's greedy sentences/s over the teacher's beam sentences/s (goal >= 4),
 and the teacher's beam BLEU minus the student's greedy BLEU (goal <= 1.5); then the table.
 The run's training and measuring must have the CPU to themselves, as the distillation's
 report did.

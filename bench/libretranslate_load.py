@@ -2,7 +2,8 @@
 
 LibreTranslate (Flask under waitress, Argos Translate, CTranslate2 underneath) is
 installed in a virtual environment of its own under --work, pinned to LIBRETRANSLATE.
-The model file is exported with `nmt export --to argos` (--quantization, float32 by
+The model file (or --theirs, another model of the same pair: a distilled student's
+teacher, say) is exported with `nmt export --to argos` (--quantization, float32 by
 default) and installed as that environment's only Argos package. Then each server in turn
 (LibreTranslate first, then `nmt serve` with the model file and its own defaults, plus
 any --server-flag) is started on loopback and sent the first --sentences lines of
@@ -23,6 +24,11 @@ LibreTranslate pays nothing for splitting and we pay our own splitter.
 
     python bench/libretranslate_load.py --model quickstart/model.pt --work /tmp/lt \\
         --source quickstart/data/bible-en-de/test.en [--sentences 200] [--clients 1,8,32]
+
+A distilled student served greedily against LibreTranslate serving its teacher:
+
+    python bench/libretranslate_load.py --model distill/student.pt \\
+        --theirs quickstart/model.pt --server-flag=--beam --server-flag=1 ...
 """
 
 from __future__ import annotations
@@ -197,6 +203,8 @@ def measure(name: str, process: subprocess.Popen, url: str, lines: list[str],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True, help="our model file")
+    parser.add_argument("--theirs", type=Path,
+                        help="the model file LibreTranslate serves (default: --model)")
     parser.add_argument("--work", type=Path, required=True,
                         help="LibreTranslate's environment, the package and its data")
     parser.add_argument("--source", type=Path, required=True, help="source sentences")
@@ -218,7 +226,7 @@ def main() -> None:
     lines = [line.strip() for line in args.source.read_text(encoding="utf-8").splitlines()
              if line.strip()][: args.sentences]
     python = install(work)
-    package = export_package(args.model.resolve(), work, args.quantization)
+    package = export_package((args.theirs or args.model).resolve(), work, args.quantization)
     url = f"http://127.0.0.1:{args.port}"
     theirs = measure("libretranslate", libretranslate_server(python, package, work, args.port),
                      url, lines, args)
@@ -233,7 +241,8 @@ def main() -> None:
                if mine["p50_ms"] and other["p50_ms"] else None,
                cpu_per_sentence=round(mine["cpu_s_per_sentence"]
                                       / max(other["cpu_s_per_sentence"], 1e-9), 3))
-    figure(case="done", median_sentence_chars=statistics.median(len(line) for line in lines))
+    figure(case="done", ours=str(args.model), theirs=str(args.theirs or args.model),
+           median_sentence_chars=statistics.median(len(line) for line in lines))
 
 
 if __name__ == "__main__":
