@@ -20,6 +20,7 @@ from typing import Callable
 from transformer_nmt.attention_plot import compute_attention, write_attention_pictures
 from transformer_nmt.calibrate import calibrate
 from transformer_nmt.config import get_preset
+from transformer_nmt.config.presets import SHORT_RUN
 from transformer_nmt.data.prepare import PrepareOptions, prepare
 from transformer_nmt.decode.text.translator import Translation, Translator, TranslatorOptions
 from transformer_nmt.errors import UserError
@@ -93,11 +94,11 @@ class QuickstartOptions:
     """Numbered checkpoints averaged into the final model: 2, a minute apart, because the
     run ends on a curve still falling steeply, where averaging the last 5 scored below the
     last 2; the paper averaged 5 or 20 of a converged model."""
-    warmup: int = 300
+    warmup: int = SHORT_RUN.warmup_steps
     """Warm-up steps at most: a run of the default budget on 2 cores makes a few thousand
     steps at most, of which the small preset's warm-up would be a large share or all. The
     peak stays the preset's (lr_scale shrinks by sqrt(warmup / preset's warmup))."""
-    batch_tokens: int = 2048
+    batch_tokens: int = SHORT_RUN.batch_tokens
     """Tokens per update and side, over all processes (the run's batch_tokens). Half the
     small preset's 4096: a time-bound CPU run makes twice the updates at nearly the same
     token rate, which raised Multi30k's test BLEU after an hour's run."""
