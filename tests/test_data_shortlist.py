@@ -1,7 +1,7 @@
 """Lexical shortlists counted on a corpus (data/shortlist.py): the map's layout, the most
 frequent pieces for every sentence, association beyond chance rather than frequency,
-every reference piece of the training data covered by its source, whatever the blocks
-the counting is cut into."""
+every reference piece of the training data covered by its source (by its rarest
+associated piece), whatever the blocks the counting is cut into."""
 
 from __future__ import annotations
 
@@ -68,6 +68,20 @@ def test_every_reference_piece_of_the_training_data_is_covered(tiny_data, best, 
     assert stats.pairs == 240 and 0 < stats.mean_candidates < stats.vocab_size == 64
     if best == 0 and frequent == 0:  # the coverage pass made every entry
         assert stats.added == len(lexical_map.targets) > 0
+
+
+def test_the_coverage_pass_gives_a_piece_to_the_rarest_associated_source_piece(tmp_path):
+    # 40 goes with 9 most of all (in each of its four sentences; 9 in one more), and with
+    # 12, 13, 16 and 17 once each: the entries that cover it go to those, each costing a
+    # candidate in one sentence, not to 9, which would offer 40 to every sentence of 9.
+    pairs = [([9, 12], [40]), ([9, 13], [40]), ([9, 16], [40]), ([9, 17], [40]),
+             ([9], [41]), ([14], [42]), ([15], [42]), ([18], [42]), ([19], [42])]
+    data = _corpus(tmp_path, pairs)
+    lexical_map, _ = build_map(data, best=0, frequent=0)
+    for rare in (12, 13, 16, 17):
+        assert lexical_map.entries(rare).tolist() == [40]
+    assert lexical_map.entries(9).tolist() == [41]
+    assert _uncovered(lexical_map, data) == []
 
 
 def test_blocks_of_any_size_count_the_same(tiny_data, monkeypatch):

@@ -6,8 +6,8 @@ import argparse
 
 from transformer_nmt.interrupts import sigterm_unwinds, stop_signals_held
 
-DEFAULT_BEST = 100
-DEFAULT_FREQUENT = 100
+DEFAULT_BEST = 20
+DEFAULT_FREQUENT = 50
 """transformer_nmt.data.shortlist's defaults (importing it here would slow `nmt --help`;
 tests/test_decode_runtime_vmap.py holds them equal)."""
 
@@ -22,7 +22,8 @@ def add_shortlist_parser(subparsers: argparse._SubParsersAction) -> None:
         "shortlist.npz): per source piece the --best target pieces that co-occur with it "
         "most beyond chance (Dunning's log-likelihood ratio), the --frequent most frequent "
         "target pieces for every sentence, and whatever else makes every reference piece of "
-        "the training data a candidate of its sentence. Decoding on CTranslate2 (translate, "
+        "the training data a candidate of its sentence (given to the rarest source piece "
+        "of the sentence that goes with it). Decoding on CTranslate2 (translate, "
         "evaluate, serve, translate-corpus) then scores only a batch's candidates at each "
         "step, unless given --no-shortlist; `nmt export --to ctranslate2` writes it into the "
         "export as vmap.txt (load the export and pass use_vmap=True to translate_batch). "

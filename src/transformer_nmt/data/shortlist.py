@@ -6,8 +6,10 @@ A `LexicalMap` holds, per source piece, its `best` target pieces by association 
 co-occurrences beyond chance, below), and `frequent` target pieces that every sentence
 may use; then a coverage pass adds, for every reference piece of the training split that
 no piece of its source (nor the frequent list) offers, that piece to the entries of the
-source piece most associated with it. On the training split, every reference piece is
-thus among its sentence's candidates.
+rarest source piece of the sentence associated with it. On the training split, every
+reference piece is thus among its sentence's candidates; and as an entry costs a candidate
+in every sentence of its source piece, the rarest keeps the candidates few, where the most
+associated piece, often a frequent word, gave its entries to most sentences.
 
 Counts are per sentence pair (a piece twice in a sentence counts once), over the split's
 memory-mapped ids, in blocks of source pieces so that memory stays bounded whatever the
@@ -27,11 +29,13 @@ from transformer_nmt.data.binarize import load_split, read_ids
 from transformer_nmt.data.manifest import bin_path, idx_path, read_manifest
 from transformer_nmt.errors import UserError
 
-DEFAULT_BEST = 100
-"""Target pieces kept per source piece by association: enough for a piece's usual
-translations and their inflections in a vocabulary of tens of thousands, a small part of
-the output layer."""
-DEFAULT_FREQUENT = 100
+DEFAULT_BEST = 20
+"""Target pieces kept per source piece by association: a piece's usual translations. Few,
+because a batch's output layer is the union of its sentences' candidates, and a union of
+many sentences with long lists covers most of the vocabulary; the coverage pass adds what
+the training data needs beyond them. Chosen with DEFAULT_FREQUENT by measurement on two
+8000-piece corpora (bench/shortlist.py; bench/RESULTS.md)."""
+DEFAULT_FREQUENT = 50
 """The most frequent target pieces, every sentence's candidates: punctuation, articles
 and the other function pieces that go with no source piece in particular."""
 PAIR_BUDGET = 1 << 22
@@ -39,6 +43,8 @@ PAIR_BUDGET = 1 << 22
 pieces; one piece alone may exceed it): about 32 MB per array of them."""
 CELL_BUDGET = 1 << 22
 """Most cells of a dense block of the co-occurrence matrix."""
+RARITY_LIMIT = (1 << 29) - 1
+"""Sentence counts above this rank as this one when the coverage pass picks a piece."""
 
 
 @dataclass(frozen=True)
@@ -237,11 +243,12 @@ def _chosen(scores: np.ndarray, best: int) -> np.ndarray:
 
 
 def _count_block(sentences: _Sentences, a: int, b: int, in_always: np.ndarray, best: int,
-                 covered: np.ndarray, strongest: np.ndarray) -> np.ndarray:
+                 covered: np.ndarray, carrier: np.ndarray) -> np.ndarray:
     """The entries (source * vocab + target) of source pieces a..b-1, leaving out the
     pieces `in_always` (vocab,) marks; marks the target occurrences they cover in
-    `covered` and keeps in `strongest`, per occurrence, the most associated source piece
-    of its sentence so far (score bits above, piece below)."""
+    `covered` and keeps in `carrier`, per occurrence, the source piece of its sentence
+    so far to add it to if nothing covers it: associated with it, and of those the one
+    in the fewest sentences (those two above, the piece in the low 32 bits)."""
     vocab = len(in_always)
     rows, occurrences = _block_pairs(sentences, a, b)
     pieces = sentences.target_pieces[occurrences]
@@ -253,9 +260,12 @@ def _count_block(sentences: _Sentences, a: int, b: int, in_always: np.ndarray, b
     scores[:, in_always] = 0
     chosen = _chosen(scores, best)
     covered[occurrences[chosen[rows, pieces]]] = True
-    # Scores are >= 0, whose float32 bits order as the numbers do.
-    bits = scores[rows, pieces].astype(np.float32).view(np.int32).astype(np.int64)
-    np.maximum.at(strongest, occurrences, (bits << 32) | (a + rows))
+    # Of a sentence's source pieces, the one to carry a target piece that nothing offers
+    # is the rarest associated with it: an entry costs a candidate in every sentence of
+    # its source piece, and the most associated piece is most often a frequent one.
+    associated = (scores[rows, pieces] > 0).astype(np.int64)
+    rarity = RARITY_LIMIT - np.minimum(sentences.source_count[a + rows], RARITY_LIMIT)
+    np.maximum.at(carrier, occurrences, (associated << 61) | (rarity << 32) | (a + rows))
     block_rows, block_cols = np.nonzero(chosen)
     return (a + block_rows) * vocab + block_cols
 
@@ -290,15 +300,15 @@ def build_map(data_dir: str | Path, split: str = "train", best: int = DEFAULT_BE
     in_always = np.zeros(vocab, bool)
     in_always[always] = True
     covered = in_always[sentences.target_pieces]
-    strongest = np.full(len(covered), -1, np.int64)
+    carrier = np.full(len(covered), -1, np.int64)
     keys = []
     with tqdm(total=vocab, desc=f"count {split}", unit=" pieces",
               disable=None if progress else True) as bar:
         for a, b in _blocks(sentences, vocab):
-            keys.append(_count_block(sentences, a, b, in_always, best, covered, strongest))
+            keys.append(_count_block(sentences, a, b, in_always, best, covered, carrier))
             bar.update(b - a)
-    missing = np.nonzero(~covered & (strongest >= 0))[0]
-    added = np.unique((strongest[missing] & 0xFFFFFFFF) * vocab
+    missing = np.nonzero(~covered & (carrier >= 0))[0]
+    added = np.unique((carrier[missing] & 0xFFFFFFFF) * vocab
                       + sentences.target_pieces[missing])
     keys = np.unique(np.concatenate(keys + [added]))
     offsets = np.concatenate([np.zeros(1, np.int64),
