@@ -103,6 +103,18 @@ def test_a_stage_whose_files_are_gone_is_redone_with_what_follows(distilled, tmp
     assert started(log) == []
 
 
+def test_new_shortlist_defaults_redo_the_shortlist_and_the_report(distilled, tmp_path,
+                                                                  monkeypatch):
+    """A distillation done before the shortlist's defaults changed is not refused: its
+    map is counted again with today's, and the report, made from it, is redone."""
+    out = copy_of(distilled, tmp_path)
+    monkeypatch.setattr(pipeline, "DEFAULT_BEST", pipeline.DEFAULT_BEST + 1)
+    _, log = run(options_for(distilled, out))
+    assert started(log) == ["shortlist", "report"]
+    recorded = json.loads((out / "distill.json").read_text(encoding="utf-8"))
+    assert recorded["stages"]["shortlist"]["settings"]["best"] == pipeline.DEFAULT_BEST
+
+
 def test_the_shortlist_of_a_student_whose_data_is_gone_is_refused_in_one_line(distilled,
                                                                           tmp_path):
     out = copy_of(distilled, tmp_path)
