@@ -9,7 +9,7 @@ from transformer_nmt.interrupts import sigterm_unwinds, stop_signals_held
 DEFAULT_BEST = 20
 DEFAULT_FREQUENT = 50
 """transformer_nmt.data.shortlist's defaults (importing it here would slow `nmt --help`;
-tests/test_decode_runtime_vmap.py holds them equal)."""
+tests/test_cli_shortlist.py holds them equal)."""
 
 
 def add_shortlist_parser(subparsers: argparse._SubParsersAction) -> None:
