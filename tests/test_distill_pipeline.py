@@ -195,6 +195,25 @@ def test_training_stopped_by_a_signal_is_not_recorded_done(distilled, tmp_path, 
     assert "train" not in DistillState(out).stages
 
 
+@pytest.mark.parametrize("references, pairs", [(True, 216 + 240), (False, 216)])
+def test_the_student_learns_from_the_references_too_unless_told(distilled, tmp_path,
+                                                                 monkeypatch, references,
+                                                                 pairs):
+    """Stage 3's pairs: the 216 selected and, by default, --data's 240 training pairs."""
+    out = copy_of(distilled, tmp_path)
+    drop_record(out, "train")
+    shutil.rmtree(out / "data")
+    monkeypatch.setattr(pipeline, "train", lambda **_: SimpleNamespace(stopped_by="SIGINT",
+                                                                       lines=[]))
+    with pytest.raises(KeyboardInterrupt):
+        run(options_for(distilled, out, references=references))
+    for lang in ("en", "xx"):
+        lines = (out / "data" / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+        assert len(lines) == pairs, lang
+    selected = (out / "select" / "train.xx").read_text(encoding="utf-8").splitlines()
+    assert lines[:216] == selected
+
+
 def test_a_teacher_of_another_direction_is_refused_before_any_work(tiny_model_file, tiny_data,
                                                                    tmp_path):
     payload = read_model_file(tiny_model_file)

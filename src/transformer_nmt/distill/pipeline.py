@@ -6,6 +6,8 @@ DIR/
   translate/       stage 1: `translate_corpus`'s directory: the teacher's n-best of the
                    training sources (and of --mono files), JSON lines with token scores
   select/          stage 2: train.SRC and train.TGT, the pairs the student learns from
+  pairs/           stage 3, with --references (the default): those pairs and --data's
+                   training pairs, one file per side
   data/            stage 3: those pairs prepared with the teacher's vocabulary, and the
                    valid and test splits of --data
   run/             stage 3: the student's training run
@@ -37,6 +39,7 @@ from transformer_nmt.corpus import (CorpusOptions, file_sha256_of, merge, output
 from transformer_nmt.data.manifest import MANIFEST, SPLITS, text_path
 from transformer_nmt.data.prepare import PrepareOptions, prepare
 from transformer_nmt.data.shortlist import DEFAULT_BEST, DEFAULT_FREQUENT
+from transformer_nmt.data.text import LineWriter, read_lines
 from transformer_nmt.decode.runtime.vmap import SUFFIX, make_shortlist, shortlist_path
 from transformer_nmt.decode.text.translator import TranslatorOptions
 from transformer_nmt.distill.measure import format_report, measure, served, served_options
@@ -182,10 +185,19 @@ def select_stage(options: DistillOptions, state: DistillState, translated: dict[
                    dropped_empty=selection.empty, dropped_worst=selection.worst)
 
 
+def _concatenate(parts: list[Path], out: Path) -> Path:
+    """`parts`' lines one after the other, written whole into `out`."""
+    with LineWriter(out) as written:
+        for part in parts:
+            for line in read_lines(part):
+                written.write(line)
+    return out
+
+
 def _prepare_student_data(options: DistillOptions, selected: dict[str, Any], log: Log) -> Path:
-    """The selected pairs, with --data's valid and test splits, prepared with the
-    teacher's vocabulary (a student shares its teacher's pieces, and an ensemble's
-    teachers share one vocabulary)."""
+    """The selected pairs (and --data's training pairs, with --references), with --data's
+    valid and test splits, prepared with the teacher's vocabulary (a student shares its
+    teacher's pieces, and an ensemble's teachers share one vocabulary)."""
     src, tgt = split_languages(options.data, None, None)
     vocab = vocab_source(options.teachers[0])
     for other in options.teachers[1:]:
@@ -193,6 +205,12 @@ def _prepare_student_data(options: DistillOptions, selected: dict[str, Any], log
             raise UserError(f"{other} has another vocabulary than {options.teachers[0]}; "
                             "an ensemble's teachers must share one")
     files = {"train_src": selected["files"][0], "train_tgt": selected["files"][1]}
+    if options.references:
+        pairs = Path(options.out) / "pairs"
+        pairs.mkdir(exist_ok=True)
+        for side, lang in (("train_src", src), ("train_tgt", tgt)):
+            files[side] = str(_concatenate([Path(files[side]), text_path(options.data,
+                                            "train", lang)], pairs / f"train.{lang}"))
     for split in SPLITS[1:]:
         files[f"{split}_src"] = str(text_path(options.data, split, src))
         files[f"{split}_tgt"] = str(text_path(options.data, split, tgt))
@@ -219,12 +237,13 @@ def train_stage(options: DistillOptions, state: DistillState, selected: dict[str
     """Stage 3: prepare the student's data, train the student, average its checkpoints."""
     preset = get_preset(options.student)
     settings = {"student": options.student, "overrides": [list(o) for o in options.overrides],
-                "average_last": options.average_last}
+                "average_last": options.average_last, "references": options.references}
     model, _ = apply_overrides(preset.model, preset.train, options.overrides)
     shaped = " with --set" if model != preset.model else ""
     text = (f"training the student, preset {options.student}{shaped} ({model.encoder_layers} "
             f"encoder and {model.decoder_layers} decoder layers, d_model {model.d_model}), on the "
-            "selected pairs with the teacher's vocabulary")
+            f"selected pairs{' and the references' if options.references else ''} with the "
+            "teacher's vocabulary")
     if (record := state.done("train", settings)) is not None:
         return _skipped(log, "train", text, record)
     _stage(log, "train", text)
