@@ -50,8 +50,8 @@ class DistillOptions:
     references: bool = setting(True)
     """Stage 3 trains the student on the selected pairs and --data's training pairs
     together (twice the pairs); --no-references, on the teacher's pairs alone. With the
-    references a student too small to learn more than its teacher's greedy search came
-    within a BLEU point of the teacher's beam search (bench/RESULTS.md)."""
+    references, a student that had learned no more than its teacher's greedy search came
+    close to the teacher's beam search (bench/RESULTS.md)."""
     average_last: int = setting(2, metavar="N")
     """The student's last numbered checkpoints averaged into DIR/student.pt: 2, as the
     quickstart averages a short run still improving (student-tiny saves a checkpoint a
