@@ -11,6 +11,7 @@ import torch
 
 from train_fixtures import reversal_pairs
 from transformer_nmt.config import DecodeConfig
+from transformer_nmt.decode.runtime.ctranslate2_search import faster_threads
 from transformer_nmt.decode.text.scoring import score_ids
 from transformer_nmt.decode.text.translator import Translator, TranslatorOptions
 
@@ -82,3 +83,34 @@ def test_threads_and_the_asked_precision_reach_ctranslate2(trained_model_file):
     assert translator.ctranslate2.compute_type == "int8_float32"
     # One replica per core: two batches side by side get one core each, never more.
     assert translator.ctranslate2.translator(2).num_translators == 1
+
+
+@pytest.mark.parametrize("one_is_faster", [True, False])
+def test_a_lone_translator_takes_the_faster_of_one_thread_and_its_share(one_is_faster):
+    made = []
+
+    def make(threads: int) -> str:
+        made.append(threads)
+        return f"translator of {threads}"
+
+    def seconds(translator: str) -> float:
+        return 1.0 if (translator == "translator of 1") == one_is_faster else 2.0
+
+    threads, translator = faster_threads(make, 2, seconds)
+    assert (threads, translator) == ((1, "translator of 1") if one_is_faster
+                                     else (2, "translator of 2"))
+    assert faster_threads(make, 1, seconds) == (1, "translator of 1")
+    assert made == [2, 1, 1]  # a share of one thread is not timed
+
+
+def test_the_lone_translator_has_the_threads_its_search_measured(trained_model_file):
+    translator = Translator.from_file(trained_model_file, TranslatorOptions(
+        DecodeConfig(guard=False), engine="ctranslate2", precision="int8", threads=2))
+    search = translator.ctranslate2
+    lone = search.translator(1)
+    assert search.threads_per_replica[1] in (1, 2)
+    assert lone.num_translators == 1
+    assert search.probe_seconds(lone) > 0
+    # Two side by side get one thread each, without a search timed.
+    search.translator(2)
+    assert search.threads_per_replica[2] == 1

@@ -15,13 +15,18 @@ sources offer, and log P is normalized over those.
 
 CTranslate2 keeps `replicas` copies of the model's state, each decoding one batch at a
 time on its share of the cores; calls from several threads run side by side, the GIL
-released. A call that decodes alone gets a translator whose one replica has every core.
+released. A call that decodes alone gets a translator whose one replica has every core,
+unless one thread decodes the model faster: a short search is timed both ways when that
+translator is made (`faster_threads`), as on some CPUs CTranslate2's threads cost more than
+they give on a lone sentence's small products (bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -48,6 +53,8 @@ class CTranslate2Search:
         self.compute_type = compute_type
         self.cores = cores
         self._translators: dict[int, object] = {}
+        self.threads_per_replica: dict[int, int] = {}
+        """Per count of replicas made, the threads each has (`faster_threads`'s choice)."""
         self._lock = threading.Lock()
 
     def translator(self, side_by_side: int) -> object:
@@ -61,12 +68,32 @@ class CTranslate2Search:
                 # CTranslate2 sets the OpenMP thread count it shares with torch: the
                 # calling thread gets its own back.
                 threads = torch.get_num_threads()
-                self._translators[replicas] = ctranslate2.Translator(
-                    str(self.directory), device=self.device, device_index=self.device_index,
-                    compute_type=self.compute_type,
-                    inter_threads=replicas, intra_threads=max(self.cores // replicas, 1))
+
+                def make(per_replica: int) -> object:
+                    return ctranslate2.Translator(
+                        str(self.directory), device=self.device,
+                        device_index=self.device_index, compute_type=self.compute_type,
+                        inter_threads=replicas, intra_threads=per_replica)
+
+                share = max(self.cores // replicas, 1)
+                per_replica, made = faster_threads(make, share, self.probe_seconds)
+                self._translators[replicas] = made
+                self.threads_per_replica[replicas] = per_replica
                 torch.set_num_threads(threads)
             return self._translators[replicas]
+
+    def probe_seconds(self, translator: object) -> float:
+        """Seconds `translator` takes to search one PROBE_STEPS-token sentence with beam 4
+        for PROBE_STEPS steps, its fastest of PROBE_REPEATS (after one untimed run)."""
+        source = [[str(token) for token in range(4, 4 + PROBE_STEPS)]]
+        times = []
+        for _ in range(PROBE_REPEATS + 1):
+            start = time.perf_counter()
+            translator.translate_batch(source, beam_size=4, min_decoding_length=PROBE_STEPS,
+                                       max_decoding_length=PROBE_STEPS,
+                                       use_vmap=self.use_vmap)
+            times.append(time.perf_counter() - start)
+        return min(times[1:])
 
     def search(self, decode: DecodeConfig, batch: list[list[int]], limits: list[int],
                prefixes: list[list[int]] | None, side_by_side: int = 1
@@ -99,6 +126,25 @@ class CTranslate2Search:
         """Let the translators go (their memory with them)."""
         with self._lock:
             self._translators.clear()
+
+
+PROBE_STEPS = 16
+"""Source tokens and decoding steps of the search that times a lone translator's threads:
+enough steps for the thread count's cost per step to show, few enough to take a blink."""
+PROBE_REPEATS = 3
+"""Timed searches per thread count; the fastest counts (the others met interruptions)."""
+
+
+def faster_threads(make: Callable[[int], object], share: int,
+                   seconds: Callable[[object], float]) -> tuple[int, object]:
+    """(threads, translator): `make(share)` when its replicas have more than one thread
+    and it searches faster (`seconds`) than `make(1)`, else `make(1)`."""
+    if share == 1:
+        return 1, make(1)
+    every, one = make(share), make(1)
+    if seconds(one) <= seconds(every):
+        return 1, one
+    return share, every
 
 
 def _hypothesis(pieces: list[str], score: float, alpha: float, limit: int) -> Hypothesis:
