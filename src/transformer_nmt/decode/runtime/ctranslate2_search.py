@@ -85,6 +85,8 @@ class CTranslate2Search:
     def probe_seconds(self, translator: object) -> float:
         """Seconds `translator` takes to search one PROBE_STEPS-token sentence with beam 4
         for PROBE_STEPS steps, its fastest of PROBE_REPEATS (after one untimed run)."""
+        # Any ids past the special ones (an id past the vocabulary reads as unk): only
+        # the time counts, not the words.
         source = [[str(token) for token in range(4, 4 + PROBE_STEPS)]]
         times = []
         for _ in range(PROBE_REPEATS + 1):
