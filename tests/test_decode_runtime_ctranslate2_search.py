@@ -66,6 +66,21 @@ def test_prefixes_n_grams_and_lengths_are_the_searchs(trained_model_file):
         assert len(bigrams) == len(set(bigrams))
 
 
+def test_an_output_cut_at_its_sentences_limit_is_scored_as_it_ends(trained_model_file):
+    # Two sentences in one batch: the longer limit lets the first run past its own.
+    decode = DecodeConfig(beam=2, nbest=2, guard=False)
+    translator = _translator(trained_model_file, "ctranslate2", decode)
+    ids = translator.source_ids(LINES[:2])
+    found = translator.ctranslate2.search(decode, ids, [2, 40], None)
+    assert all(len(hypothesis.tokens) <= 2 for hypothesis in found[0])
+    for nbest, source in zip(found, ids):
+        scored = score_ids(translator, [source] * len(nbest), [h.tokens for h in nbest])
+        assert [h.log_prob for h in nbest] == pytest.approx([p.log_prob for p in scored],
+                                                            abs=1e-3)
+        assert [h.score for h in nbest] == pytest.approx([p.score for p in scored], abs=1e-3)
+        assert [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
+
+
 def test_torchs_thread_count_is_left_as_it_was(trained_model_file):
     before = torch.get_num_threads()
     translator = _translator(trained_model_file, "ctranslate2", DecodeConfig(guard=False))

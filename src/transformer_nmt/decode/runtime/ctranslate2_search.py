@@ -5,10 +5,11 @@ its hypotheses given back as the PyTorch searches give them.
 What differs from the paper's search (transformer_nmt.decode.search.searches): beams are
 ranked by CTranslate2's length penalty, log P / |Y|^alpha, rather than GNMT's; the score
 each Hypothesis reports is still GNMT's, log P / lp(|Y|), from the same log P. One batch
-has one longest output, its longest sentence's; a shorter sentence's output that runs
-past its own is cut there, as the paper's search would have ended it. PAD and BOS are
-left to the model, which gives them next to nothing once trained: CTranslate2 suppresses
-a token by renormalizing the rest, which would change every log P it reports, where the
+has one longest output, its longest sentence's; a sentence's output that runs past its
+own is cut there and scored again, EOS after it, as the paper's search would have ended
+it (CTranslate2 reports the log P of tokens beyond, without EOS). PAD and BOS are left
+to the model, which gives them next to nothing once trained: CTranslate2 suppresses a
+token by renormalizing the rest, which would change every log P it reports, where the
 paper's search only never picks them. Greedy search's score leaves out EOS's log P.
 With the model's shortlist (`use_vmap`), a batch's output layer holds only the pieces its
 sources offer, and log P is normalized over those.
@@ -110,7 +111,8 @@ class CTranslate2Search:
             # A forced prefix is kept whole, as the PyTorch search lengthens its limit.
             limits = [max(limit, len(prefix)) for limit, prefix in zip(limits, prefixes)]
         longest = max(limits)
-        results = self.translator(side_by_side).translate_batch(
+        translator = self.translator(side_by_side)
+        results = translator.translate_batch(
             source, target_prefix, beam_size=decode.beam, num_hypotheses=decode.nbest,
             length_penalty=decode.alpha, no_repeat_ngram_size=decode.no_repeat_ngram,
             # The maximum length wins over the minimum (CTranslate2 refuses a minimum
@@ -118,11 +120,11 @@ class CTranslate2Search:
             min_decoding_length=min(decode.min_len, longest),
             max_decoding_length=longest + 1,
             max_input_length=0, use_vmap=self.use_vmap, return_scores=True)
+        found = [[_hypothesis(tokens, score, decode.alpha) for tokens, score in
+                  zip(result.hypotheses, result.scores)] for result in results]
+        _end_at_limits(translator, source, found, limits, decode.alpha)
         # Best first by GNMT's score, as the paper's search orders its n-best.
-        return [sorted((_hypothesis(tokens, score, decode.alpha, limit)
-                        for tokens, score in zip(result.hypotheses, result.scores)),
-                       key=lambda hypothesis: -hypothesis.score)
-                for result, limit in zip(results, limits)]
+        return [sorted(nbest, key=lambda hypothesis: -hypothesis.score) for nbest in found]
 
     def close(self) -> None:
         """Let the translators go (their memory with them)."""
@@ -149,13 +151,32 @@ def faster_threads(make: Callable[[int], object], share: int,
     return share, every
 
 
-def _hypothesis(pieces: list[str], score: float, alpha: float, limit: int) -> Hypothesis:
+def _hypothesis(pieces: list[str], score: float, alpha: float) -> Hypothesis:
     """Our Hypothesis of CTranslate2's output `pieces` (ids as strings, without EOS) and
     `score`, log P / |Y|^alpha with |Y| counting EOS."""
     tokens = [int(piece) for piece in pieces]
     log_prob = score * (len(tokens) + 1) ** alpha
-    tokens = tokens[:limit]
     return Hypothesis(tokens, log_prob / length_penalty(len(tokens) + 1, alpha), log_prob)
+
+
+def _end_at_limits(translator: object, source: list[list[str]],
+                   found: list[list[Hypothesis]], limits: list[int], alpha: float) -> None:
+    """Each hypothesis in `found` (per source) longer than its sentence's limit, in place:
+    cut there and ended with EOS, as the paper's search ends it, its log P that of the
+    tokens kept and EOS after them (CTranslate2's own was of tokens beyond, without EOS),
+    scored over the whole vocabulary."""
+    cut = [(row, rank) for row, (nbest, limit) in enumerate(zip(found, limits))
+           for rank, hypothesis in enumerate(nbest) if len(hypothesis.tokens) > limit]
+    if not cut:
+        return
+    kept = [found[row][rank].tokens[:limits[row]] for row, rank in cut]
+    scored = translator.score_batch([source[row] for row, _ in cut],
+                                    [[str(token) for token in tokens] for tokens in kept],
+                                    max_input_length=0)
+    for (row, rank), tokens, result in zip(cut, kept, scored):
+        log_prob = sum(result.log_probs)  # EOS's included
+        found[row][rank] = Hypothesis(tokens, log_prob / length_penalty(len(tokens) + 1, alpha),
+                                      log_prob)
 
 
 def open_ctranslate2(model: InferenceModel, device: torch.device, precision: str,
