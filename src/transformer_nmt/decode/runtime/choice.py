@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from transformer_nmt.config import DECODE_ENGINES as ENGINES
+from transformer_nmt.decode.runtime.ct2_int8 import SEVEN_BIT, products_saturate_here
 from transformer_nmt.decode.runtime.ct2_spec import unsupported_reason
 from transformer_nmt.errors import UserError
 
@@ -75,8 +76,12 @@ def compute_type(device: torch.device, precision: str) -> str:
 
 def storage_type(compute: str) -> str:
     """How the converted weights are stored for `compute`: as they are computed where
-    CTranslate2 stores that type, so that loading converts nothing."""
-    return {"int8_float32": "int8", "default": "float32"}.get(compute, compute)
+    CTranslate2 stores that type, so that loading converts nothing; int8 in 7 bits where
+    this CPU's 8-bit products saturate (transformer_nmt.decode.runtime.ct2_int8)."""
+    storage = {"int8_float32": "int8", "default": "float32"}.get(compute, compute)
+    if storage == "int8" and products_saturate_here():
+        return SEVEN_BIT
+    return storage
 
 
 def choose_engine(engine: str, model: nn.Module, device: torch.device, precision: str,

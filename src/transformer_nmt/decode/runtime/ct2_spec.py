@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from transformer_nmt.config import ModelConfig
 from transformer_nmt.decode.attention.probe import probe_layer
+from transformer_nmt.decode.runtime.ct2_int8 import SEVEN_BIT, quantize_seven_bit
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import temporary_directory
 from transformer_nmt.model.transformer import Transformer
@@ -135,17 +136,23 @@ def model_spec(model: Transformer, pieces: list[str], bos: int, eos: int, unk: i
 def convert(model: Transformer, pieces: list[str], bos: int, eos: int, unk: int,
             directory: str, quantization: str, vmap: str | None = None) -> None:
     """Write `model` (see `model_spec`) as a CTranslate2 model into `directory`, replacing
-    what it holds, its weights stored as `quantization`, through CTranslate2's Converter
-    (which validates, quantizes and saves the spec); with `vmap`, the text of a vocabulary
-    map (transformer_nmt.decode.runtime.vmap) in `pieces`' spelling, as its vmap.txt."""
+    what it holds, its weights stored as `quantization` (one of CTranslate2's types, or
+    ct2_int8.SEVEN_BIT), through CTranslate2's Converter (which validates, quantizes and
+    saves the spec); with `vmap`, the text of a vocabulary map
+    (transformer_nmt.decode.runtime.vmap) in `pieces`' spelling, as its vmap.txt."""
     from ctranslate2.converters.converter import Converter
+
+    seven_bit = quantization == SEVEN_BIT
+    # 7-bit weights are quantized here, and CTranslate2 stores the spec as it is.
+    stored = None if seven_bit else quantization
 
     class TransformerNmtConverter(Converter):
         def _load(self) -> Any:
-            return model_spec(model, pieces, bos, eos, unk)
+            spec = model_spec(model, pieces, bos, eos, unk)
+            return quantize_seven_bit(spec) if seven_bit else spec
 
     if vmap is None:
-        TransformerNmtConverter().convert(directory, quantization=quantization, force=True)
+        TransformerNmtConverter().convert(directory, quantization=stored, force=True)
         return
     # The Converter copies the map from a file, after emptying `directory`: it waits
     # beside it.
@@ -153,4 +160,4 @@ def convert(model: Transformer, pieces: list[str], bos: int, eos: int, unk: int,
                              ) as aside:
         (aside / "vmap.txt").write_text(vmap, encoding="utf-8")
         TransformerNmtConverter().convert(directory, vmap=str(aside / "vmap.txt"),
-                                          quantization=quantization, force=True)
+                                          quantization=stored, force=True)
