@@ -1,5 +1,5 @@
 """`nmt export` (cli/export.py): an existing output kept unless --force, int8 weights on
-request, and the weight types CTranslate2 itself accepts offered."""
+request (in 7 bits too), and the weight types CTranslate2 itself accepts offered."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 
 from transformer_nmt.cli import main
 from transformer_nmt.cli.export import QUANTIZATIONS as CLI_QUANTIZATIONS
+from transformer_nmt.decode.runtime.ct2_int8 import SEVEN_BIT
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
 
@@ -40,7 +41,21 @@ def test_int8_weights_load_and_translate(tmp_path, trained_model_file, capsys):
     assert result.hypotheses[0]
 
 
-def test_the_cli_offers_ctranslate2s_own_weight_types():
+def test_the_cli_offers_ctranslate2s_own_weight_types_and_7_bit_int8():
     from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
 
-    assert set(CLI_QUANTIZATIONS) == set(QUANTIZATIONS) == set(ACCEPTED_MODEL_TYPES)
+    assert set(CLI_QUANTIZATIONS) == set(QUANTIZATIONS) == {*ACCEPTED_MODEL_TYPES, SEVEN_BIT}
+
+
+def test_7_bit_int8_weights_load_and_score_as_float32_does(tmp_path, trained_model_file):
+    float32, seven_bit = tmp_path / "float32", tmp_path / "seven"
+    for out, quantization in ((float32, "float32"), (seven_bit, SEVEN_BIT)):
+        assert main(["export", "--model", str(trained_model_file), "--to", "ctranslate2",
+                     str(out), "--quantization", quantization]) == 0
+    assert (seven_bit / "model.bin").stat().st_size < 0.5 * (float32 / "model.bin").stat().st_size
+    source, target = [["▁the", "▁house", "▁red"]] * 2, [["▁red", "▁house", "▁the"]] * 2
+    exact, int8 = (
+        ctranslate2.Translator(str(out), compute_type=compute, intra_threads=1).score_batch(
+            source, target) for out, compute in ((float32, "float32"), (seven_bit, "int8")))
+    assert [sum(r.log_probs) for r in int8] == pytest.approx(
+        [sum(r.log_probs) for r in exact], rel=0.05)

@@ -47,7 +47,10 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--quantization", choices=QUANTIZATIONS, default="float32",
                         help="ctranslate2 and argos: how CTranslate2 stores the weights "
                         "(default float32; int8 is about 4x smaller and faster on CPUs, and "
-                        "may change a few words); CTranslate2 can also quantize on load "
+                        "may change a few words; int8_7bit is int8 whose products cannot "
+                        "saturate on an x86 CPU without VNNI, such as an AVX2-only AMD "
+                        "one, where int8 drifts from float32: choose it when you do not "
+                        "know the CPU); CTranslate2 can also quantize on load "
                         "(compute_type)")
     parser.add_argument("--shortlist", action=argparse.BooleanOptionalAction, default=True,
                         help="ctranslate2: include the model's shortlist (made by `nmt "

@@ -38,9 +38,11 @@ Utf8Errors = Literal["strict", "replace"]
 """What to do with invalid UTF-8 in an input file: stop naming the file and line, or
 replace the bad bytes with U+FFFD."""
 Quantization = Literal["float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16",
-                       "int16", "float16", "bfloat16"]
+                       "int16", "float16", "bfloat16", "int8_7bit"]
 """CTranslate2's weight types, as an export may store them (declared here, where
-`nmt --help` can read them without importing CTranslate2)."""
+`nmt --help` can read them without importing CTranslate2), and int8_7bit: int8 weights
+of at most 63, whose products cannot saturate on an x86 CPU without VNNI
+(transformer_nmt.decode.runtime.ct2_int8)."""
 
 TRAIN_PRECISIONS = get_args(TrainPrecision)
 DECODE_PRECISIONS = get_args(DecodePrecision)

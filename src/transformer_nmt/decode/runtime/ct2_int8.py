@@ -12,8 +12,9 @@ them too, at a quarter of the speed on that CPU. An Intel CPU without VNNI, wher
 CTranslate2 takes MKL's products, gets the 7 bits too: it has the same instructions, and
 none was measured.
 
-`SEVEN_BIT` is the storage type (transformer_nmt.decode.runtime.choice's `storage_type`)
-that decode/runtime/ct2_spec.py converts so: the weights quantized here, each row scaled
+`SEVEN_BIT` is the storage type (transformer_nmt.decode.runtime.choice's `storage_type`,
+and `nmt export --quantization int8_7bit` for CPUs unknown) that
+decode/runtime/ct2_spec.py converts so: the weights quantized here, each row scaled
 to [-63, 63], and CTranslate2 told to store the spec as it is.
 """
 
