@@ -37,6 +37,29 @@ from transformer_nmt.model_file import model_payload, save_model_file
 from transformer_nmt.training.checkpoint import LAST
 from transformer_nmt.training.session import train
 
+WORKER_GROUPS = {"tests/test_cli_distill.py": "distilled",
+                 "tests/test_distill_export.py": "distilled",
+                 "tests/test_distill_pipeline.py": "distilled"}
+"""Modules that `--dist loadscope` (pyproject.toml) sends to one xdist worker together,
+because they share a costly session fixture (`distilled`) that each worker would
+otherwise build for itself."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's loadscope scheduling (each module's tests in one worker), WORKER_GROUPS'
+    modules as one; None (xdist's own choice) for any other --dist."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return WORKER_GROUPS.get(module, module)
+
+    return ModuleScheduling(config, log)
+
 
 @pytest.fixture
 def fake_wmt14_mirror() -> Callable[..., Path]:
