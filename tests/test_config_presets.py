@@ -4,6 +4,7 @@ architecture, and listed in `nmt presets`' table."""
 import dataclasses
 
 import pytest
+import torch
 
 from transformer_nmt.config.presets import (PRESETS, get_preset, preset_of_architecture,
                                             presets_table)
@@ -34,7 +35,7 @@ def test_max_positions_is_part_of_the_architecture_everywhere(tmp_path):
 
 
 @pytest.mark.parametrize("name, layers, d_model", [("student-tiny", (3, 1), 192),
-                                                   ("student-base", (6, 2), 512)])
+                                                   ("student-base", (6, 1), 384)])
 def test_student_presets_have_a_deep_encoder_and_a_shallow_decoder(name, layers, d_model):
     """Decoding runs the decoder once per output token and the encoder once per sentence:
     a student's depth belongs in its encoder."""
@@ -57,6 +58,16 @@ def test_the_tiny_student_has_at_most_half_the_small_presets_parameters():
     peak = student.train.lr_scale * student.train.warmup_steps ** -0.5
     small_peak = small.train.lr_scale * small.train.warmup_steps ** -0.5
     assert peak == pytest.approx(small_peak, rel=1e-5)  # per d_model^-0.5, as eq. (3)
+
+
+def test_the_base_student_has_at_most_half_the_base_presets_parameters():
+    """At the paper's 37,000 shared pieces, where the embedding is 30% of `base`."""
+    def parameters(config) -> int:
+        with torch.device("meta"):  # counted, not allocated
+            return sum(p.numel() for p in Transformer(config, 37000).parameters())
+
+    student, base = get_preset("student-base").model, get_preset("base").model
+    assert parameters(student) <= parameters(base) / 2
 
 
 def test_an_unknown_preset_is_refused_with_the_known_names():

@@ -88,8 +88,12 @@ def _build_presets() -> dict[str, Preset]:
              "preset for `nmt distill`, fast greedy decoding on a CPU", train=SHORT_RUN,
              encoder_layers=3, decoder_layers=1, d_model=192, d_ff=768, heads=4,
              d_k=48, d_v=48, dropout=0.1, max_positions=512, pre_norm=True),
-        _row("student-base", "6+2 layers, d_model 512, pre-norm: a student for `nmt distill` "
-             "of a base-sized teacher", encoder_layers=6, decoder_layers=2, pre_norm=True),
+        # student-base is student-tiny's shape scaled to the base preset (the teacher's
+        # encoder depth, one decoder layer, three quarters of its width), so that it too
+        # has under half its teacher's parameters; no base teacher has been distilled yet.
+        _row("student-base", "6+1 layers, d_model 384, pre-norm: a student of the base preset "
+             "for `nmt distill`", encoder_layers=6, decoder_layers=1, d_model=384, d_ff=1536,
+             heads=8, d_k=48, d_v=48, pre_norm=True),
         _row("tiny", "2+2 layers, d_model 32: tests and smoke runs",
              train=TrainConfig(batch_tokens=512, warmup_steps=50, max_steps=200),
              encoder_layers=2, decoder_layers=2, d_model=32, d_ff=64, heads=4,
