@@ -406,7 +406,7 @@ def test_out_of_file_descriptors_each_round_of_accepting_ends_at_its_first_failu
     next round (asyncio's, a second later) tries again."""
     import asyncio
 
-    from transformer_nmt.serve.server import ListeningSocket
+    from transformer_nmt.serve.listen import ListeningSocket
 
     class Listening(ListeningSocket, OutOfFiles):  # ListeningSocket's super() fails
         pass
@@ -519,7 +519,8 @@ def server_in_thread(app) -> Iterator[str]:
     it (a 1 s deadline on headers); stopped afterwards."""
     import threading
 
-    from transformer_nmt.serve.server import DeadlineConfig, DrainingServer, listening_sockets
+    from transformer_nmt.serve.listen import listening_sockets
+    from transformer_nmt.serve.server import DeadlineConfig, DrainingServer
 
     sockets = listening_sockets("127.0.0.1", 0)
     port = sockets[0].getsockname()[1]

@@ -8,6 +8,7 @@ import os
 
 from transformer_nmt.cli.decode import _add_decode_arguments, _translator_options
 from transformer_nmt.cli.flags import add_fields, field_values
+from transformer_nmt.serve.listen import listening_sockets
 from transformer_nmt.serve.settings import ServeSettings, environment_variable
 
 
@@ -95,15 +96,32 @@ def run_serve(args: argparse.Namespace) -> None:
     if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
         os.environ["GOMP_SPINCOUNT"] = SERVER_GOMP_SPINCOUNT
     os.environ.setdefault("OMP_WAIT_POLICY", SERVER_OMP_WAIT_POLICY)
-    try:
-        from transformer_nmt.serve.server import serve
-    except ImportError as error:
-        raise UserError(f"nmt serve needs the serve extra ({error.name} is missing): "
-                        "pip install 'transformer-nmt[serve]'") from None
     settings = ServeSettings.from_environment(
         os.environ, **field_values(args, ServeSettings, given_only=True))
     if not args.model and not args.models:
         raise UserError("nmt serve needs a model: --model MODEL.pt (repeatable) or --models "
                         "DIR")
-    serve(args.model, _translator_options(args), settings, log_level=settings.log_level,
-          directories=args.models)
+    # Bound before the server's modules load (PyTorch takes seconds to import), so that a
+    # busy port or a wrong host is said at once.
+    sockets = listening_sockets(settings.host, settings.port)
+    try:
+        serve, options = _server(), _translator_options(args)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    serve(args.model, options, settings, log_level=settings.log_level,
+          directories=args.models, sockets=sockets)
+
+
+def _server():
+    """serve.server.serve, imported (PyTorch, uvicorn, FastAPI), or a UserError saying
+    which extra to install."""
+    from transformer_nmt.errors import UserError
+
+    try:
+        from transformer_nmt.serve.server import serve
+    except ImportError as error:
+        raise UserError(f"nmt serve needs the serve extra ({error.name} is missing): "
+                        "pip install 'transformer-nmt[serve]'") from None
+    return serve
