@@ -11,7 +11,9 @@ larger batches than the other's.
 
 Each model is measured in a fresh process of its own, so that its peak resident memory is
 its own (the operating system's high-water mark only ever rises within a process) and
-neither model's threads or caches warm the other's run.
+neither model's threads or caches warm the other's run. Those processes fork from a server
+that has imported this module once, so that each starts without importing PyTorch and
+CTranslate2 again; the server has run nothing, so no threads or caches come with the fork.
 """
 
 from __future__ import annotations
@@ -114,11 +116,18 @@ def measure_here(models: Sequence[str], sources: Path, references: Path, tgt_lan
     return result
 
 
+def _fresh_processes() -> multiprocessing.context.BaseContext:
+    """Processes forked from multiprocessing's fork server, which imports this module when
+    it starts (the first use in this process) and then only forks."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
+
+
 def measure(models: Sequence[Path], sources: Path, references: Path, tgt_lang: str,
             beam: int, base: TranslatorOptions, hypotheses: Path) -> dict[str, Any]:
     """`measure_here` in a fresh process, with the model's size and parameters added."""
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(1, mp_context=context) as pool:
+    with ProcessPoolExecutor(1, mp_context=_fresh_processes()) as pool:
         try:
             result = pool.submit(measure_here, [str(m) for m in models], sources, references,
                                  tgt_lang, beam, base, hypotheses).result()
