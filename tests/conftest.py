@@ -39,10 +39,15 @@ from transformer_nmt.training.session import train
 
 WORKER_GROUPS = {"tests/test_cli_distill.py": "distilled",
                  "tests/test_distill_export.py": "distilled",
-                 "tests/test_distill_pipeline.py": "distilled"}
+                 "tests/test_distill_pipeline.py": "distilled",
+                 "tests/test_pretrained_huggingface.py": "marian",
+                 "tests/test_pretrained_marian.py": "marian",
+                 "tests/test_pretrained_separate_vocabs.py": "marian",
+                 "tests/test_serve_multilingual.py": "marian"}
 """Modules that `--dist loadscope` (pyproject.toml) sends to one xdist worker together,
 because they share a costly session fixture (`distilled`) that each worker would
-otherwise build for itself."""
+otherwise build for itself, or a costly import (transformers' MarianMTModel, which
+brings much of PyTorch's compiler with it)."""
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -186,19 +186,31 @@ def weights(path):
     return read_model_file(path)["model"]
 
 
+RESUMED_STEPS = 60
+"""Past an epoch of tiny_data (about 40 steps), so that a resumed run crosses one."""
+
+
+@pytest.fixture(scope="module")
+def straight_weights(tiny_data, tmp_path_factory):
+    """The weights after RESUMED_STEPS steps of a run nothing stopped (once per module)."""
+    straight = tmp_path_factory.mktemp("straight") / "run"
+    assert main([str(arg) for arg in train_args(tiny_data, straight, "--max-steps",
+                                                 RESUMED_STEPS)]) == 0
+    return weights(straight / LAST)
+
+
 @pytest.mark.parametrize("signal_number", [signal.SIGTERM, signal.SIGKILL],
                          ids=["SIGTERM", "SIGKILL"])
-def test_a_run_stopped_by_a_signal_resumes_exactly(tiny_data, tmp_path, capsys, signal_number):
-    steps = 60  # past an epoch of tiny_data (about 40 steps), so the resume crosses one
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    assert nmt(capsys, *train_args(tiny_data, straight, "--max-steps", steps))[0] == 0
+def test_a_run_stopped_by_a_signal_resumes_exactly(tiny_data, tmp_path, capsys, signal_number,
+                                                   straight_weights):
+    stopped = tmp_path / "stopped"
     process = start_training(tiny_data, stopped, "--max-steps", 100_000, "--save-every", 1)
     process.send_signal(signal_number)
     process.communicate(timeout=60)
-    assert read_model_file(stopped / LAST)["step"] < steps
-    assert nmt(capsys, "train", "--resume", stopped, "--max-steps", steps)[0] == 0
-    a, b = weights(straight / LAST), weights(stopped / LAST)
-    assert all(torch.equal(a[name], b[name]) for name in a)
+    assert read_model_file(stopped / LAST)["step"] < RESUMED_STEPS
+    assert nmt(capsys, "train", "--resume", stopped, "--max-steps", RESUMED_STEPS)[0] == 0
+    resumed = weights(stopped / LAST)
+    assert all(torch.equal(straight_weights[name], resumed[name]) for name in straight_weights)
 
 
 def test_a_second_training_into_the_same_directory_is_refused(tiny_data, tmp_path, capsys):
