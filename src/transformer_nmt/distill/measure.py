@@ -118,7 +118,10 @@ def measure_here(models: Sequence[str], sources: Path, references: Path, tgt_lan
 
 def _fresh_processes() -> multiprocessing.context.BaseContext:
     """Processes forked from multiprocessing's fork server, which imports this module when
-    it starts (the first use in this process) and then only forks."""
+    it starts (the first use in this process) and then only forks; spawned where there is
+    no fork server (Windows)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     return context
