@@ -7,7 +7,7 @@ import pytest
 
 from transformer_nmt.checksum import CHECKSUM_KEY
 from transformer_nmt.cli import main
-from transformer_nmt.model.transformer import count_parameters
+from transformer_nmt.model_file import count_parameters
 from transformer_nmt.config import get_preset
 from transformer_nmt.model_file import read_model_file
 

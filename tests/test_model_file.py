@@ -5,6 +5,9 @@ import importlib.util
 import os
 import re
 import shutil
+import subprocess
+import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,8 +17,10 @@ from transformer_nmt.cli import main
 from transformer_nmt.data.manifest import SPM_MODEL
 from transformer_nmt.errors import UserError
 from transformer_nmt import model_file as model_file_module
-from transformer_nmt.model_file import (load_for_inference, read_model_file,
-                                        save_model_file)
+from transformer_nmt.config import get_preset
+from transformer_nmt.model.transformer import Transformer
+from transformer_nmt.model_file import (count_parameters, load_for_inference,
+                                        read_model_file, save_model_file)
 from transformer_nmt.training.checkpoint import LAST
 
 from decode_fixtures import save_marian_like_model
@@ -263,3 +268,24 @@ def test_a_file_from_before_checksums_loads_and_gets_one_when_saved_again(tiny_m
     torch.save(payload, tmp_path / "recalibrated.pt")
     with pytest.raises(UserError, match="do not match the checksum"):
         read_model_file(tmp_path / "recalibrated.pt")
+
+
+@pytest.mark.parametrize("changes", [{}, {"tie_embeddings": "none", "logits_bias": True},
+                                     {"tie_embeddings": "decoder", "pre_norm": True},
+                                     {"positional": "learned", "tie_positions": False}])
+def test_parameters_are_counted_as_a_built_model_has_them(changes):
+    config = replace(get_preset("tiny").model, **changes)
+    built = Transformer(config, 64)
+    assert count_parameters(config, 64) == sum(p.numel() for p in built.parameters())
+
+
+def test_counting_parameters_imports_no_compiler():
+    """PyTorch's Python implementations of meta ops import torch._dynamo, seconds of a
+    command's start (nmt serve, nmt info)."""
+    script = ("import sys\nfrom transformer_nmt.config import get_preset\n"
+              "from transformer_nmt.model_file import count_parameters\n"
+              "count_parameters(get_preset('big').model, 37000)\n"
+              "print('torch._dynamo' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "False"

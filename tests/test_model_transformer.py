@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -15,8 +13,7 @@ from torch import nn
 from transformer_nmt.config import PRESETS, ModelConfig, get_preset
 from transformer_nmt.model.attention import scaled_dot_product_attention
 from transformer_nmt.errors import UserError
-from transformer_nmt.model.transformer import (Transformer, count_parameters,
-                                               sinusoidal_encodings,
+from transformer_nmt.model.transformer import (Transformer, sinusoidal_encodings,
                                                sinusoidal_fairseq_encodings,
                                                sinusoidal_halves_encodings)
 
@@ -387,23 +384,3 @@ def test_unprojected_forward_is_the_decoder_output_before_the_projection(tie_emb
     assert states.shape == (2, 5, model.cfg.d_model)
     torch.testing.assert_close(F.linear(states, model.projection_weight), model(src, tgt))
 
-
-@pytest.mark.parametrize("changes", [{}, {"tie_embeddings": "none", "logits_bias": True},
-                                     {"tie_embeddings": "decoder", "pre_norm": True},
-                                     {"positional": "learned", "tie_positions": False}])
-def test_parameters_are_counted_as_a_built_model_has_them(changes):
-    config = replace(get_preset("tiny").model, **changes)
-    built = Transformer(config, 64)
-    assert count_parameters(config, 64) == sum(p.numel() for p in built.parameters())
-
-
-def test_counting_parameters_imports_no_compiler():
-    """PyTorch's Python implementations of meta ops import torch._dynamo, seconds of a
-    command's start (nmt serve, nmt info)."""
-    script = ("import sys\nfrom transformer_nmt.config import get_preset\n"
-              "from transformer_nmt.model.transformer import count_parameters\n"
-              "count_parameters(get_preset('big').model, 37000)\n"
-              "print('torch._dynamo' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, check=True)
-    assert done.stdout.strip() == "False"

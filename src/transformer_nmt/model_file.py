@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from transformer_nmt.checksum import CHECKSUM_KEY, payload_checksum, verify_checksum
 from transformer_nmt.config import ModelConfig, config_from_dict, preset_of_architecture
@@ -40,7 +41,7 @@ from transformer_nmt.data.vocab_source import VocabSource, read_vocab_file_or_di
 from transformer_nmt.errors import UserError
 from transformer_nmt.files import atomic_write, check_format
 from transformer_nmt.model_dir import DIR_FORMAT, DIR_VERSION, is_model_dir, read_model_dir
-from transformer_nmt.model.transformer import Transformer, count_parameters
+from transformer_nmt.model.transformer import Transformer
 
 FORMAT = "transformer-nmt"
 VERSION = 1
@@ -318,3 +319,30 @@ def _origin_line(imported: dict[str, Any]) -> str:
     licence = imported.get("license") or "not declared by the source"
     return (f"{imported.get('format')} {imported.get('model_type')} model "
             f"{imported.get('path')} (licence: {licence})")
+
+
+def count_parameters(cfg: ModelConfig, vocab_size: int) -> int:
+    """Exact number of trainable parameters of `cfg` at `vocab_size`, shared tensors once,
+    counted on parameters of the meta device, so that even the big model costs no memory."""
+    with _ParametersOnMeta():
+        model = Transformer(cfg, vocab_size)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+class _ParametersOnMeta(TorchFunctionMode):
+    """torch.empty, with which modules make their parameters, on the meta device, where
+    they hold no values; normal_ of a meta tensor a no-op. Not `torch.device("meta")`:
+    that puts every tensor there, and PyTorch computes some meta ops (arange, for the
+    sinusoids; normal_) in Python code that imports torch._dynamo on first use, seconds
+    of a command's start (`nmt serve`'s model cards count parameters). Modes are per
+    thread: no other thread is touched."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.empty:
+            return func(*args, **{**kwargs, "device": "meta"})
+        if func in (torch.nn.init.normal_, torch.Tensor.normal_):
+            tensor = args[0] if args else kwargs["tensor"]  # init.normal_ passes a keyword
+            if tensor.is_meta:
+                return tensor
+        return func(*args, **kwargs)

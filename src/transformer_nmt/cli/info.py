@@ -39,7 +39,7 @@ def add_params_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run_params(args: argparse.Namespace) -> None:
     from transformer_nmt.config import get_preset
-    from transformer_nmt.model.transformer import count_parameters
+    from transformer_nmt.model_file import count_parameters
 
     preset = get_preset(args.preset)
     count = count_parameters(preset.model, args.vocab_size)

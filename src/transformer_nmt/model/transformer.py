@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
 
 from transformer_nmt.config import ModelConfig
 from transformer_nmt.model.cache import DecoderCache, DecodingCache, KVCache
@@ -266,30 +265,3 @@ class Transformer(nn.Module):
         if project:
             return self.decode(tgt_in, enc).logits
         return self._decoder_states(tgt_in, enc)[0]
-
-
-def count_parameters(cfg: ModelConfig, vocab_size: int) -> int:
-    """Exact number of trainable parameters of `cfg` at `vocab_size`, shared tensors once,
-    counted on parameters of the meta device, so that even the big model costs no memory."""
-    with _ParametersOnMeta():
-        model = Transformer(cfg, vocab_size)
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-class _ParametersOnMeta(TorchFunctionMode):
-    """torch.empty, with which modules make their parameters, on the meta device, where
-    they hold no values; normal_ of a meta tensor a no-op. Not `torch.device("meta")`:
-    that puts every tensor there, and PyTorch computes some meta ops (arange, for the
-    sinusoids; normal_) in Python code that imports torch._dynamo on first use, seconds
-    of a command's start (`nmt serve`'s model cards count parameters). Modes are per
-    thread: no other thread is touched."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.empty:
-            return func(*args, **{**kwargs, "device": "meta"})
-        if func in (torch.nn.init.normal_, Tensor.normal_):
-            tensor = args[0] if args else kwargs["tensor"]  # init.normal_ passes a keyword
-            if tensor.is_meta:
-                return tensor
-        return func(*args, **kwargs)

@@ -12,7 +12,7 @@ from typing import Any
 
 from transformer_nmt.calibrate import calibration_summary
 from transformer_nmt.config import ModelConfig, config_from_dict
-from transformer_nmt.model.transformer import count_parameters
+from transformer_nmt.model_file import count_parameters
 from transformer_nmt.model_file import (InferenceModel, model_languages, model_preset,
                                         model_training_steps)
 
