@@ -12,9 +12,8 @@ from typing import Any
 
 from transformer_nmt.calibrate import calibration_summary
 from transformer_nmt.config import ModelConfig, config_from_dict
-from transformer_nmt.model_file import count_parameters
-from transformer_nmt.model_file import (InferenceModel, model_languages, model_preset,
-                                        model_training_steps)
+from transformer_nmt.model_file import (InferenceModel, count_parameters, model_languages,
+                                        model_preset, model_training_steps)
 
 
 def recorded_bleu(model_path: Path) -> dict[str, Any] | None:
