@@ -55,7 +55,7 @@ LONGEST_FIRST = ("tests/test_training_distributed.py", "marian", "tests/test_ser
                  "tests/test_serve_page.py", "tests/test_cli_quickstart.py",
                  "tests/test_corpus.py", "tests/test_training_memory.py",
                  "tests/test_signals_ignored.py", "tests/test_serve_models.py")
-"""The scopes that took longest (about 15-45 s of a worker's time each), handed out
+"""The scopes that take longest (their --durations; bench/RESULTS.md), handed out
 before the others: xdist hands out the scopes with the most tests first, and these have
 few, so that one worker ran a long one at the end while the other had finished. A hint
 only: a scope missing here, or gone, is scheduled as xdist would."""
