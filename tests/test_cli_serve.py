@@ -51,7 +51,12 @@ def test_the_server_s_openmp_threads_sleep_when_idle_unless_the_user_says(
     for name, value in given.items():
         monkeypatch.setenv(name, value)
     seen = []
-    monkeypatch.setattr(server, "serve", lambda *args, **kwargs: seen.append(
-        (os.environ["OMP_WAIT_POLICY"], os.environ.get("GOMP_SPINCOUNT"))))
+
+    def serve(sockets, *args, **kwargs):
+        for sock in sockets:  # bound by nmt serve, not listened on here
+            sock.close()
+        seen.append((os.environ["OMP_WAIT_POLICY"], os.environ.get("GOMP_SPINCOUNT")))
+
+    monkeypatch.setattr(server, "serve", serve)
     run_serve(build_parser().parse_args(["serve", "--model", str(served_model)]))
     assert seen == [expected]

@@ -120,7 +120,9 @@ def test_the_token_budget_of_serve_reaches_the_batcher_and_the_translator(
         monkeypatch.setenv("NMT_MAX_BATCH_TOKENS", variable)
     seen = {}
 
-    def serve(models, options, settings, **_):
+    def serve(sockets, models, options, settings, **_):
+        for sock in sockets:  # bound by nmt serve, not listened on here
+            sock.close()
         with TestClient(server.build_app(models, options, settings)) as client:
             (model,) = client.app.state.pool.loaded.values()
             batcher = model.service.batcher

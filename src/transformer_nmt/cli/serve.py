@@ -110,8 +110,8 @@ def run_serve(args: argparse.Namespace) -> None:
         for sock in sockets:
             sock.close()
         raise
-    serve(args.model, options, settings, log_level=settings.log_level,
-          directories=args.models, sockets=sockets)
+    serve(sockets, args.model, options, settings, log_level=settings.log_level,
+          directories=args.models)
 
 
 def _server():

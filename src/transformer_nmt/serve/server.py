@@ -1,7 +1,7 @@
-"""Running `nmt serve`: bind the address, read the models once, build the app, and serve
-it with uvicorn until SIGTERM or Ctrl+C, answering every request already accepted before
-exiting; a client that stalls while sending a request is cut off, and one that announces a
-chunk of body over the limit is refused at once."""
+"""Running `nmt serve` on its bound address (transformer_nmt.serve.listen): read the models
+once, build the app, and serve it with uvicorn until SIGTERM or Ctrl+C, answering every
+request already accepted before exiting; a client that stalls while sending a request is
+cut off, and one that announces a chunk of body over the limit is refused at once."""
 
 from __future__ import annotations
 
@@ -21,11 +21,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from transformer_nmt.decode.device.threads import EVENT_LOOP_THREADS
 from transformer_nmt.decode.text.translator import TranslatorOptions
-from transformer_nmt.errors import UserError
 from transformer_nmt.serve.access import RedactCredentials
 from transformer_nmt.serve.app import create_app
+from transformer_nmt.serve.listen import OUT_OF_RESOURCES, url_address
 from transformer_nmt.serve.metrics import ServerMetrics
-from transformer_nmt.serve.listen import OUT_OF_RESOURCES, listening_sockets, url_address
 from transformer_nmt.serve.middleware import CHUNK_LEFT
 from transformer_nmt.serve.models import ModelPool, model_paths, scan_models
 from transformer_nmt.serve.settings import ServeSettings
@@ -214,18 +213,12 @@ def build_app(models: str | Path | Sequence[str | Path], options: TranslatorOpti
     return create_app(pool)
 
 
-def serve(models: str | Path | Sequence[str | Path], options: TranslatorOptions,
-          settings: ServeSettings, log_level: str = "info",
-          directories: Sequence[str | Path] = (),
-          sockets: list[socket.socket] | None = None) -> None:
-    """Serve the model files `models` and those in `directories` on
-    settings.host:settings.port until stopped (UserError at once if that address cannot
-    be listened on), or on `sockets` already bound there (listen.listening_sockets), which
-    it closes."""
+def serve(sockets: list[socket.socket], models: str | Path | Sequence[str | Path],
+          options: TranslatorOptions, settings: ServeSettings, log_level: str = "info",
+          directories: Sequence[str | Path] = ()) -> None:
+    """Serve the model files `models` and those in `directories` on `sockets`, bound to
+    settings.host:settings.port (listen.listening_sockets), until stopped; closes them."""
     torch.set_num_threads(EVENT_LOOP_THREADS)  # this thread runs the event loop only
-    # Bound before the models load, so that a busy port or a wrong host is said at once.
-    if sockets is None:
-        sockets = listening_sockets(settings.host, settings.port)
     try:
         app = build_app(models, options, settings, directories)
         config = DeadlineConfig(app, host=settings.host, port=settings.port,
